@@ -1,0 +1,125 @@
+"""Structured configuration schema.
+
+Registered in Hydra's ConfigStore as `precisionflow_schema`; conf/config.yaml lists it first in
+its defaults, so every key the YAML files or the command line set is checked against these
+dataclasses at composition time: an unknown key, a wrong type or an unknown enum value fails
+before any job starts.
+"""
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List, Optional
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+
+
+class PrecisionPolicy(str, Enum):
+    fp32 = "fp32"
+    mixed_float16 = "mixed_float16"
+    mixed_bfloat16 = "mixed_bfloat16"
+
+
+@dataclass
+class DatasetConf:
+    name: str = "digits"
+    # Fractions of the whole data set held out for validation and test (stratified, seeded).
+    val_fraction: float = 0.1
+    test_fraction: float = 0.25
+    seed: int = 0
+    # Keep only this many samples (stratified) -- for quick experiments and tests.
+    max_samples: Optional[int] = None
+
+
+@dataclass
+class ModelConf:
+    name: str = "small_cnn"
+    filters: List[int] = field(default_factory=lambda: [16, 32])
+    dense_units: int = 64
+    dropout: float = 0.0
+
+
+@dataclass
+class TrainConf:
+    epochs: int = 12
+    batch_size: int = 64
+    learning_rate: float = 0.003
+    optimizer: str = "adam"
+    seed: int = 0
+    precision_policy: PrecisionPolicy = PrecisionPolicy.fp32
+
+
+@dataclass
+class ExportConf:
+    opset: int = 17
+    # Largest |onnx - keras| logit difference accepted when the exported graph is verified.
+    max_abs_diff: float = 1e-3
+
+
+@dataclass
+class Fp16Conf:
+    # Ops kept in fp32 inside fp16 graphs (ops known to overflow or lose range in fp16).
+    op_block_list: List[str] = field(
+        default_factory=lambda: ["Softmax", "LogSoftmax", "ReduceMean", "ReduceSum", "Exp", "Pow"]
+    )
+
+
+@dataclass
+class EngineConf:
+    backend: str = "onnxruntime"
+    # onnxruntime graph optimisation level used when the engine is built: basic | extended | all
+    optimization_level: str = "all"
+    intra_op_threads: int = 1
+
+
+@dataclass
+class TargetConf:
+    # "auto": the engine runs where the backend finds an accelerator, else on the CPU.
+    device: str = "auto"
+    # Expected device name substring (e.g. "H100"); empty = accept whatever this machine has.
+    expect_device: str = ""
+    # Scheduler resources (Snakemake `resources:`) that land a job on such a machine.
+    resources: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EvaluateConf:
+    batch_size: int = 64
+    timing_batch_sizes: List[int] = field(default_factory=lambda: [1, 32])
+    warmup_s: float = 0.2
+    duration_s: float = 1.0
+    min_iterations: int = 10
+
+
+@dataclass
+class TrackingConf:
+    enabled: bool = True
+    # null = SQLite store at results/mlflow.db; a team points this at `mlflow server`.
+    uri: Optional[str] = None
+    experiment: str = "precisionflow"
+
+
+@dataclass
+class Config:
+    dataset: DatasetConf = field(default_factory=DatasetConf)
+    model: ModelConf = field(default_factory=ModelConf)
+    train: TrainConf = field(default_factory=TrainConf)
+    export: ExportConf = field(default_factory=ExportConf)
+    precisions: List[Precision] = field(default_factory=lambda: [Precision.fp32, Precision.fp16])
+    fp16: Fp16Conf = field(default_factory=Fp16Conf)
+    engine: EngineConf = field(default_factory=EngineConf)
+    targets: List[str] = field(default_factory=lambda: ["local"])
+    target_defs: Dict[str, TargetConf] = field(default_factory=lambda: {"local": TargetConf()})
+    evaluate: EvaluateConf = field(default_factory=EvaluateConf)
+    tracking: TrackingConf = field(default_factory=TrackingConf)
+    # Where results/ lives; null = ./results of the working directory.
+    results_dir: Optional[str] = None
+
+
+def register() -> None:
+    """Register the schema with Hydra's ConfigStore (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="precisionflow_schema", node=Config)

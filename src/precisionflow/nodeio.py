@@ -1,0 +1,80 @@
+"""Atomic writes and the node folder protocol.
+
+A node's outputs are written into a hidden temporary folder beside the final one and renamed
+into place only after node.json (written last) is complete, so a crashed or killed stage never
+leaves a half-written artifact where a downstream stage could read it.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterator
+
+from precisionflow.errors import StageError
+
+NODE_FILE = "node.json"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True, default=str)
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def read_node(node_dir: Path) -> Dict[str, Any]:
+    """The node.json of a finished node; a clear error if the node never finished."""
+    marker = Path(node_dir) / NODE_FILE
+    if not marker.is_file():
+        raise StageError(
+            f"Expected a finished node at {node_dir} (its {NODE_FILE}), found none. "
+            "Run the workflow (precisionflow run) so the upstream stage completes first."
+        )
+    return read_json(marker)
+
+
+@contextlib.contextmanager
+def staged_node_dir(final_dir: Path) -> Iterator[Path]:
+    """Yield a temporary folder; on success it replaces `final_dir` in one rename."""
+    final_dir = Path(final_dir)
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.tmp-", dir=final_dir.parent))
+    try:
+        yield tmp
+        if not (tmp / NODE_FILE).is_file():
+            raise StageError(f"internal: {tmp} finished without {NODE_FILE}")
+        # Snakemake creates the output's parent folder before the job; an existing folder here
+        # holds no finished node (Snakemake would not have scheduled the job), so it can go.
+        if final_dir.exists():
+            shutil.rmtree(final_dir)
+        os.rename(tmp, final_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ancestors(node_dir: Path) -> Dict[str, Dict[str, Any]]:
+    """node.json of a node and of everything upstream of it, keyed by stage name.
+
+    Nodes live at <results>/<stage>/<id>, and node.json names inputs by "<stage>/<id>", so the
+    lineage of an artifact can be walked from the artifact alone.
+    """
+    results = Path(node_dir).parent.parent
+    found: Dict[str, Dict[str, Any]] = {}
+    pending = [Path(node_dir)]
+    while pending:
+        record = read_node(pending.pop())
+        if record["stage"] not in found:
+            found[record["stage"]] = record
+            pending.extend(results / key for key in record["inputs"].values())
+    return found

@@ -1,0 +1,166 @@
+"""Sweep points -> content-addressed stage nodes -> one plan file for one Snakemake DAG.
+
+A node's id is `<readable slug>-<hash>`; the hash covers the stage name, the part of the config
+that stage reads, its upstream node ids and the stage's code version. Sweep points that share a
+prefix therefore share nodes (a sweep over precisions trains once), flipping a parameter back
+finds the old outputs, and editing a stage's source gives its nodes (and their downstream) new
+ids -- which is how Snakemake "notices" edits to imported modules.
+"""
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+# Source files (relative to the package) each stage's code version hashes. Shared helpers are
+# listed where a stage uses them so a change there reruns exactly the stages that depend on it.
+_COMMON = ["runner.py", "nodeio.py"]
+STAGE_SOURCES: Dict[str, List[str]] = {
+    "prepare_dataset": ["stages/prepare_dataset.py"],
+    "train_model": ["stages/train_model.py", "models.py", "tfenv.py"],
+    "export_onnx": ["stages/export_onnx.py", "tfenv.py"],
+    "quantize_onnx": ["stages/quantize_onnx.py"],
+    "build_engine": ["stages/build_engine.py", "backends/__init__.py", "backends/onnxruntime_backend.py"],
+    "evaluate_engine": ["stages/evaluate_engine.py", "timing.py", "backends/__init__.py", "backends/onnxruntime_backend.py"],
+    "track_mlflow": ["stages/track_mlflow.py", "tracking.py"],
+    "report": ["stages/report.py"],
+}
+STAGE_ORDER = list(STAGE_SOURCES)
+
+
+@dataclass
+class Node:
+    stage: str
+    id: str
+    params: Dict[str, Any]
+    inputs: Dict[str, str] = field(default_factory=dict)  # role -> upstream node key
+
+    @property
+    def key(self) -> str:
+        return f"{self.stage}/{self.id}"
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"stage": self.stage, "id": self.id, "params": self.params, "inputs": self.inputs}
+
+
+def code_versions() -> Dict[str, str]:
+    """Hash of each stage's source files, read once per plan."""
+    cache: Dict[str, str] = {}
+    versions = {}
+    for stage, files in STAGE_SOURCES.items():
+        digest = hashlib.sha256()
+        for rel in sorted(files + _COMMON):
+            if rel not in cache:
+                cache[rel] = hashlib.sha256((PACKAGE_DIR / rel).read_bytes()).hexdigest()
+            digest.update(f"{rel}:{cache[rel]}\n".encode())
+        versions[stage] = digest.hexdigest()[:12]
+    return versions
+
+
+def _slugify(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", text).strip("-")[:60] or "node"
+
+
+class PlanBuilder:
+    """Collects unique nodes across all sweep points."""
+
+    def __init__(self, versions: Optional[Dict[str, str]] = None):
+        self.versions = versions or code_versions()
+        self.nodes: Dict[str, Node] = {}
+
+    def add(self, stage: str, slug: str, params: Dict[str, Any], inputs: Dict[str, Node]) -> Node:
+        input_keys = {role: node.key for role, node in sorted(inputs.items())}
+        identity = {"stage": stage, "params": params, "inputs": input_keys, "code": self.versions[stage]}
+        digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+        node = Node(stage, f"{_slugify(slug)}-{digest}", params, input_keys)
+        self.nodes.setdefault(node.key, node)
+        return self.nodes[node.key]
+
+    def add_point(self, cfg: Dict[str, Any]) -> List[Node]:
+        """Add one configuration's chain; return its evaluate_engine nodes."""
+        data = self.add("prepare_dataset", cfg["dataset"]["name"], cfg["dataset"], {})
+        model = self.add(
+            "train_model",
+            f"{cfg['model']['name']}-{cfg['train']['precision_policy']}-e{cfg['train']['epochs']}",
+            {"model": cfg["model"], "train": cfg["train"]},
+            {"data": data},
+        )
+        onnx = self.add("export_onnx", f"opset{cfg['export']['opset']}", cfg["export"], {"model": model, "data": data})
+        return [ev for precision in cfg["precisions"] for ev in self._add_precision(cfg, precision, onnx, data)]
+
+    def _add_precision(self, cfg, precision: str, onnx: Node, data: Node) -> List[Node]:
+        quant_params = {"precision": precision, "fp16": cfg["fp16"] if precision == "fp16" else None}
+        graph = self.add("quantize_onnx", precision, quant_params, {"onnx": onnx})
+        evaluations = []
+        for target in cfg["targets"]:
+            engine_params = {"engine": cfg["engine"], "target": target, "target_def": cfg["target_defs"][target]}
+            engine = self.add("build_engine", f"{precision}-{target}", engine_params, {"graph": graph})
+            eval_params = {"evaluate": cfg["evaluate"], "precision": precision, "target": target}
+            inputs = {"engine": engine, "data": data, "reference": onnx}
+            evaluations.append(self.add("evaluate_engine", f"{precision}-{target}", eval_params, inputs))
+        return evaluations
+
+
+def build_plan(points: List[Dict[str, Any]], results_dir: str) -> Dict[str, Any]:
+    """All sweep points -> {nodes, targets}: the document the Snakefile executes."""
+    builder = PlanBuilder()
+    all_evals: Dict[str, Node] = {}
+    evals_by_tracking: Dict[str, Dict[str, Node]] = {}
+    for cfg in points:
+        evals = builder.add_point(cfg)
+        all_evals.update({ev.key: ev for ev in evals})
+        if cfg["tracking"]["enabled"]:
+            tracking_key = json.dumps(cfg["tracking"], sort_keys=True)
+            evals_by_tracking.setdefault(tracking_key, {}).update({ev.key: ev for ev in evals})
+    report = _add_aggregate(builder, "report", "sweep", {}, all_evals)
+    final = [report]
+    for tracking_key, evals in evals_by_tracking.items():
+        final.append(_add_aggregate(builder, "track_mlflow", "sweep", json.loads(tracking_key), evals))
+    return {
+        "results_dir": results_dir,
+        "nodes": {key: node.to_json() for key, node in builder.nodes.items()},
+        "final": [node.key for node in final],
+        "report": report.key,
+    }
+
+
+def _add_aggregate(builder: PlanBuilder, stage: str, slug: str, params, evals: Dict[str, Node]) -> Node:
+    # Inputs are numbered in a sorted order so the same set of engines gives the same node id.
+    inputs = {f"eval{i:05d}": evals[key] for i, key in enumerate(sorted(evals))}
+    return builder.add(stage, f"{slug}-{len(evals)}engines", params, inputs)
+
+
+def default_results_dir(points: List[Dict[str, Any]]) -> str:
+    chosen = {p.get("results_dir") for p in points} - {None}
+    if len(chosen) > 1:
+        from precisionflow.errors import ConfigError
+
+        raise ConfigError(f"results_dir: one run writes one results folder; the sweep names {sorted(chosen)}.")
+    return os.path.abspath(chosen.pop() if chosen else "results")
+
+
+def write_plan(plan: Dict[str, Any]) -> Path:
+    """Write the plan under results/.plans/<content hash>.json (atomically, once) and return its path."""
+    from precisionflow.nodeio import write_json_atomic
+
+    text = json.dumps(plan, sort_keys=True)
+    path = Path(plan["results_dir"]) / ".plans" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not path.exists():
+        write_json_atomic(path, plan)
+    return path
+
+
+def plan_from_overrides(overrides=(), multirun: bool = False) -> Path:
+    from precisionflow.config.compose import expand
+
+    points = expand(overrides, multirun=multirun)
+    return write_plan(build_plan(points, default_results_dir(points)))
+
+
+def node_dir(results_dir: str, key: str) -> Path:
+    return Path(results_dir) / key

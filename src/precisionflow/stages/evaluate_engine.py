@@ -1,0 +1,80 @@
+"""evaluate_engine: how accurate and how fast one engine really is.
+
+Accuracy on the whole test split, per class, and per-sample agreement with the fp32 Keras
+reference (the samples whose prediction flipped are listed in flipped.csv); latency and
+throughput at each timing batch size, measured like trtexec (timing.py). Imports numpy and the
+engine's backend only.
+"""
+
+import csv
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy as np
+
+from precisionflow import timing
+from precisionflow.backends import get_backend
+from precisionflow.nodeio import read_json, read_node, write_json_atomic
+from precisionflow.stages import prepare_dataset
+
+PACKAGES = ("numpy", "onnxruntime")
+
+
+def predict(engine, images: np.ndarray, batch_size: int) -> np.ndarray:
+    chunks = [engine.run(images[start:start + batch_size]) for start in range(0, len(images), batch_size)]
+    return np.concatenate(chunks).astype(np.float32)
+
+
+def accuracy_report(logits, reference_logits, labels, class_names) -> Dict[str, Any]:
+    predicted, reference = logits.argmax(axis=1), reference_logits.argmax(axis=1)
+    per_class = {name: float(np.mean(predicted[labels == index] == index))
+                 for index, name in enumerate(class_names) if np.any(labels == index)}
+    return {
+        "top1": float(np.mean(predicted == labels)),
+        "reference_top1": float(np.mean(reference == labels)),
+        "agreement": float(np.mean(predicted == reference)),
+        "flipped": int(np.sum(predicted != reference)),
+        "max_abs_logit_diff": float(np.max(np.abs(logits - reference_logits))),
+        "per_class_top1": per_class,
+    }
+
+
+def write_flipped(path: Path, logits, reference_logits, labels) -> None:
+    predicted, reference = logits.argmax(axis=1), reference_logits.argmax(axis=1)
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["test_index", "label", "fp32_prediction", "engine_prediction"])
+        for index in np.flatnonzero(predicted != reference):
+            writer.writerow([int(index), int(labels[index]), int(reference[index]), int(predicted[index])])
+
+
+def timing_batch(images: np.ndarray, batch_size: int) -> np.ndarray:
+    repeats = -(-batch_size // len(images))
+    return np.ascontiguousarray(np.concatenate([images] * repeats)[:batch_size])
+
+
+def measure_speed(engine, images: np.ndarray, settings: Dict[str, Any]) -> Dict[str, Dict[str, float]]:
+    speed = {}
+    for batch_size in settings["timing_batch_sizes"]:
+        run_once = engine.prepare(timing_batch(images, batch_size))
+        latencies = timing.time_runs(run_once, settings["warmup_s"], settings["duration_s"], settings["min_iterations"])
+        speed[str(batch_size)] = timing.summarize(latencies, batch_size)
+    return speed
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    engine_node = read_node(inputs["engine"])
+    description = read_json(inputs["engine"] / "engine.json")
+    backend = get_backend(description["backend"])
+    engine = backend.load(inputs["engine"], description, engine_node["params"]["target_def"])
+    images, labels = prepare_dataset.load(inputs["data"], "test")
+    class_names = read_json(inputs["data"] / "meta.json")["classes"]
+    reference_logits = np.load(inputs["reference"] / "reference_logits.npy")
+    logits = predict(engine, images, params["evaluate"]["batch_size"])
+    metrics = accuracy_report(logits, reference_logits, labels, class_names)
+    write_flipped(out / "flipped.csv", logits, reference_logits, labels)
+    metrics["speed"] = measure_speed(engine, images, params["evaluate"])
+    metrics["copies_included"] = description["device"] != "cuda"
+    metrics.update({"precision": params["precision"], "target": params["target"], "engine": description})
+    write_json_atomic(out / "metrics.json", metrics)
+    return {key: metrics[key] for key in ("top1", "agreement", "flipped", "precision", "target")}

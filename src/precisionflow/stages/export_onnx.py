@@ -1,0 +1,57 @@
+"""export_onnx: Keras model -> ONNX (tf2onnx), verified against Keras on the test split.
+
+Also saves the Keras model's logits on the test split (reference_logits.npy): every engine's
+"agreement with fp32" is measured against these, the true framework fp32 reference.
+"""
+
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy as np
+
+from precisionflow.errors import StageError
+from precisionflow.stages import prepare_dataset
+
+PACKAGES = ("tensorflow", "tf-keras", "tf2onnx", "onnx", "onnxruntime")
+
+
+def _convert(tf, model, opset: int, path: Path):
+    import tf2onnx
+
+    signature = (tf.TensorSpec((None,) + tuple(model.input_shape[1:]), tf.float32, name="image"),)
+    model_proto, _ = tf2onnx.convert.from_keras(model, input_signature=signature, opset=opset, output_path=str(path))
+    return model_proto
+
+
+def _onnx_logits(path: Path, images: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: images})[0]
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    from precisionflow.tfenv import import_tensorflow
+
+    tf, keras = import_tensorflow()
+    model = keras.models.load_model(inputs["model"] / "model.keras", compile=False)
+    graph_path = out / "model.onnx"
+    model_proto = _convert(tf, model, params["opset"], graph_path)
+    x_test, _ = prepare_dataset.load(inputs["data"], "test")
+    keras_logits = model.predict(x_test, verbose=0).astype(np.float32)
+    onnx_logits = _onnx_logits(graph_path, x_test)
+    max_diff = float(np.max(np.abs(keras_logits - onnx_logits)))
+    if max_diff > params["max_abs_diff"]:
+        raise StageError(
+            f"The exported graph disagrees with the Keras model: max |logit difference| {max_diff:.3g} "
+            f"on the test split, expected <= export.max_abs_diff={params['max_abs_diff']}. "
+            "Check for ops tf2onnx converts approximately, or try another export.opset."
+        )
+    np.save(out / "reference_logits.npy", keras_logits)
+    return {
+        "max_abs_diff_vs_keras": max_diff,
+        "input_name": model_proto.graph.input[0].name,
+        "output_name": model_proto.graph.output[0].name,
+        "opset": params["opset"],
+        "graph_bytes": graph_path.stat().st_size,
+    }

@@ -1,0 +1,82 @@
+"""track_mlflow: one parent run per sweep, one child run per evaluated engine (idempotent).
+
+Child runs carry the flattened params of every upstream node, the engine's metrics, tags naming
+the nodes, target, backend and versions and git commit, and the engine/metrics files as artifacts.
+"""
+
+import hashlib
+from pathlib import Path
+from typing import Any, Dict, List
+
+from precisionflow import tracking
+from precisionflow.nodeio import ancestors, read_json
+
+PACKAGES = ("mlflow",)
+PARAM_LIMIT = 500  # characters; longer values (long lists) are cut, MLflow stores up to 6000
+
+
+def child_params(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
+    params = {}
+    for stage, record in lineage.items():
+        for key, value in tracking.flatten(record["params"], stage):
+            if key.startswith("evaluate_engine.") or not key.startswith(("report", "track_mlflow")):
+                params[key] = str(value)[:PARAM_LIMIT]
+    return params
+
+
+def child_metrics(metrics: Dict[str, Any]) -> Dict[str, float]:
+    values = {key: float(metrics[key]) for key in ("top1", "agreement", "flipped", "max_abs_logit_diff")}
+    for batch, stats in metrics["speed"].items():
+        values.update({f"b{batch}_{name}": float(v) for name, v in stats.items()})
+    engine = metrics["engine"]
+    values.update({"engine_bytes": float(engine["engine_bytes"]), "build_seconds": float(engine["build_seconds"])})
+    return values
+
+
+def child_tags(lineage, metrics, commit: str) -> Dict[str, str]:
+    engine = metrics["engine"]
+    tags = {f"node.{stage}": record["id"] for stage, record in lineage.items()}
+    tags.update({"precision": metrics["precision"], "target": metrics["target"], "backend": engine["backend"],
+                 "backend_version": engine["backend_version"], "device_name": engine["device_name"],
+                 "git_commit": commit})
+    tags.update({f"version.{pkg}": ver for pkg, ver in lineage["train_model"]["versions"].items()})
+    return tags
+
+
+def log_child(client, experiment_id: str, parent_id: str, eval_dir: Path, commit: str) -> bool:
+    """Log one engine's run unless an earlier, complete logging of it exists; True if logged now."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    lineage = ancestors(eval_dir)
+    metrics = read_json(eval_dir / "metrics.json")
+    name = f"{metrics['precision']}-{metrics['target']}-{lineage['train_model']['id']}"
+    run, _ = tracking.get_or_create_run(client, experiment_id, {tracking.NODE_TAG: eval_dir.name}, name, parent_id)
+    if run.data.tags.get(tracking.COMPLETE_TAG) == "1":
+        return False
+    run_id = run.info.run_id
+    client.log_batch(run_id, params=[Param(k, v) for k, v in child_params(lineage).items()])
+    client.log_batch(run_id, metrics=[Metric(k, v, 0, 0) for k, v in child_metrics(metrics).items()],
+                     tags=[RunTag(k, v) for k, v in child_tags(lineage, metrics, commit).items()])
+    for artifact in ("metrics.json", "flipped.csv"):
+        client.log_artifact(run_id, str(eval_dir / artifact))
+    client.log_artifact(run_id, str(eval_dir.parent.parent / lineage["build_engine"]["stage"] / lineage["build_engine"]["id"] / "engine.json"))
+    client.set_tag(run_id, tracking.COMPLETE_TAG, "1")
+    client.set_terminated(run_id)
+    return True
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    eval_dirs: List[Path] = [inputs[role] for role in sorted(inputs)]
+    results_dir = eval_dirs[0].parent.parent
+    uri = tracking.resolve_uri(params["uri"], results_dir)
+    experiment_id = tracking.init_store(uri, params["experiment"], results_dir)
+    client = tracking.client_for(uri)
+    # The sweep is identified by the set of engines it evaluated: the same sweep finds its parent run again.
+    sweep_id = hashlib.sha256(" ".join(sorted(path.name for path in eval_dirs)).encode()).hexdigest()[:12]
+    parent, _ = tracking.get_or_create_run(client, experiment_id, {tracking.SWEEP_TAG: sweep_id}, f"sweep-{sweep_id}")
+    commit = tracking.git_commit()
+    logged = sum(log_child(client, experiment_id, parent.info.run_id, path, commit) for path in eval_dirs)
+    client.set_terminated(parent.info.run_id)
+    summary = {"tracking_uri": uri, "experiment_id": experiment_id, "parent_run_id": parent.info.run_id,
+               "children": len(eval_dirs), "children_logged_now": logged}
+    return summary

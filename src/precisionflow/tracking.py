@@ -1,0 +1,69 @@
+"""MLflow helpers: store initialisation and idempotent run lookup.
+
+A fresh SQLite store races when several processes create it at once, so the store and the
+experiment are created once (init_store) before jobs fan out. Runs are found again by tags, so
+logging the same node twice updates one run instead of adding another.
+"""
+
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+SWEEP_TAG = "precisionflow.sweep"
+NODE_TAG = "precisionflow.node"
+COMPLETE_TAG = "precisionflow.complete"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolve_uri(uri: Optional[str], results_dir: Path) -> str:
+    return uri or f"sqlite:///{Path(results_dir).resolve() / 'mlflow.db'}"
+
+
+def client_for(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def init_store(uri: str, experiment: str, results_dir: Path) -> str:
+    """Create the store's schema and the experiment if missing; return the experiment id."""
+    client = client_for(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is not None:
+        return found.experiment_id
+    artifacts = (Path(results_dir).resolve() / "mlartifacts").as_uri() if uri.startswith("sqlite") else None
+    return client.create_experiment(experiment, artifact_location=artifacts)
+
+
+def find_run(client, experiment_id: str, tags: Dict[str, str]):
+    query = " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
+    runs = client.search_runs([experiment_id], filter_string=query, max_results=1)
+    return runs[0] if runs else None
+
+
+def get_or_create_run(client, experiment_id: str, tags: Dict[str, str], name: str, parent_id: str = None) -> Tuple[Any, bool]:
+    """(run, created): the run carrying `tags`, created (with those tags) if none does."""
+    lookup = dict(tags, **({"mlflow.parentRunId": parent_id} if parent_id else {}))
+    run = find_run(client, experiment_id, lookup)
+    if run is not None:
+        return run, False
+    return client.create_run(experiment_id, tags=dict(lookup, **{"mlflow.runName": name})), True
+
+
+def git_commit() -> str:
+    try:
+        commit = subprocess.check_output(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], text=True,
+                                         stderr=subprocess.DEVNULL).strip()
+        dirty = subprocess.check_output(["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+                                        text=True, stderr=subprocess.DEVNULL).strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def flatten(tree: Any, prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from flatten(value, f"{prefix}.{key}" if prefix else str(key))
+    else:
+        yield prefix, tree

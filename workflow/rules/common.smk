@@ -1,0 +1,47 @@
+# Shared wiring: load (or make) the plan, and map a rule's {node} wildcard to its input files.
+import sys
+from pathlib import Path
+
+from precisionflow.plan import plan_from_overrides
+from precisionflow.nodeio import read_json
+from precisionflow import tracking
+
+PLAN_FILE = config.get("plan") or str(plan_from_overrides())
+PLAN = read_json(PLAN_FILE)
+RESULTS = PLAN["results_dir"]
+PYTHON = sys.executable
+
+wildcard_constraints:
+    node="[^/]+",
+
+
+def node_output(stage):
+    return f"{RESULTS}/{stage}/{{node}}/node.json"
+
+
+def node_log(stage):
+    return f"{RESULTS}/logs/{stage}/{{node}}.log"
+
+
+def upstream(stage):
+    """Input function: the node.json of every upstream node of {node}."""
+    def inputs(wildcards):
+        spec = PLAN["nodes"][f"{stage}/{wildcards.node}"]
+        return [f"{RESULTS}/{key}/node.json" for key in spec["inputs"].values()]
+    return inputs
+
+
+def final_targets():
+    return [f"{RESULTS}/{key}/node.json" for key in PLAN["final"]]
+
+
+# The same command for every stage: the runner looks the node up in the plan.
+STAGE_COMMAND = f"{PYTHON} -m precisionflow.runner --plan {PLAN_FILE} --node {{rule}}/{{wildcards.node}} > {{log}} 2>&1"
+
+
+onstart:
+    # Create MLflow stores once, before jobs fan out (a fresh SQLite store races under concurrent writers).
+    for key in PLAN["final"]:
+        spec = PLAN["nodes"][key]
+        if spec["stage"] == "track_mlflow":
+            tracking.init_store(tracking.resolve_uri(spec["params"]["uri"], RESULTS), spec["params"]["experiment"], RESULTS)
