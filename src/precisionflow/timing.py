@@ -15,7 +15,9 @@ PERCENTILES = (50, 90, 95, 99)
 
 def percentile(sorted_values: Sequence[float], pct: float) -> float:
     count = len(sorted_values)
-    return float(sorted_values[max(count - 1 - int((1 - pct / 100.0) * count), 0)])
+    # Rounded before truncation so 0.1 * 100 counts as 10, not 9.999999999999998.
+    tail = int(round((1 - pct / 100.0) * count, 9))
+    return float(sorted_values[max(count - 1 - tail, 0)])
 
 
 def time_runs(run_once: Callable[[], object], warmup_s: float, duration_s: float, min_iterations: int) -> List[float]:

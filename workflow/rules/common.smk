@@ -1,4 +1,5 @@
 # Shared wiring: load (or make) the plan, and map a rule's {node} wildcard to its input files.
+import os
 import sys
 from pathlib import Path
 
@@ -35,8 +36,12 @@ def final_targets():
     return [f"{RESULTS}/{key}/node.json" for key in PLAN["final"]]
 
 
-# The same command for every stage: the runner looks the node up in the plan.
-STAGE_COMMAND = f"{PYTHON} -m precisionflow.runner --plan {PLAN_FILE} --node {{rule}}/{{wildcards.node}} > {{log}} 2>&1"
+# The same command for every stage: the runner looks the node up in the plan. The plan file and
+# interpreter travel in the environment, not in the command text: Snakemake reruns a job whose
+# command text changed, and each sweep has its own plan file.
+os.environ["PRECISIONFLOW_PLAN"] = PLAN_FILE
+os.environ["PRECISIONFLOW_PYTHON"] = PYTHON
+STAGE_COMMAND = '"$PRECISIONFLOW_PYTHON" -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {rule}/{wildcards.node} > {log} 2>&1'
 
 
 onstart:

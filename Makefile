@@ -1,0 +1,36 @@
+# precisionflow: `make run` sets up and runs the default experiment; `make test` sets up and runs the tests.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup run test test-fast lock clean-results
+
+setup: $(VENV)/.installed
+
+# Exact versions come from requirements.lock, so every machine gets the same environment.
+$(VENV)/.installed: requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+run: setup
+	$(BIN)/precisionflow run $(ARGS)
+
+# All tests, the slow end-to-end ones included (plain `pytest` skips those).
+test: setup
+	$(BIN)/python -m pytest -m "slow or not slow" $(ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest $(ARGS)
+
+# Re-resolve the lock from pyproject.toml's ranges (needs network; review the diff).
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet -e '.[test]'
+	.lock-venv/bin/pip freeze --exclude-editable > requirements.lock
+	rm -rf .lock-venv
+
+clean-results:
+	rm -rf results/* .snakemake

@@ -1,0 +1,131 @@
+"""precisionflow command line. Imports neither TensorFlow nor ONNX Runtime (stages do).
+
+  precisionflow run [-m] [-n] [--cores N] [overrides ...] [-- snakemake args]
+  precisionflow plan [-m] [overrides ...]       list the planned nodes without running anything
+  precisionflow config [overrides ...]          print the composed configuration
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+from precisionflow.errors import PrecisionflowError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-m", "--multirun", action="store_true", help="expand sweep overrides (a=1,2) into several configurations")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. train.epochs=4 'precisions=[fp32,fp16]'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="precisionflow", description="Measure what each precision costs in accuracy and buys in speed.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="plan with Hydra and run one Snakemake DAG over the unique nodes")
+    _add_config_args(run)
+    run.add_argument("-n", "--dry-run", action="store_true", help="show which jobs would run and why; run nothing")
+    run.add_argument("--cores", default="all", help="cores Snakemake may use (default: all)")
+    plan = commands.add_parser("plan", help="list the content-addressed nodes of a (swept) configuration")
+    _add_config_args(plan)
+    config = commands.add_parser("config", help="print the composed configuration(s) as JSON")
+    _add_config_args(config)
+    return parser
+
+
+def _split_passthrough(argv: List[str]):
+    """Arguments after a lone '--' go to Snakemake unchanged."""
+    if "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    return argv, []
+
+
+def node_mtimes(plan: Dict) -> Dict[str, float]:
+    results = Path(plan["results_dir"])
+    found = {}
+    for key in plan["nodes"]:
+        marker = results / key / "node.json"
+        if marker.exists():
+            found[key] = marker.stat().st_mtime
+    return found
+
+
+def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[str]) -> List[str]:
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(PROJECT_ROOT / "Snakefile"),
+               "--workflow-profile", str(PROJECT_ROOT / "profiles" / "default"),
+               "--cores", str(cores), "--config", f"plan={plan_file}"]
+    return command + (["--dry-run"] if dry_run else []) + extra
+
+
+def cmd_run(args, extra: List[str]) -> int:
+    from precisionflow.nodeio import read_json
+    from precisionflow.plan import plan_from_overrides
+
+    plan_file = plan_from_overrides(args.overrides, args.multirun)
+    plan = read_json(plan_file)
+    before = node_mtimes(plan)
+    code = subprocess.call(snakemake_command(plan_file, args.cores, args.dry_run, extra), cwd=Path(plan["results_dir"]).parent)
+    if args.dry_run:
+        return code
+    after = node_mtimes(plan)
+    executed = sum(1 for key, mtime in after.items() if before.get(key) != mtime)
+    print(f"\nprecisionflow: {executed} of {len(plan['nodes'])} planned jobs executed (the rest were up to date).")
+    if code == 0:
+        print_summary(plan)
+    return code
+
+
+def print_summary(plan: Dict) -> None:
+    results = Path(plan["results_dir"])
+    report_dir = results / plan["report"]
+    print("\n" + (report_dir / "summary.txt").read_text())
+    print(f"Summary table:  {report_dir / 'summary.csv'}")
+    print(f"Per-engine:     {results / 'evaluate_engine'}/<node>/metrics.json and flipped.csv")
+    tracked = [key for key in plan["final"] if key.startswith("track_mlflow/")]
+    for key in tracked:
+        uri = plan["nodes"][key]["params"]["uri"] or f"sqlite:///{results / 'mlflow.db'}"
+        print(f"MLflow UI:      mlflow ui --backend-store-uri {uri}")
+
+
+def cmd_plan(args) -> int:
+    from collections import Counter
+
+    from precisionflow.config.compose import expand
+    from precisionflow.plan import build_plan, default_results_dir
+
+    points = expand(args.overrides, args.multirun)
+    plan = build_plan(points, default_results_dir(points))
+    print(f"{len(points)} configuration(s) -> {len(plan['nodes'])} unique nodes")
+    for stage, count in Counter(node["stage"] for node in plan["nodes"].values()).items():
+        print(f"  {stage:<16} {count}")
+    for key in plan["nodes"]:
+        print(key)
+    return 0
+
+
+def cmd_config(args) -> int:
+    from precisionflow.config.compose import expand
+
+    print(json.dumps(expand(args.overrides, args.multirun), indent=2))
+    return 0
+
+
+def main(argv=None) -> int:
+    own, extra = _split_passthrough(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(own)
+    try:
+        if args.command == "run":
+            return cmd_run(args, extra)
+        return {"plan": cmd_plan, "config": cmd_config}[args.command](args)
+    except PrecisionflowError as err:
+        print(f"precisionflow: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Shared fixtures: tiny ONNX graphs made in the test (no TensorFlow needed)."""
+
+import numpy as np
+import pytest
+
+
+def make_tiny_cnn(path, seed: int = 0, classes: int = 4):
+    """Conv(1->4) -> Relu -> Flatten -> Gemm(->classes) on NHWC 8x8x1 input, dynamic batch."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    weights = {
+        "conv_w": rng.normal(0, 0.5, (4, 1, 3, 3)).astype(np.float32),
+        "conv_b": rng.normal(0, 0.1, (4,)).astype(np.float32),
+        "fc_w": rng.normal(0, 0.2, (4 * 8 * 8, classes)).astype(np.float32),
+        "fc_b": rng.normal(0, 0.1, (classes,)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Transpose", ["image"], ["nchw"], perm=[0, 3, 1, 2], name="to_nchw"),
+        helper.make_node("Conv", ["nchw", "conv_w", "conv_b"], ["conv"], pads=[1, 1, 1, 1], name="conv0"),
+        helper.make_node("Relu", ["conv"], ["relu"], name="relu0"),
+        helper.make_node("Flatten", ["relu"], ["flat"], axis=1, name="flatten"),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="logits"),
+    ]
+    graph = helper.make_graph(
+        nodes, "tiny",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 8, 8, 1])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture
+def tiny_onnx(tmp_path):
+    return make_tiny_cnn(tmp_path / "tiny.onnx")
+
+
+@pytest.fixture
+def tiny_images():
+    return np.random.default_rng(1).random((50, 8, 8, 1), dtype=np.float32)

@@ -1,0 +1,26 @@
+import subprocess
+import sys
+
+from precisionflow import cli
+
+
+def test_help_and_planning_import_no_heavy_frameworks():
+    code = (
+        "import sys; from precisionflow import cli; cli.main(['plan', '-m', 'train.epochs=1,2']); "
+        "heavy = [m for m in ('tensorflow', 'onnxruntime', 'mlflow', 'tensorrt') if m in sys.modules]; "
+        "print('HEAVY', heavy)"
+    )
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in output
+    assert "2 configuration(s)" in output
+
+
+def test_bad_override_exits_with_a_message_and_no_plan(tmp_path, capsys):
+    assert cli.main(["run", "--dry-run", f"results_dir={tmp_path}", "train.epochs=many"]) == 2
+    assert "train.epochs" in capsys.readouterr().err
+    assert not (tmp_path / ".plans").exists()
+
+
+def test_passthrough_arguments_go_to_snakemake():
+    own, extra = cli._split_passthrough(["run", "a=1", "--", "--forceall"])
+    assert own == ["run", "a=1"] and extra == ["--forceall"]

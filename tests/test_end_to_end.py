@@ -1,0 +1,102 @@
+"""The whole workflow on a tiny digits configuration: real Snakemake, TensorFlow, ONNX Runtime, MLflow."""
+
+import csv
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TINY = ["dataset.max_samples=700", "train.epochs=4", "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01",
+        "evaluate.timing_batch_sizes=[1,8]"]
+
+
+def run_cli(results: Path, *overrides: str) -> str:
+    command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *TINY, *overrides]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=results.parent)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def executed(output: str) -> int:
+    return int(re.search(r"(\d+) of \d+ planned jobs executed", output).group(1))
+
+
+def summary_rows(results: Path):
+    [summary] = results.glob("report/*/summary.csv")
+    with open(summary) as handle:
+        return {row["precision"]: row for row in csv.DictReader(handle)}
+
+
+def mlflow_runs(results: Path):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{results / 'mlflow.db'}")
+    return mlflow.search_runs(experiment_names=["precisionflow"])
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    results = tmp_path_factory.mktemp("e2e") / "results"
+    output = run_cli(results)
+    return results, output
+
+
+def test_first_run_produces_sane_table(first_run):
+    results, output = first_run
+    assert executed(output) == 11
+    rows = summary_rows(results)
+    assert set(rows) == {"fp32", "fp16"}
+    assert float(rows["fp32"]["top1"]) > 0.5  # chance is 0.1
+    assert float(rows["fp16"]["agreement"]) >= 0.99
+    assert float(rows["fp32"]["p50_ms_b1"]) > 0 and float(rows["fp16"]["throughput_sps"]) > 0
+    assert "fp16" in output and "mlflow ui --backend-store-uri" in output
+
+
+def test_mlflow_holds_one_parent_and_one_child_per_engine(first_run):
+    results, _ = first_run
+    runs = mlflow_runs(results)
+    children = runs[runs["tags.mlflow.parentRunId"].notna()]
+    assert len(runs) == 3 and len(children) == 2
+    assert set(children["tags.precision"]) == {"fp32", "fp16"}
+    assert (children["metrics.top1"] > 0.5).all()
+    assert children["params.train_model.train.epochs"].eq("4").all()
+    assert children["tags.version.tensorflow"].str.startswith("2.").all()
+
+
+def test_node_json_records_params_versions_and_timings(first_run):
+    import json
+
+    results, _ = first_run
+    [train] = results.glob("train_model/*/node.json")
+    record = json.loads(train.read_text())
+    assert record["params"]["train"]["epochs"] == 4
+    assert record["versions"]["tf-keras"].startswith("2.")
+    assert record["timings"]["seconds"] > 0
+
+
+def test_immediate_rerun_executes_nothing(first_run):
+    results, _ = first_run
+    assert executed(run_cli(results)) == 0
+
+
+def test_relogging_does_not_duplicate_runs(first_run):
+    results, _ = first_run
+    [track] = results.glob("track_mlflow/*")
+    shutil.rmtree(track)
+    assert executed(run_cli(results)) == 1
+    assert len(mlflow_runs(results)) == 3
+
+
+def test_evaluation_change_reruns_only_evaluation_side(first_run):
+    results, _ = first_run
+    output = run_cli(results, "evaluate.min_iterations=12")
+    # 2 evaluate_engine + report + track_mlflow; data, training, export, graphs and engines reused.
+    assert executed(output) == 4
+    runs = mlflow_runs(results)
+    assert len(runs) == 6  # a second sweep: its own parent and two children
+    assert executed(run_cli(results)) == 0  # flipping back is instant

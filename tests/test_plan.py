@@ -1,0 +1,71 @@
+from collections import Counter
+
+from precisionflow import plan as planning
+from precisionflow.config.compose import expand
+
+
+def _plan(overrides, multirun=False, versions=None):
+    builder = planning.PlanBuilder(versions)
+    evals = [ev for point in expand(overrides, multirun) for ev in builder.add_point(point)]
+    return builder.nodes, evals
+
+
+def test_same_config_gives_same_ids():
+    assert set(_plan(["train.epochs=3"])[0]) == set(_plan(["train.epochs=3"])[0])
+
+
+def test_changing_an_evaluation_parameter_changes_only_evaluation_nodes():
+    before, _ = _plan([])
+    after, _ = _plan(["evaluate.duration_s=0.5"])
+    changed = {key.split("/")[0] for key in set(after) - set(before)}
+    assert changed == {"evaluate_engine"}
+
+
+def test_changing_a_training_parameter_keeps_the_data_node():
+    before, _ = _plan([])
+    after, _ = _plan(["train.learning_rate=0.01"])
+    shared = {key.split("/")[0] for key in set(after) & set(before)}
+    assert shared == {"prepare_dataset"}
+
+
+def test_sweep_nodes_are_deduplicated():
+    nodes, evals = _plan(["train.epochs=2,4", "precisions=[fp32,fp16]"], multirun=True)
+    counts = Counter(key.split("/")[0] for key in nodes)
+    assert counts == {"prepare_dataset": 1, "train_model": 2, "export_onnx": 2, "quantize_onnx": 4,
+                      "build_engine": 4, "evaluate_engine": 4}
+    assert len(evals) == 4
+
+
+def test_precision_sweep_trains_once():
+    nodes, _ = _plan(["precisions=[fp32],[fp32,fp16]"], multirun=True)
+    assert Counter(key.split("/")[0] for key in nodes)["train_model"] == 1
+
+
+def test_code_version_change_renames_the_stage_and_its_downstream():
+    versions = planning.code_versions()
+    before, _ = _plan([], versions=versions)
+    after, _ = _plan([], versions=dict(versions, export_onnx="edited"))
+    changed = {key.split("/")[0] for key in set(after) - set(before)}
+    assert changed == {"export_onnx", "quantize_onnx", "build_engine", "evaluate_engine"}
+
+
+def test_code_versions_follow_the_source_files(tmp_path, monkeypatch):
+    versions = planning.code_versions()
+    monkeypatch.setitem(planning.STAGE_SOURCES, "report", planning.STAGE_SOURCES["report"] + ["timing.py"])
+    edited = planning.code_versions()
+    assert edited["report"] != versions["report"]
+    assert edited["train_model"] == versions["train_model"]
+
+
+def test_build_plan_has_one_report_and_one_tracking_node(tmp_path):
+    points = expand(["train.epochs=2,4"], multirun=True)
+    built = planning.build_plan(points, str(tmp_path))
+    finals = [key.split("/")[0] for key in built["final"]]
+    assert sorted(finals) == ["report", "track_mlflow"]
+    report = built["nodes"][built["report"]]
+    assert len(report["inputs"]) == 4
+
+
+def test_plan_file_is_content_addressed(tmp_path):
+    built = planning.build_plan(expand([]), str(tmp_path))
+    assert planning.write_plan(built) == planning.write_plan(built)
