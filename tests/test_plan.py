@@ -36,6 +36,23 @@ def test_sweep_nodes_are_deduplicated():
     assert len(evals) == 4
 
 
+def test_calibration_is_shared_and_int8_mixed_reuses_the_int8_graph():
+    nodes, _ = _plan(["precisions=[fp32,int8,int8_mixed]", "int8.mixed_keep_fp=1,3", "targets=[local]"], multirun=True)
+    counts = Counter(key.split("/")[0] for key in nodes)
+    assert counts["calibrate"] == 1
+    assert counts["quantize_onnx"] == 4  # fp32, int8, int8_mixed keep1, int8_mixed keep3
+    mixed = [n for key, n in nodes.items() if key.startswith("quantize_onnx/int8_mixed")]
+    assert all(n.inputs["int8"].startswith("quantize_onnx/int8-") for n in mixed)
+
+
+def test_changing_mixed_count_does_not_requantize_int8():
+    before, _ = _plan(["precisions=[fp32,int8,int8_mixed]"])
+    after, _ = _plan(["precisions=[fp32,int8,int8_mixed]", "int8.mixed_keep_fp=3"])
+    changed = {key for key in set(after) - set(before)}
+    assert {key.split("/")[0] for key in changed} == {"quantize_onnx", "build_engine", "evaluate_engine"}
+    assert all("int8_mixed" in key for key in changed)
+
+
 def test_precision_sweep_trains_once():
     nodes, _ = _plan(["precisions=[fp32],[fp32,fp16]"], multirun=True)
     assert Counter(key.split("/")[0] for key in nodes)["train_model"] == 1
@@ -46,7 +63,7 @@ def test_code_version_change_renames_the_stage_and_its_downstream():
     before, _ = _plan([], versions=versions)
     after, _ = _plan([], versions=dict(versions, export_onnx="edited"))
     changed = {key.split("/")[0] for key in set(after) - set(before)}
-    assert changed == {"export_onnx", "quantize_onnx", "build_engine", "evaluate_engine"}
+    assert changed == {"export_onnx", "calibrate", "quantize_onnx", "build_engine", "evaluate_engine"}
 
 
 def test_code_versions_follow_the_source_files(tmp_path, monkeypatch):
@@ -63,7 +80,7 @@ def test_build_plan_has_one_report_and_one_tracking_node(tmp_path):
     finals = [key.split("/")[0] for key in built["final"]]
     assert sorted(finals) == ["report", "track_mlflow"]
     report = built["nodes"][built["report"]]
-    assert len(report["inputs"]) == 4
+    assert len(report["inputs"]) == 6  # 2 trainings x (fp32, fp16, int8)
 
 
 def test_plan_file_is_content_addressed(tmp_path):

@@ -77,7 +77,19 @@ def cmd_run(args, extra: List[str]) -> int:
     print(f"\nprecisionflow: {executed} of {len(plan['nodes'])} planned jobs executed (the rest were up to date).")
     if code == 0:
         print_summary(plan)
+    else:
+        print_failures(plan)
     return code
+
+
+def print_failures(plan: Dict) -> None:
+    """The end of each failed job's log, so the cause is on screen, not three files away."""
+    results = Path(plan["results_dir"])
+    for key in plan["nodes"]:
+        log = results / "logs" / f"{key}.log"
+        if not (results / key / "node.json").exists() and log.exists():
+            tail = log.read_text(errors="replace").strip().splitlines()[-12:]
+            print(f"\n--- {key} failed; end of {log}:\n" + "\n".join(tail), file=sys.stderr)
 
 
 def print_summary(plan: Dict) -> None:

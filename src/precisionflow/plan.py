@@ -20,13 +20,17 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # Source files (relative to the package) each stage's code version hashes. Shared helpers are
 # listed where a stage uses them so a change there reruns exactly the stages that depend on it.
 _COMMON = ["runner.py", "nodeio.py"]
+_DATA = ["stages/prepare_dataset.py"]
+_QUANT = ["quant/cache.py", "quant/qdq.py", "quant/reader.py", "quant/layer_error.py"]
+_BACKENDS = ["backends/__init__.py", "backends/onnxruntime_backend.py"]
 STAGE_SOURCES: Dict[str, List[str]] = {
-    "prepare_dataset": ["stages/prepare_dataset.py"],
-    "train_model": ["stages/train_model.py", "models.py", "tfenv.py"],
-    "export_onnx": ["stages/export_onnx.py", "tfenv.py"],
-    "quantize_onnx": ["stages/quantize_onnx.py"],
-    "build_engine": ["stages/build_engine.py", "backends/__init__.py", "backends/onnxruntime_backend.py"],
-    "evaluate_engine": ["stages/evaluate_engine.py", "timing.py", "backends/__init__.py", "backends/onnxruntime_backend.py"],
+    "prepare_dataset": _DATA,
+    "train_model": ["stages/train_model.py", "models.py", "tfenv.py"] + _DATA,
+    "export_onnx": ["stages/export_onnx.py", "tfenv.py"] + _DATA,
+    "calibrate": ["stages/calibrate.py", "stages/quantize_onnx.py"] + _QUANT + _DATA,
+    "quantize_onnx": ["stages/quantize_onnx.py"] + _QUANT + _DATA,
+    "build_engine": ["stages/build_engine.py"] + _BACKENDS,
+    "evaluate_engine": ["stages/evaluate_engine.py", "timing.py"] + _BACKENDS + _DATA,
     "track_mlflow": ["stages/track_mlflow.py", "tracking.py"],
     "report": ["stages/report.py"],
 }
@@ -91,18 +95,35 @@ class PlanBuilder:
             {"data": data},
         )
         onnx = self.add("export_onnx", f"opset{cfg['export']['opset']}", cfg["export"], {"model": model, "data": data})
-        return [ev for precision in cfg["precisions"] for ev in self._add_precision(cfg, precision, onnx, data)]
+        graphs = {}
+        for precision in cfg["precisions"]:  # int8_mixed needs the int8 graph's report: order matters
+            graphs[precision] = self._add_graph(cfg, precision, onnx, data, graphs)
+        return [ev for precision in cfg["precisions"] for ev in self._add_engines(cfg, precision, graphs[precision], onnx, data)]
 
-    def _add_precision(self, cfg, precision: str, onnx: Node, data: Node) -> List[Node]:
-        quant_params = {"precision": precision, "fp16": cfg["fp16"] if precision == "fp16" else None}
-        graph = self.add("quantize_onnx", precision, quant_params, {"onnx": onnx})
+    def _add_graph(self, cfg, precision: str, onnx: Node, data: Node, graphs: Dict[str, Node]) -> Node:
+        params: Dict[str, Any] = {"precision": precision}
+        inputs = {"onnx": onnx}
+        if precision == "fp16":
+            params["fp16"] = cfg["fp16"]
+        if precision.startswith("int8"):
+            calibration = cfg["calibration"]
+            inputs["calibration"] = self.add("calibrate", f"{calibration['method']}-n{calibration['num_samples']}",
+                                             calibration, {"onnx": onnx, "data": data})
+            inputs["data"] = data
+            params["int8"] = {k: v for k, v in cfg["int8"].items() if precision == "int8_mixed" or k != "mixed_keep_fp"}
+        if precision == "int8_mixed":
+            inputs["int8"] = graphs.get("int8") or self._add_graph(cfg, "int8", onnx, data, graphs)
+        slug = f"{precision}-keep{cfg['int8']['mixed_keep_fp']}" if precision == "int8_mixed" else precision
+        return self.add("quantize_onnx", slug, params, inputs)
+
+    def _add_engines(self, cfg, precision: str, graph: Node, onnx: Node, data: Node) -> List[Node]:
         evaluations = []
         for target in cfg["targets"]:
             engine_params = {"engine": cfg["engine"], "target": target, "target_def": cfg["target_defs"][target]}
-            engine = self.add("build_engine", f"{precision}-{target}", engine_params, {"graph": graph})
+            engine = self.add("build_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", engine_params, {"graph": graph})
             eval_params = {"evaluate": cfg["evaluate"], "precision": precision, "target": target}
             inputs = {"engine": engine, "data": data, "reference": onnx}
-            evaluations.append(self.add("evaluate_engine", f"{precision}-{target}", eval_params, inputs))
+            evaluations.append(self.add("evaluate_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", eval_params, inputs))
         return evaluations
 
 

@@ -7,7 +7,8 @@ from precisionflow.errors import ConfigError
 def test_default_composes_with_schema_defaults():
     [cfg] = compose.expand([])
     assert cfg["dataset"]["name"] == "digits"
-    assert cfg["precisions"] == ["fp32", "fp16"]
+    assert cfg["precisions"] == ["fp32", "fp16", "int8"]
+    assert cfg["calibration"]["method"] == "entropy"
     assert cfg["train"]["precision_policy"] == "fp32"
 
 
@@ -17,6 +18,8 @@ def test_default_composes_with_schema_defaults():
         ("train.epoch=3", "Key 'epoch' not in 'TrainConf'"),
         ("train.epochs=abc", "could not be converted to Integer"),
         ("precisions=[fp32,fp8]", "expected one of [fp32, fp16"),
+        ("calibration=kl", "Available options in 'calibration'"),
+        ("calibration.method=kl", "expected one of [entropy, minmax, percentile]"),
         ("train.precision_policy=fp8", "expected one of [fp32, mixed_float16, mixed_bfloat16]"),
         ("model=resnet9000", "Available options in 'model'"),
         ("nosuchsection.x=1", "nosuchsection"),

@@ -151,7 +151,7 @@ def _thaw(value: Any) -> Any:
 def validate(cfg: Dict[str, Any]) -> None:
     """Checks across keys that a type schema cannot express."""
     if not cfg["precisions"]:
-        raise ConfigError("precisions: expected at least one of fp32, fp16; found an empty list.")
+        raise ConfigError("precisions: expected at least one of fp32, fp16, int8, int8_mixed; found an empty list.")
     if "fp32" not in cfg["precisions"]:
         raise ConfigError(
             f"precisions: expected fp32 among {cfg['precisions']} -- every engine is compared with "
@@ -163,7 +163,8 @@ def validate(cfg: Dict[str, Any]) -> None:
             f"targets: {unknown} not defined; known targets: {sorted(cfg['target_defs'])}. "
             "Define one under target_defs in conf/ or pick a known one."
         )
-    for key, minimum in (("train.epochs", 1), ("train.batch_size", 1), ("evaluate.batch_size", 1)):
+    for key, minimum in (("train.epochs", 1), ("train.batch_size", 1), ("evaluate.batch_size", 1),
+                         ("calibration.num_samples", 1), ("calibration.batch_size", 1), ("int8.report_samples", 1)):
         section, leaf = key.split(".")
         if cfg[section][leaf] < minimum:
             raise ConfigError(f"{key}: expected an integer >= {minimum}, found {cfg[section][leaf]}.")

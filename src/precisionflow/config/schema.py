@@ -14,6 +14,14 @@ from typing import Any, Dict, List, Optional
 class Precision(str, Enum):
     fp32 = "fp32"
     fp16 = "fp16"
+    int8 = "int8"  # post-training calibration
+    int8_mixed = "int8_mixed"  # int8 with the most damaged ops kept in float
+
+
+class CalibrationMethod(str, Enum):
+    entropy = "entropy"
+    minmax = "minmax"
+    percentile = "percentile"
 
 
 class PrecisionPolicy(str, Enum):
@@ -67,6 +75,30 @@ class Fp16Conf:
 
 
 @dataclass
+class CalibrationConf:
+    method: CalibrationMethod = CalibrationMethod.entropy
+    percentile: float = 99.999  # used by method=percentile
+    num_samples: int = 256
+    batch_size: int = 32
+    split: str = "train"
+    # Header version of the TensorRT-native cache (TRT-<MMmmpp>-EntropyCalibration2): TensorRT
+    # ignores a cache whose version differs from its own, so set the version your users deploy.
+    tensorrt_version: str = "10.14.1"
+
+
+@dataclass
+class Int8Conf:
+    # Node names (as in the exported ONNX) never quantized.
+    exclude_nodes: List[str] = field(default_factory=list)
+    # Keep the final (classifier) layer in floating point, as TensorRT/TLT recipes do.
+    keep_output_layer: bool = True
+    # int8_mixed: how many of the most damaged quantized ops to leave in float.
+    mixed_keep_fp: int = 1
+    # Test samples used for the per-tensor error report.
+    report_samples: int = 128
+
+
+@dataclass
 class EngineConf:
     backend: str = "onnxruntime"
     # onnxruntime graph optimisation level used when the engine is built: basic | extended | all
@@ -109,6 +141,8 @@ class Config:
     export: ExportConf = field(default_factory=ExportConf)
     precisions: List[Precision] = field(default_factory=lambda: [Precision.fp32, Precision.fp16])
     fp16: Fp16Conf = field(default_factory=Fp16Conf)
+    calibration: CalibrationConf = field(default_factory=CalibrationConf)
+    int8: Int8Conf = field(default_factory=Int8Conf)
     engine: EngineConf = field(default_factory=EngineConf)
     targets: List[str] = field(default_factory=lambda: ["local"])
     target_defs: Dict[str, TargetConf] = field(default_factory=lambda: {"local": TargetConf()})

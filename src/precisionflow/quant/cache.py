@@ -1,0 +1,85 @@
+"""The calibration cache: the one interface between range sources (PTQ, QAT) and quantization.
+
+A cache folder holds
+  ranges.json             {"ranges": {tensor: [min, max]}, "lineage": {...}} -- ours, read by quantize_onnx
+  calibration.trt.cache   TensorRT's native text format (TensorRT <= 10, DeepStream, tao-converter)
+  ort/                    ONNX Runtime's calibration.json / .flatbuffers / .cache tables
+Lineage (graph hash, sample hash, method, count, versions) travels with it; a cache is refused
+for any graph other than the one it was computed on.
+"""
+
+import struct
+from pathlib import Path
+from typing import Dict, Tuple
+
+from precisionflow.errors import LineageError
+from precisionflow.nodeio import read_json, write_json_atomic
+
+RANGES_FILE = "ranges.json"
+TRT_CACHE_FILE = "calibration.trt.cache"
+TRT_ALGORITHM = "EntropyCalibration2"  # the calibrator name DeepStream/tao-converter caches carry
+
+Ranges = Dict[str, Tuple[float, float]]
+
+
+def trt_version_code(version: str) -> str:
+    """TensorRT's NV_TENSORRT_VERSION: 10.14.1 -> 101401 (10.x: MMmmpp), 8.6.1 -> 8601 (8.x: Mmpp)."""
+    try:
+        major, minor, patch = (int(part) for part in (version.split(".") + ["0", "0"])[:3])
+    except ValueError as err:
+        raise ValueError(f"calibration.tensorrt_version: expected 'major.minor.patch', found '{version}'.") from err
+    return str(major * 10000 + minor * 100 + patch if major >= 10 else major * 1000 + minor * 100 + patch)
+
+
+def scale_of(low: float, high: float) -> float:
+    """Symmetric int8 scale: amax / 127 (zero point 0)."""
+    return max(abs(low), abs(high)) / 127.0
+
+
+def to_trt_text(ranges: Ranges, tensorrt_version: str) -> str:
+    lines = [f"TRT-{trt_version_code(tensorrt_version)}-{TRT_ALGORITHM}"]
+    for name in sorted(ranges):
+        lines.append(f"{name}: {struct.pack('!f', scale_of(*ranges[name])).hex()}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_trt_text(text: str) -> Tuple[str, Dict[str, float]]:
+    """(header, {tensor: scale}) of a TensorRT calibration cache."""
+    header, *lines = [line for line in text.splitlines() if line.strip()]
+    scales = {}
+    for line in lines:
+        name, _, hex_scale = line.rpartition(": ")
+        scales[name] = struct.unpack("!f", bytes.fromhex(hex_scale.strip()))[0]
+    return header, scales
+
+
+def write_cache(folder: Path, ranges: Ranges, lineage: Dict, tensorrt_version: str) -> None:
+    folder = Path(folder)
+    write_json_atomic(folder / RANGES_FILE, {"ranges": {k: [float(lo), float(hi)] for k, (lo, hi) in ranges.items()},
+                                             "lineage": lineage})
+    (folder / TRT_CACHE_FILE).write_text(to_trt_text(ranges, tensorrt_version))
+    _write_ort_tables(folder / "ort", ranges)
+
+
+def _write_ort_tables(folder: Path, ranges: Ranges) -> None:
+    import numpy as np
+    from onnxruntime.quantization.calibrate import TensorData
+    from onnxruntime.quantization.quant_utils import write_calibration_table
+
+    folder.mkdir(parents=True, exist_ok=True)
+    table = {k: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for k, (lo, hi) in ranges.items()}
+    write_calibration_table(table, dir=str(folder))
+
+
+def load_cache(folder: Path, graph_sha256: str) -> Tuple[Ranges, Dict]:
+    """Ranges and lineage of a cache, refused unless it was computed on the graph with this hash."""
+    data = read_json(Path(folder) / RANGES_FILE)
+    lineage = data["lineage"]
+    if lineage.get("graph_sha256") != graph_sha256:
+        raise LineageError(
+            f"The calibration cache in {folder} was computed on graph {lineage.get('graph_sha256', '?')[:16]} "
+            f"(model node {lineage.get('model_node', '?')}, source {lineage.get('source', '?')}), but the graph "
+            f"being quantized is {graph_sha256[:16]}. Expected a cache of this graph: rerun calibration for "
+            "this model (precisionflow run recomputes it) instead of reusing another model's cache."
+        )
+    return {name: (lo, hi) for name, (lo, hi) in data["ranges"].items()}, lineage

@@ -1,0 +1,122 @@
+"""int8 graphs TensorRT accepts: explicit symmetric Q/DQ, and a checker for them.
+
+TensorRT's explicit quantization wants int8 with zero point 0 for activations, per-output-channel
+symmetric weights, biases left in float, and Q/DQ on the inputs of the ops it can run in int8
+(Conv, MatMul/Gemm, both inputs of a residual Add). The output layer stays in floating point.
+"""
+
+import tempfile
+from pathlib import Path
+from typing import Dict, Iterable, List, Sequence, Set, Tuple
+
+import numpy as np
+
+from precisionflow.errors import StageError
+
+COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
+# Ops walked through when looking for the layer that produces a graph output (bias add, reshapes).
+PASS_THROUGH = ("Add", "Identity", "Reshape", "Flatten", "Softmax", "Cast", "Squeeze", "Transpose")
+
+
+def _initializers(model) -> Set[str]:
+    return {init.name for init in model.graph.initializer}
+
+
+def output_layer_nodes(model) -> Set[str]:
+    """Names of the nodes forming the final layer: from each graph output back to its Conv/MatMul/Gemm."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    constants = _initializers(model)
+    found, pending = set(), [out.name for out in model.graph.output]
+    while pending:
+        node = producers.get(pending.pop())
+        if node is None or node.name in found:
+            continue
+        found.add(node.name)
+        if node.op_type not in COMPUTE_OPS and node.op_type in PASS_THROUGH:
+            pending.extend(name for name in node.input if name not in constants)
+    return found
+
+
+def is_residual_add(node, constants: Set[str]) -> bool:
+    return node.op_type == "Add" and len(node.input) == 2 and not any(name in constants for name in node.input)
+
+
+def quantizable_nodes(model, exclude: Iterable[str] = (), keep_output_layer: bool = True) -> List[str]:
+    constants = _initializers(model)
+    skip = set(exclude) | (output_layer_nodes(model) if keep_output_layer else set())
+    return [node.name for node in model.graph.node
+            if node.name not in skip and (node.op_type in COMPUTE_OPS or is_residual_add(node, constants))]
+
+
+def quantize_int8(fp32_path: Path, out_path: Path, ranges: Dict[str, Tuple[float, float]], nodes: Sequence[str]) -> None:
+    """Write the QDQ graph of `nodes` using the cache's ranges (no calibration happens here)."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
+
+    tensors = TensorsData(CalibrationMethod.MinMax, {
+        name: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for name, (lo, hi) in ranges.items()
+    })
+    with tempfile.TemporaryDirectory(prefix="pf-quant-") as scratch:
+        cache_path = Path(scratch) / "tensors.json"
+        save_tensors_data(tensors, cache_path)
+        quantize_static(
+            str(fp32_path), str(out_path), calibration_data_reader=None, quant_format=QuantFormat.QDQ,
+            op_types_to_quantize=list(COMPUTE_OPS) + ["Add"], nodes_to_quantize=list(nodes), per_channel=True,
+            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
+            calibration_cache_path=str(cache_path),
+            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
+        )
+
+
+def _constant(model, name: str):
+    from onnx import numpy_helper
+
+    for init in model.graph.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init)
+    return None
+
+
+def check_qdq(model) -> List[str]:
+    """Problems that would stop TensorRT from building (or running as trained) this int8 graph."""
+    import onnx
+
+    problems = []
+    producers = {out: node for node in model.graph.node for out in node.output}
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            problems += _check_qdq_node(model, node, onnx)
+    for name in output_layer_nodes(model):
+        node = next(n for n in model.graph.node if n.name == name)
+        if node.op_type in COMPUTE_OPS and any(
+            getattr(producers.get(i), "op_type", "") == "DequantizeLinear" for i in node.input
+        ):
+            problems.append(f"output layer {name} takes quantized inputs; expected it left in floating point")
+    if not any(node.op_type == "QuantizeLinear" for node in model.graph.node):
+        problems.append("no QuantizeLinear node: the graph is not quantized")
+    return problems
+
+
+def _check_qdq_node(model, node, onnx) -> List[str]:
+    problems = []
+    zero_point = _constant(model, node.input[2]) if len(node.input) > 2 else None
+    if zero_point is None:
+        return [f"{node.name}: zero point missing; expected an int8 zero point of 0"]
+    if zero_point.dtype != np.int8:
+        problems.append(f"{node.name}: zero point type {zero_point.dtype}, expected int8 (TensorRT has no uint8 Q/DQ)")
+    if np.any(zero_point != 0):
+        problems.append(f"{node.name}: zero point {zero_point.flatten()[:4]} is not 0 (asymmetric); TensorRT needs symmetric")
+    weight = _constant(model, node.input[0])
+    if weight is not None and weight.dtype == np.int32:
+        problems.append(f"{node.name}: dequantizes an int32 bias; expected the bias left in float")
+    elif weight is not None and weight.ndim == 4 and np.size(_constant(model, node.input[1])) == 1:
+        problems.append(f"{node.name}: conv weight quantized per tensor; expected per output channel")
+    return problems
+
+
+def assert_trt_legal(path: Path) -> None:
+    import onnx
+
+    problems = check_qdq(onnx.load(str(path)))
+    if problems:
+        raise StageError(f"The int8 graph {path} is not TensorRT-legal: " + "; ".join(problems))

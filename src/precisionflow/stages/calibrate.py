@@ -1,0 +1,65 @@
+"""calibrate: PTQ activation ranges of the fp32 graph -> a calibration cache with lineage.
+
+Runs ONNX Runtime's calibrator (entropy, minmax or percentile) on samples of one data split.
+The cache depends on the graph, the samples and the method only -- not on any GPU -- so one
+calibration serves every target's int8 engine.
+"""
+
+import hashlib
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy as np
+
+from precisionflow.errors import ConfigError
+from precisionflow.quant import cache, qdq
+from precisionflow.quant.reader import array_reader, graph_input_name
+from precisionflow.stages import prepare_dataset
+from precisionflow.stages.quantize_onnx import file_hash
+
+PACKAGES = ("onnx", "onnxruntime", "numpy")
+
+
+def _calibrator(graph: Path, params: Dict[str, Any], scratch: Path):
+    from onnxruntime.quantization import CalibrationMethod, create_calibrator
+
+    methods = {"entropy": CalibrationMethod.Entropy, "minmax": CalibrationMethod.MinMax,
+               "percentile": CalibrationMethod.Percentile}
+    if params["method"] not in methods:
+        raise ConfigError(f"calibration.method: expected one of {sorted(methods)}, found '{params['method']}'.")
+    extra = {"percentile": params["percentile"]} if params["method"] == "percentile" else {}
+    op_types = list(qdq.COMPUTE_OPS) + ["Add"]
+    return create_calibrator(str(graph), op_types, augmented_model_path=str(scratch / "augmented.onnx"),
+                             calibrate_method=methods[params["method"]], extra_options=extra)
+
+
+def calibration_samples(data_dir: Path, params: Dict[str, Any]) -> np.ndarray:
+    images, _ = prepare_dataset.load(data_dir, params["split"])
+    if len(images) < params["num_samples"]:
+        raise ConfigError(
+            f"calibration.num_samples={params['num_samples']} but the '{params['split']}' split holds "
+            f"{len(images)} images; lower num_samples or calibrate on a larger split."
+        )
+    return images[: params["num_samples"]]
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    graph = inputs["onnx"] / "model.onnx"
+    samples = calibration_samples(inputs["data"], params)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="pf-calib-") as scratch:
+        calibrator = _calibrator(graph, params, Path(scratch))
+        calibrator.collect_data(array_reader(graph_input_name(graph), samples, params["batch_size"]))
+        computed = calibrator.compute_data()
+    seconds = time.perf_counter() - started
+    ranges = {name: tuple(float(v) for v in data.range_value) for name, data in computed.data.items()}
+    lineage = {
+        "source": "ptq", "method": params["method"], "settings": params,
+        "graph_sha256": file_hash(graph), "samples_sha256": hashlib.sha256(samples.tobytes()).hexdigest(),
+        "sample_count": int(len(samples)), "model_node": inputs["onnx"].name,
+    }
+    cache.write_cache(out, ranges, lineage, params["tensorrt_version"])
+    return {"tensors": len(ranges), "seconds": round(seconds, 3), "method": params["method"],
+            "sample_count": len(samples), "graph_sha256": lineage["graph_sha256"]}
