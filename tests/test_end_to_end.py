@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-TINY = ["dataset.max_samples=700", "train.epochs=4", "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01",
+TINY = ["dataset.max_samples=700", "train.epochs=4", "precisions=[fp32,fp16,int8]", "calibration.num_samples=128", "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01",
         "evaluate.timing_batch_sizes=[1,8]"]
 
 
@@ -48,11 +48,13 @@ def first_run(tmp_path_factory):
 
 def test_first_run_produces_sane_table(first_run):
     results, output = first_run
-    assert executed(output) == 11
+    assert executed(output) == 15
     rows = summary_rows(results)
-    assert set(rows) == {"fp32", "fp16"}
+    assert set(rows) == {"fp32", "fp16", "int8"}
     assert float(rows["fp32"]["top1"]) > 0.5  # chance is 0.1
     assert float(rows["fp16"]["agreement"]) >= 0.99
+    # Measured on this configuration: int8 top-1 equal to fp32's (see README); 2 points allowed.
+    assert abs(float(rows["int8"]["top1"]) - float(rows["fp32"]["top1"])) <= 0.02
     assert float(rows["fp32"]["p50_ms_b1"]) > 0 and float(rows["fp16"]["throughput_sps"]) > 0
     assert "fp16" in output and "mlflow ui --backend-store-uri" in output
 
@@ -61,8 +63,10 @@ def test_mlflow_holds_one_parent_and_one_child_per_engine(first_run):
     results, _ = first_run
     runs = mlflow_runs(results)
     children = runs[runs["tags.mlflow.parentRunId"].notna()]
-    assert len(runs) == 3 and len(children) == 2
-    assert set(children["tags.precision"]) == {"fp32", "fp16"}
+    assert len(runs) == 4 and len(children) == 3
+    assert set(children["tags.precision"]) == {"fp32", "fp16", "int8"}
+    int8 = children[children["tags.precision"] == "int8"].iloc[0]
+    assert int8["metrics.worst_sqnr_db"] > 0
     assert (children["metrics.top1"] > 0.5).all()
     assert children["params.train_model.train.epochs"].eq("4").all()
     assert children["tags.version.tensorflow"].str.startswith("2.").all()
@@ -89,14 +93,14 @@ def test_relogging_does_not_duplicate_runs(first_run):
     [track] = results.glob("track_mlflow/*")
     shutil.rmtree(track)
     assert executed(run_cli(results)) == 1
-    assert len(mlflow_runs(results)) == 3
+    assert len(mlflow_runs(results)) == 4
 
 
 def test_evaluation_change_reruns_only_evaluation_side(first_run):
     results, _ = first_run
     output = run_cli(results, "evaluate.min_iterations=12")
-    # 2 evaluate_engine + report + track_mlflow; data, training, export, graphs and engines reused.
-    assert executed(output) == 4
+    # 3 evaluate_engine + report + track_mlflow; data, training, export, graphs and engines reused.
+    assert executed(output) == 5
     runs = mlflow_runs(results)
-    assert len(runs) == 6  # a second sweep: its own parent and two children
+    assert len(runs) == 8  # a second sweep: its own parent and three children
     assert executed(run_cli(results)) == 0  # flipping back is instant

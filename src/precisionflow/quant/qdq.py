@@ -15,7 +15,8 @@ from precisionflow.errors import StageError
 
 COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
 # Ops walked through when looking for the layer that produces a graph output (bias add, reshapes).
-PASS_THROUGH = ("Add", "Identity", "Reshape", "Flatten", "Softmax", "Cast", "Squeeze", "Transpose")
+PASS_THROUGH = ("Add", "Identity", "Reshape", "Flatten", "Softmax", "Cast", "Squeeze", "Transpose",
+                "QuantizeLinear", "DequantizeLinear")
 
 
 def _initializers(model) -> Set[str]:

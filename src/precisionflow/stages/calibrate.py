@@ -54,7 +54,8 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         calibrator.collect_data(array_reader(graph_input_name(graph), samples, params["batch_size"]))
         computed = calibrator.compute_data()
     seconds = time.perf_counter() - started
-    ranges = {name: tuple(float(v) for v in data.range_value) for name, data in computed.data.items()}
+    # minmax gives 1-element arrays, entropy/percentile scalars.
+    ranges = {name: tuple(float(np.asarray(v).reshape(-1)[0]) for v in data.range_value) for name, data in computed.data.items()}
     lineage = {
         "source": "ptq", "method": params["method"], "settings": params,
         "graph_sha256": file_hash(graph), "samples_sha256": hashlib.sha256(samples.tobytes()).hexdigest(),

@@ -52,8 +52,13 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
         rows = _read_rows(inputs["int8"] / "layer_error.csv")
         kept_float = layer_error.worst_nodes(fp32_model, rows, nodes, int8["mixed_keep_fp"])
         nodes = [name for name in nodes if name not in kept_float]
-    qdq.quantize_int8(source, target, ranges, nodes)
-    qdq.assert_trt_legal(target)
+    if not nodes:
+        # Nothing left to quantize (e.g. int8_mixed on a one-conv model): the float graph is the answer.
+        # (An empty list must not reach quantize_static, which reads it as "quantize everything".)
+        shutil.copyfile(source, target)
+    else:
+        qdq.quantize_int8(source, target, ranges, nodes)
+        qdq.assert_trt_legal(target)
     images, _ = prepare_dataset.load(inputs["data"], "test")
     rows = layer_error.per_tensor_error(source, target, images[: int8["report_samples"]])
     layer_error.write_report(rows, out)

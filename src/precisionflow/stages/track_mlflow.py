@@ -33,6 +33,11 @@ def child_metrics(metrics: Dict[str, Any]) -> Dict[str, float]:
     return values
 
 
+def graph_metrics(lineage) -> Dict[str, float]:
+    summary = lineage["quantize_onnx"]["summary"]
+    return {key: float(summary[key]) for key in ("worst_sqnr_db", "quantized_nodes") if summary.get(key) is not None}
+
+
 def child_tags(lineage, metrics, commit: str) -> Dict[str, str]:
     engine = metrics["engine"]
     tags = {f"node.{stage}": record["id"] for stage, record in lineage.items()}
@@ -41,6 +46,25 @@ def child_tags(lineage, metrics, commit: str) -> Dict[str, str]:
                  "git_commit": commit})
     tags.update({f"version.{pkg}": ver for pkg, ver in lineage["train_model"]["versions"].items()})
     return tags
+
+
+# Files logged with each engine's run, by the stage that wrote them.
+ARTIFACTS = {
+    "evaluate_engine": ("metrics.json", "flipped.csv"),
+    "build_engine": ("engine.json",),
+    "quantize_onnx": ("layer_error.csv", "layer_error.png"),
+    "calibrate": ("calibration.trt.cache", "ranges.json"),
+}
+
+
+def artifacts(eval_dir: Path, lineage) -> List[Path]:
+    results = eval_dir.parent.parent
+    found = []
+    for stage, names in ARTIFACTS.items():
+        if stage in lineage:
+            folder = results / stage / lineage[stage]["id"]
+            found += [folder / name for name in names if (folder / name).exists()]
+    return found
 
 
 def log_child(client, experiment_id: str, parent_id: str, eval_dir: Path, commit: str) -> bool:
@@ -55,11 +79,11 @@ def log_child(client, experiment_id: str, parent_id: str, eval_dir: Path, commit
         return False
     run_id = run.info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in child_params(lineage).items()])
-    client.log_batch(run_id, metrics=[Metric(k, v, 0, 0) for k, v in child_metrics(metrics).items()],
+    values = {**child_metrics(metrics), **graph_metrics(lineage)}
+    client.log_batch(run_id, metrics=[Metric(k, v, 0, 0) for k, v in values.items()],
                      tags=[RunTag(k, v) for k, v in child_tags(lineage, metrics, commit).items()])
-    for artifact in ("metrics.json", "flipped.csv"):
-        client.log_artifact(run_id, str(eval_dir / artifact))
-    client.log_artifact(run_id, str(eval_dir.parent.parent / lineage["build_engine"]["stage"] / lineage["build_engine"]["id"] / "engine.json"))
+    for artifact in artifacts(eval_dir, lineage):
+        client.log_artifact(run_id, str(artifact))
     client.set_tag(run_id, tracking.COMPLETE_TAG, "1")
     client.set_terminated(run_id)
     return True

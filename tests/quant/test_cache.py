@@ -1,0 +1,40 @@
+import pytest
+
+from precisionflow.errors import LineageError
+from precisionflow.quant import cache
+
+RANGES = {"conv0:0": (-2.5, 3.75), "dense/MatMul:0": (-0.125, 0.1), "logits": (-10.0, 12.7)}
+
+
+@pytest.mark.parametrize("version, code", [("10.14.1", "101401"), ("11.4.0", "110400"), ("8.6.1", "8601")])
+def test_header_version_follows_nv_tensorrt_version(version, code):
+    assert cache.trt_version_code(version) == code
+
+
+def test_trt_cache_round_trips_to_the_same_scales(tmp_path):
+    text = cache.to_trt_text(RANGES, "10.14.1")
+    header, scales = cache.parse_trt_text(text)
+    assert header == "TRT-101401-EntropyCalibration2"
+    assert set(scales) == set(RANGES)
+    for name, (low, high) in RANGES.items():
+        assert scales[name] == pytest.approx(max(abs(low), abs(high)) / 127, rel=1e-7)
+    # big-endian float32 bits: 3.75 / 127
+    assert "conv0:0: 3cf1e3c8" in text
+
+
+def test_cache_writes_all_formats(tmp_path):
+    cache.write_cache(tmp_path, RANGES, {"graph_sha256": "abc", "source": "ptq"}, "10.14.1")
+    for name in ("ranges.json", "calibration.trt.cache", "ort/calibration.json", "ort/calibration.flatbuffers", "ort/calibration.cache"):
+        assert (tmp_path / name).is_file(), name
+    ranges, lineage = cache.load_cache(tmp_path, "abc")
+    assert ranges == RANGES and lineage["source"] == "ptq"
+
+
+def test_cache_of_another_model_is_refused(tmp_path):
+    cache.write_cache(tmp_path, RANGES, {"graph_sha256": "a" * 64, "source": "ptq", "model_node": "opset17-111"}, "10.14.1")
+    with pytest.raises(LineageError) as caught:
+        cache.load_cache(tmp_path, "b" * 64)
+    message = str(caught.value)
+    assert "computed on graph aaaaaaaaaaaaaaaa" in message
+    assert "model node opset17-111" in message
+    assert "rerun calibration" in message

@@ -1,0 +1,119 @@
+"""Calibration, TensorRT-legal quantization and the per-tensor report on a tiny graph made here."""
+
+import numpy as np
+import onnx
+import pytest
+
+from precisionflow.quant import cache, layer_error, qdq
+from precisionflow.stages import calibrate, quantize_onnx
+from tests.conftest import make_tiny_cnn
+
+CALIBRATION = {"method": "entropy", "percentile": 99.99, "num_samples": 40, "batch_size": 8, "split": "train",
+               "tensorrt_version": "10.14.1"}
+INT8 = {"exclude_nodes": [], "keep_output_layer": True, "mixed_keep_fp": 1, "report_samples": 20}
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    arrays = {f"{kind}_{split}": (rng.random((60, 8, 8, 1), dtype=np.float32) if kind == "x" else rng.integers(0, 4, 60))
+              for split in ("train", "val", "test") for kind in ("x", "y")}
+    np.savez(folder / "data.npz", **arrays)
+    return folder
+
+
+@pytest.fixture
+def export_dir(tmp_path):
+    folder = tmp_path / "export"
+    folder.mkdir()
+    make_tiny_cnn(folder / "model.onnx")
+    return folder
+
+
+def _calibrate(tmp_path, export_dir, data_dir, method="entropy"):
+    out = tmp_path / f"calib-{method}"
+    out.mkdir()
+    calibrate.run(dict(CALIBRATION, method=method), {"onnx": export_dir, "data": data_dir}, out)
+    return out
+
+
+@pytest.mark.parametrize("method", ["entropy", "minmax", "percentile"])
+def test_calibration_covers_every_quantizable_tensor(tmp_path, export_dir, data_dir, method):
+    out = _calibrate(tmp_path, export_dir, data_dir, method)
+    ranges, lineage = cache.load_cache(out, quantize_onnx.file_hash(export_dir / "model.onnx"))
+    model = onnx.load(str(export_dir / "model.onnx"))
+    constants = {init.name for init in model.graph.initializer}
+    needed = {t for n in model.graph.node if n.op_type in qdq.COMPUTE_OPS for t in list(n.input) + list(n.output)} - constants
+    assert needed <= set(ranges)
+    assert all(lo <= hi for lo, hi in ranges.values())
+    assert lineage["method"] == method and lineage["sample_count"] == 40
+    header, scales = cache.parse_trt_text((out / cache.TRT_CACHE_FILE).read_text())
+    assert header.startswith("TRT-101401-") and set(scales) == set(ranges)
+
+
+def _quantize(tmp_path, export_dir, data_dir, calib, precision="int8", extra_inputs=None):
+    out = tmp_path / precision
+    out.mkdir()
+    inputs = {"onnx": export_dir, "calibration": calib, "data": data_dir, **(extra_inputs or {})}
+    summary = quantize_onnx.run({"precision": precision, "int8": INT8}, inputs, out)
+    return out, summary
+
+
+def test_int8_graph_is_trt_legal_and_keeps_the_output_layer_float(tmp_path, export_dir, data_dir):
+    out, summary = _quantize(tmp_path, export_dir, data_dir, _calibrate(tmp_path, export_dir, data_dir))
+    model = onnx.load(str(out / "model.onnx"))
+    assert qdq.check_qdq(model) == []
+    assert summary["quantized_nodes"] == 1  # the conv; the Gemm is the output layer
+    producers = {o: n for n in model.graph.node for o in n.output}
+    logits = next(n for n in model.graph.node if n.name == "logits")
+    assert all(getattr(producers.get(i), "op_type", "") != "DequantizeLinear" for i in logits.input)
+
+
+def test_per_layer_report_lists_every_quantized_tensor_with_finite_error(tmp_path, export_dir, data_dir):
+    out, _ = _quantize(tmp_path, export_dir, data_dir, _calibrate(tmp_path, export_dir, data_dir))
+    rows = quantize_onnx._read_rows(out / "layer_error.csv")
+    model = onnx.load(str(out / "model.onnx"))
+    quantized = {n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    assert quantized <= {row["tensor"] for row in rows}
+    assert all(np.isfinite(row["sqnr_vs_fp32_db"]) for row in rows)
+    assert (out / "layer_error.png").stat().st_size > 0
+
+
+def test_int8_mixed_leaves_the_worst_op_in_float(tmp_path, export_dir, data_dir):
+    calib = _calibrate(tmp_path, export_dir, data_dir)
+    int8_dir, _ = _quantize(tmp_path, export_dir, data_dir, calib)
+    _, summary = _quantize(tmp_path, export_dir, data_dir, calib, "int8_mixed", {"int8": int8_dir})
+    assert summary["kept_float"] == ["conv0"] and summary["quantized_nodes"] == 0
+
+
+def test_checker_rejects_asymmetric_uint8_graphs(tmp_path, export_dir, data_dir):
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    from precisionflow.quant.reader import array_reader
+
+    images = np.load(data_dir / "data.npz")["x_train"]
+    target = tmp_path / "asym.onnx"
+    quantize_static(str(export_dir / "model.onnx"), str(target), array_reader("image", images, 10),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    per_channel=False, calibrate_method=CalibrationMethod.MinMax)
+    problems = qdq.check_qdq(onnx.load(str(target)))
+    text = " ".join(problems)
+    assert "expected int8" in text
+    assert "per tensor" in text
+    assert "int32 bias" in text
+    assert "output layer" in text
+
+
+def test_residual_add_is_quantizable_but_bias_add_is_not(tmp_path):
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r1"), helper.make_node("Relu", ["x"], ["b"], name="r2"),
+             helper.make_node("Add", ["a", "b"], ["res"], name="residual"),
+             helper.make_node("Add", ["res", "bias"], ["y"], name="bias_add")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                              [numpy_helper.from_array(np.ones(4, np.float32), "bias")])
+    model = helper.make_model(graph)
+    assert qdq.quantizable_nodes(model, keep_output_layer=False) == ["residual"]
