@@ -8,6 +8,7 @@
 include: "workflow/rules/common.smk"
 include: "workflow/rules/prepare_dataset.smk"
 include: "workflow/rules/train_model.smk"
+include: "workflow/rules/finetune_model.smk"
 include: "workflow/rules/export_onnx.smk"
 include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/quantize_onnx.smk"

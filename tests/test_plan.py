@@ -80,9 +80,31 @@ def test_build_plan_has_one_report_and_one_tracking_node(tmp_path):
     finals = [key.split("/")[0] for key in built["final"]]
     assert sorted(finals) == ["report", "track_mlflow"]
     report = built["nodes"][built["report"]]
-    assert len(report["inputs"]) == 6  # 2 trainings x (fp32, fp16, int8)
+    assert len(report["inputs"]) == 8  # 2 trainings x (fp32, fp16, int8, int8_qat)
 
 
 def test_plan_file_is_content_addressed(tmp_path):
     built = planning.build_plan(expand([]), str(tmp_path))
     assert planning.write_plan(built) == planning.write_plan(built)
+
+
+def test_int8_qat_fine_tunes_from_the_trained_model_and_shares_the_fp32_reference():
+    nodes, evals = _plan(["precisions=[fp32,int8_qat]"])
+    [train] = [k for k in nodes if k.startswith("train_model/")]
+    [finetune] = [n for k, n in nodes.items() if k.startswith("finetune_model/")]
+    assert finetune.params["finetune"]["mode"] == "qat" and finetune.inputs["model"] == train
+    calibrations = [n for k, n in nodes.items() if k.startswith("calibrate/")]
+    assert [c.params["source"] for c in calibrations] == ["qat"]
+    references = {ev.inputs["reference"] for ev in evals}
+    assert len(references) == 1 and finetune.key not in references
+
+
+def test_finetune_mode_qat_on_the_main_path_is_the_same_node_as_the_int8_qat_branch():
+    nodes, _ = _plan(["precisions=[fp32,int8_qat]", "finetune=qat"])
+    assert Counter(k.split("/")[0] for k in nodes)["finetune_model"] == 1
+
+
+def test_finetune_settings_do_not_touch_plans_that_do_not_finetune():
+    before, _ = _plan(["precisions=[fp32,fp16]"])
+    after, _ = _plan(["precisions=[fp32,fp16]", "finetune.epochs=7"])
+    assert set(before) == set(after)

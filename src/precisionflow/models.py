@@ -1,27 +1,130 @@
-"""Model builders (tf_keras). Called from train_model with TensorFlow already imported."""
+"""Model builders (tf_keras). Called from the training stages with TensorFlow already imported.
 
+Every builder ends in a float32 Dense layer named "logits" (kept fp32 under mixed precision);
+nothing is downloaded: pretrained weights come from a local file or not at all.
+"""
+
+from pathlib import Path
 from typing import Any, Dict
 
-from precisionflow.errors import ConfigError
+from precisionflow.errors import ConfigError, DataError
+
+
+def _logits(keras, x, num_classes: int):
+    return keras.layers.Dense(num_classes, name="logits", dtype="float32")(x)
 
 
 def small_cnn(keras, params: Dict[str, Any], input_shape, num_classes: int):
-    """Conv-ReLU blocks, max-pool, a dense layer, float32 logits (kept fp32 under mixed precision)."""
+    """Conv-ReLU blocks, max-pool, a dense layer, float32 logits."""
     layers = keras.layers
     inputs = keras.Input(shape=tuple(input_shape), name="image")
     x = inputs
     for index, filters in enumerate(params["filters"]):
-        x = layers.Conv2D(filters, 3, padding="same", activation="relu", name=f"conv{index}")(x)
+        x = layers.Conv2D(int(filters * params["width"]), 3, padding="same", activation="relu", name=f"conv{index}")(x)
     x = layers.MaxPooling2D(2, name="pool")(x)
     x = layers.Flatten(name="flatten")(x)
     x = layers.Dense(params["dense_units"], activation="relu", name="dense")(x)
     if params["dropout"]:
         x = layers.Dropout(params["dropout"], name="dropout")(x)
-    outputs = layers.Dense(num_classes, name="logits", dtype="float32")(x)
-    return keras.Model(inputs, outputs, name="small_cnn")
+    return keras.Model(inputs, _logits(keras, x, num_classes), name="small_cnn")
 
 
-BUILDERS = {"small_cnn": small_cnn}
+def _residual_block(keras, x, filters: int, stride: int, name: str):
+    layers = keras.layers
+    shortcut = x
+    y = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False, name=f"{name}_conv1")(x)
+    y = layers.BatchNormalization(name=f"{name}_bn1")(y)
+    y = layers.ReLU(name=f"{name}_relu1")(y)
+    y = layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"{name}_conv2")(y)
+    y = layers.BatchNormalization(name=f"{name}_bn2")(y)
+    if stride != 1 or shortcut.shape[-1] != filters:
+        shortcut = layers.Conv2D(filters, 1, strides=stride, use_bias=False, name=f"{name}_proj")(shortcut)
+        shortcut = layers.BatchNormalization(name=f"{name}_proj_bn")(shortcut)
+    y = layers.Add(name=f"{name}_add")([shortcut, y])
+    return layers.ReLU(name=f"{name}_out")(y)
+
+
+def resnet_mini(keras, params: Dict[str, Any], input_shape, num_classes: int):
+    """A small ResNet (basic blocks, BatchNorm, residual Adds) that trains on a CPU in minutes."""
+    layers = keras.layers
+    inputs = keras.Input(shape=tuple(input_shape), name="image")
+    width = int(16 * params["width"])
+    x = layers.Conv2D(width, 3, padding="same", use_bias=False, name="stem_conv")(inputs)
+    x = layers.BatchNormalization(name="stem_bn")(x)
+    x = layers.ReLU(name="stem_relu")(x)
+    for stage in range(params["stages"]):
+        for block in range(params["blocks_per_stage"]):
+            stride = 2 if stage > 0 and block == 0 else 1
+            x = _residual_block(keras, x, width * 2 ** stage, stride, f"s{stage}b{block}")
+    x = layers.GlobalAveragePooling2D(name="pool")(x)
+    return keras.Model(inputs, _logits(keras, x, num_classes), name="resnet_mini")
+
+
+def _application(constructor, name: str):
+    def build(keras, params: Dict[str, Any], input_shape, num_classes: int):
+        weights = _weights_path(params)
+        extra = {"alpha": params["width"]} if name == "mobilenet_v2" else {}
+        base = getattr(keras.applications, constructor)(
+            include_top=False, weights=weights, input_shape=tuple(input_shape), pooling="avg", **extra
+        )
+        inputs = keras.Input(shape=tuple(input_shape), name="image")
+        return keras.Model(inputs, _logits(keras, base(inputs), num_classes), name=name)
+
+    return build
+
+
+def _weights_path(params: Dict[str, Any]):
+    if not params["weights"]:
+        return None
+    path = Path(params["weights"]).expanduser()
+    if not path.is_file():
+        raise DataError(f"model.weights: expected a local weights file, found nothing at {path}. "
+                        "Nothing is downloaded at run time; use weights=null to train from scratch.")
+    return str(path)
+
+
+def keras_file(keras, params: Dict[str, Any], input_shape, num_classes: int):
+    """A user's saved model; its classification head is replaced when the class count differs."""
+    model = load_user_model(keras, params)
+    if model.output_shape[-1] == num_classes:
+        return model
+    features = model.layers[-2].output
+    return keras.Model(model.inputs, _logits(keras, features, num_classes), name=model.name)
+
+
+def load_user_model(keras, params: Dict[str, Any]):
+    if not params["path"]:
+        raise ConfigError("model.path: model=keras_file needs the saved model's path (.keras, .h5 or a SavedModel folder).")
+    path = Path(params["path"]).expanduser()
+    if not path.exists():
+        raise DataError(f"model.path: expected a saved model at {path}, found nothing.")
+    if path.suffix == ".keras":
+        # Keras safe mode refuses Lambda layers (arbitrary code) unless the user trusts the file.
+        return keras.models.load_model(path, compile=False, safe_mode=not params["trust"])
+    if path.suffix == ".h5" and _h5_has_lambda(path) and not params["trust"]:
+        raise DataError(f"{path} contains a Lambda layer (arbitrary Python code). Expected a model without "
+                        "code; if you trust this file, set model.trust=true.")
+    if path.is_dir() and not params["trust"]:
+        raise DataError(f"{path}: SavedModel folders cannot be loaded in Keras safe mode. Save the model as "
+                        ".keras, or set model.trust=true if you trust this file.")
+    return keras.models.load_model(path, compile=False)
+
+
+def _h5_has_lambda(path: Path) -> bool:
+    import h5py
+
+    with h5py.File(path, "r") as handle:
+        config = handle.attrs.get("model_config", "")
+    return '"Lambda"' in (config.decode() if isinstance(config, bytes) else str(config))
+
+
+BUILDERS = {
+    "small_cnn": small_cnn,
+    "resnet_mini": resnet_mini,
+    "resnet50": _application("ResNet50", "resnet50"),
+    "mobilenet_v2": _application("MobileNetV2", "mobilenet_v2"),
+    "keras_file": keras_file,
+}
 
 
 def build(keras, params: Dict[str, Any], input_shape, num_classes: int):

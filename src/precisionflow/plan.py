@@ -20,13 +20,14 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # Source files (relative to the package) each stage's code version hashes. Shared helpers are
 # listed where a stage uses them so a change there reruns exactly the stages that depend on it.
 _COMMON = ["runner.py", "nodeio.py"]
-_DATA = ["stages/prepare_dataset.py"]
+_DATA = ["stages/prepare_dataset.py", "datasets/image_folder.py"]
 _QUANT = ["quant/cache.py", "quant/qdq.py", "quant/reader.py", "quant/layer_error.py"]
 _BACKENDS = ["backends/__init__.py", "backends/onnxruntime_backend.py"]
 STAGE_SOURCES: Dict[str, List[str]] = {
     "prepare_dataset": _DATA,
     "train_model": ["stages/train_model.py", "models.py", "tfenv.py"] + _DATA,
-    "export_onnx": ["stages/export_onnx.py", "tfenv.py"] + _DATA,
+    "finetune_model": ["stages/finetune_model.py", "stages/train_model.py", "qat.py", "models.py", "tfenv.py"] + _DATA,
+    "export_onnx": ["stages/export_onnx.py", "tfenv.py", "quant/onnx_names.py"] + _DATA,
     "calibrate": ["stages/calibrate.py", "stages/quantize_onnx.py"] + _QUANT + _DATA,
     "quantize_onnx": ["stages/quantize_onnx.py"] + _QUANT + _DATA,
     "build_engine": ["stages/build_engine.py"] + _BACKENDS,
@@ -73,9 +74,23 @@ def _slugify(text: str) -> str:
 class PlanBuilder:
     """Collects unique nodes across all sweep points."""
 
-    def __init__(self, versions: Optional[Dict[str, str]] = None):
+    def __init__(self, versions: Optional[Dict[str, str]] = None, cache_dir: Optional[Path] = None):
         self.versions = versions or code_versions()
         self.nodes: Dict[str, Node] = {}
+        self.cache_dir = cache_dir
+        self.fingerprints: Dict[str, str] = {}
+
+    def data_params(self, dataset: Dict[str, Any]) -> Dict[str, Any]:
+        """The data set's config, plus a fingerprint of the files for folder data sets."""
+        if dataset["name"] != "image_folder":
+            return dataset
+        from precisionflow.datasets import image_folder
+
+        root = str(Path(dataset["path"]).expanduser().resolve())
+        if root not in self.fingerprints:
+            cache = (self.cache_dir or Path(root)) / "fingerprints.json"
+            self.fingerprints[root] = image_folder.fingerprint(Path(root), cache)
+        return {**dataset, "path": root, "fingerprint": self.fingerprints[root]}
 
     def add(self, stage: str, slug: str, params: Dict[str, Any], inputs: Dict[str, Node]) -> Node:
         input_keys = {role: node.key for role, node in sorted(inputs.items())}
@@ -87,32 +102,51 @@ class PlanBuilder:
 
     def add_point(self, cfg: Dict[str, Any]) -> List[Node]:
         """Add one configuration's chain; return its evaluate_engine nodes."""
-        data = self.add("prepare_dataset", cfg["dataset"]["name"], cfg["dataset"], {})
-        model = self.add(
+        data = self.add("prepare_dataset", cfg["dataset"]["name"], self.data_params(cfg["dataset"]), {})
+        model = trained = self.add(
             "train_model",
             f"{cfg['model']['name']}-{cfg['train']['precision_policy']}-e{cfg['train']['epochs']}",
             {"model": cfg["model"], "train": cfg["train"]},
             {"data": data},
         )
-        onnx = self.add("export_onnx", f"opset{cfg['export']['opset']}", cfg["export"], {"model": model, "data": data})
+        if cfg["finetune"]["mode"] != "none":
+            model = self._add_finetune(cfg, cfg["finetune"], model, data)
+        onnx = self._add_export(cfg, model, data)
         graphs = {}
         for precision in cfg["precisions"]:  # int8_mixed needs the int8 graph's report: order matters
-            graphs[precision] = self._add_graph(cfg, precision, onnx, data, graphs)
+            graphs[precision] = self._add_graph(cfg, precision, onnx, data, graphs, trained)
+        # Every engine is compared with the same fp32 reference: the main path's exported model.
         return [ev for precision in cfg["precisions"] for ev in self._add_engines(cfg, precision, graphs[precision], onnx, data)]
 
-    def _add_graph(self, cfg, precision: str, onnx: Node, data: Node, graphs: Dict[str, Node]) -> Node:
+    def _add_finetune(self, cfg, finetune: Dict[str, Any], model: Node, data: Node) -> Node:
+        slug = f"{finetune['mode']}-e{finetune['epochs']}"
+        return self.add("finetune_model", slug, {"finetune": finetune, "model": cfg["model"]}, {"model": model, "data": data})
+
+    def _add_export(self, cfg, model: Node, data: Node) -> Node:
+        return self.add("export_onnx", f"{model.id.rsplit('-', 1)[0]}-opset{cfg['export']['opset']}", cfg["export"],
+                        {"model": model, "data": data})
+
+    def _add_calibration(self, cfg, onnx: Node, data: Node, source: str) -> Node:
+        calibration = dict(cfg["calibration"], source=source)
+        if source == "qat":  # learned ranges; minmax only fills tensors QAT has no quantizer on
+            calibration.update(method="minmax", percentile=None)
+        slug = f"{source}-{calibration['method']}-n{calibration['num_samples']}"
+        return self.add("calibrate", slug, calibration, {"onnx": onnx, "data": data})
+
+    def _add_graph(self, cfg, precision: str, onnx: Node, data: Node, graphs: Dict[str, Node], trained: Node) -> Node:
         params: Dict[str, Any] = {"precision": precision}
         inputs = {"onnx": onnx}
         if precision == "fp16":
             params["fp16"] = cfg["fp16"]
+        if precision == "int8_qat":
+            qat_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="qat"), trained, data)
+            inputs["onnx"] = self._add_export(cfg, qat_model, data)
         if precision.startswith("int8"):
-            calibration = cfg["calibration"]
-            inputs["calibration"] = self.add("calibrate", f"{calibration['method']}-n{calibration['num_samples']}",
-                                             calibration, {"onnx": onnx, "data": data})
+            inputs["calibration"] = self._add_calibration(cfg, inputs["onnx"], data, "qat" if precision == "int8_qat" else "ptq")
             inputs["data"] = data
             params["int8"] = {k: v for k, v in cfg["int8"].items() if precision == "int8_mixed" or k != "mixed_keep_fp"}
         if precision == "int8_mixed":
-            inputs["int8"] = graphs.get("int8") or self._add_graph(cfg, "int8", onnx, data, graphs)
+            inputs["int8"] = graphs.get("int8") or self._add_graph(cfg, "int8", onnx, data, graphs, trained)
         slug = f"{precision}-keep{cfg['int8']['mixed_keep_fp']}" if precision == "int8_mixed" else precision
         return self.add("quantize_onnx", slug, params, inputs)
 
@@ -129,7 +163,7 @@ class PlanBuilder:
 
 def build_plan(points: List[Dict[str, Any]], results_dir: str) -> Dict[str, Any]:
     """All sweep points -> {nodes, targets}: the document the Snakefile executes."""
-    builder = PlanBuilder()
+    builder = PlanBuilder(cache_dir=Path(results_dir) / ".cache")
     all_evals: Dict[str, Node] = {}
     evals_by_tracking: Dict[str, Dict[str, Node]] = {}
     for cfg in points:

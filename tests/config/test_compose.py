@@ -7,7 +7,7 @@ from precisionflow.errors import ConfigError
 def test_default_composes_with_schema_defaults():
     [cfg] = compose.expand([])
     assert cfg["dataset"]["name"] == "digits"
-    assert cfg["precisions"] == ["fp32", "fp16", "int8"]
+    assert cfg["precisions"] == ["fp32", "fp16", "int8", "int8_qat"]
     assert cfg["calibration"]["method"] == "entropy"
     assert cfg["train"]["precision_policy"] == "fp32"
 

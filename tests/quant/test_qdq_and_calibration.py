@@ -8,7 +8,7 @@ from precisionflow.quant import cache, layer_error, qdq
 from precisionflow.stages import calibrate, quantize_onnx
 from tests.conftest import make_tiny_cnn
 
-CALIBRATION = {"method": "entropy", "percentile": 99.99, "num_samples": 40, "batch_size": 8, "split": "train",
+CALIBRATION = {"source": "ptq", "method": "entropy", "percentile": 99.99, "num_samples": 40, "batch_size": 8, "split": "train",
                "tensorrt_version": "10.14.1"}
 INT8 = {"exclude_nodes": [], "keep_output_layer": True, "mixed_keep_fp": 1, "report_samples": 20}
 

@@ -151,7 +151,7 @@ def _thaw(value: Any) -> Any:
 def validate(cfg: Dict[str, Any]) -> None:
     """Checks across keys that a type schema cannot express."""
     if not cfg["precisions"]:
-        raise ConfigError("precisions: expected at least one of fp32, fp16, int8, int8_mixed; found an empty list.")
+        raise ConfigError("precisions: expected at least one of fp32, fp16, int8, int8_qat, int8_mixed; found an empty list.")
     if "fp32" not in cfg["precisions"]:
         raise ConfigError(
             f"precisions: expected fp32 among {cfg['precisions']} -- every engine is compared with "
@@ -170,6 +170,10 @@ def validate(cfg: Dict[str, Any]) -> None:
             raise ConfigError(f"{key}: expected an integer >= {minimum}, found {cfg[section][leaf]}.")
     if any(b < 1 for b in cfg["evaluate"]["timing_batch_sizes"]):
         raise ConfigError(f"evaluate.timing_batch_sizes: expected positive sizes, found {cfg['evaluate']['timing_batch_sizes']}.")
+    if cfg["dataset"]["name"] == "image_folder" and not cfg["dataset"]["path"]:
+        raise ConfigError("dataset.path: dataset=image_folder needs the folder of your images; add dataset.path=/path/to/images.")
+    if cfg["dataset"]["channels"] not in (1, 3):
+        raise ConfigError(f"dataset.channels: expected 1 (grey) or 3 (RGB), found {cfg['dataset']['channels']}.")
     fractions = cfg["dataset"]["val_fraction"] + cfg["dataset"]["test_fraction"]
     if not 0 < fractions < 1:
         raise ConfigError(f"dataset.val_fraction + test_fraction: expected between 0 and 1, found {fractions}.")

@@ -15,6 +15,7 @@ class Precision(str, Enum):
     fp32 = "fp32"
     fp16 = "fp16"
     int8 = "int8"  # post-training calibration
+    int8_qat = "int8_qat"  # ranges learned by quantization-aware fine-tuning
     int8_mixed = "int8_mixed"  # int8 with the most damaged ops kept in float
 
 
@@ -32,7 +33,11 @@ class PrecisionPolicy(str, Enum):
 
 @dataclass
 class DatasetConf:
-    name: str = "digits"
+    name: str = "digits"  # digits | image_folder
+    # image_folder: the folder of class sub-folders (or of train/ val/ test/ folders of them).
+    path: Optional[str] = None
+    image_size: List[int] = field(default_factory=lambda: [32, 32])  # height, width (image_folder)
+    channels: int = 3  # 1 = grey, 3 = RGB (image_folder)
     # Fractions of the whole data set held out for validation and test (stratified, seeded).
     val_fraction: float = 0.1
     test_fraction: float = 0.25
@@ -43,10 +48,16 @@ class DatasetConf:
 
 @dataclass
 class ModelConf:
-    name: str = "small_cnn"
-    filters: List[int] = field(default_factory=lambda: [16, 32])
-    dense_units: int = 64
-    dropout: float = 0.0
+    name: str = "small_cnn"  # small_cnn | resnet_mini | resnet50 | mobilenet_v2 | keras_file
+    width: float = 1.0  # channel multiplier (small_cnn, resnet_mini; MobileNetV2's alpha)
+    filters: List[int] = field(default_factory=lambda: [16, 32])  # small_cnn
+    dense_units: int = 64  # small_cnn
+    dropout: float = 0.0  # small_cnn
+    stages: int = 3  # resnet_mini
+    blocks_per_stage: int = 1  # resnet_mini
+    weights: Optional[str] = None  # resnet50 / mobilenet_v2: a local weights file; null = from scratch
+    path: Optional[str] = None  # keras_file: .keras / .h5 / SavedModel folder
+    trust: bool = False  # keras_file: allow code (Lambda layers) in the file
 
 
 @dataclass
@@ -54,9 +65,33 @@ class TrainConf:
     epochs: int = 12
     batch_size: int = 64
     learning_rate: float = 0.003
-    optimizer: str = "adam"
+    lr_schedule: str = "constant"  # constant | cosine
+    optimizer: str = "adam"  # adam | sgd | rmsprop
     seed: int = 0
+    # Stop when validation accuracy has not improved for this many epochs (0 = never).
+    early_stopping_patience: int = 0
     precision_policy: PrecisionPolicy = PrecisionPolicy.fp32
+
+
+class FinetuneMode(str, Enum):
+    none = "none"
+    fp32 = "fp32"
+    mixed_float16 = "mixed_float16"
+    mixed_bfloat16 = "mixed_bfloat16"
+    qat = "qat"
+
+
+@dataclass
+class FinetuneConf:
+    # Fine-tuning after training. int8_qat engines always come from a qat fine-tune with these
+    # settings; mode here chooses what the fp32/fp16/int8 engines are built from.
+    mode: FinetuneMode = FinetuneMode.none
+    epochs: int = 3
+    batch_size: int = 64
+    learning_rate: float = 0.0005
+    seed: int = 0
+    # qat: layer names left unquantized (the final "logits" layer always is, as deployment keeps it float).
+    exclude_layers: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -138,6 +173,7 @@ class Config:
     dataset: DatasetConf = field(default_factory=DatasetConf)
     model: ModelConf = field(default_factory=ModelConf)
     train: TrainConf = field(default_factory=TrainConf)
+    finetune: FinetuneConf = field(default_factory=FinetuneConf)
     export: ExportConf = field(default_factory=ExportConf)
     precisions: List[Precision] = field(default_factory=lambda: [Precision.fp32, Precision.fp16])
     fp16: Fp16Conf = field(default_factory=Fp16Conf)

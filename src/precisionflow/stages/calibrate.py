@@ -1,6 +1,8 @@
-"""calibrate: PTQ activation ranges of the fp32 graph -> a calibration cache with lineage.
+"""calibrate: activation ranges of an fp32 graph -> a calibration cache with lineage.
 
-Runs ONNX Runtime's calibrator (entropy, minmax or percentile) on samples of one data split.
+source=ptq: ONNX Runtime's calibrator (entropy, minmax or percentile) on samples of one split.
+source=qat: the ranges quantization-aware fine-tuning learned (mapped to this graph's tensors by
+export_onnx), with minmax-measured ranges for tensors QAT had no quantizer on.
 The cache depends on the graph, the samples and the method only -- not on any GPU -- so one
 calibration serves every target's int8 engine.
 """
@@ -14,6 +16,7 @@ from typing import Any, Dict
 import numpy as np
 
 from precisionflow.errors import ConfigError
+from precisionflow.nodeio import read_json, read_node
 from precisionflow.quant import cache, qdq
 from precisionflow.quant.reader import array_reader, graph_input_name
 from precisionflow.stages import prepare_dataset
@@ -45,22 +48,40 @@ def calibration_samples(data_dir: Path, params: Dict[str, Any]) -> np.ndarray:
     return images[: params["num_samples"]]
 
 
-def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    graph = inputs["onnx"] / "model.onnx"
-    samples = calibration_samples(inputs["data"], params)
-    started = time.perf_counter()
+def measure_ranges(graph: Path, samples: np.ndarray, params: Dict[str, Any]):
     with tempfile.TemporaryDirectory(prefix="pf-calib-") as scratch:
         calibrator = _calibrator(graph, params, Path(scratch))
         calibrator.collect_data(array_reader(graph_input_name(graph), samples, params["batch_size"]))
         computed = calibrator.compute_data()
-    seconds = time.perf_counter() - started
     # minmax gives 1-element arrays, entropy/percentile scalars.
-    ranges = {name: tuple(float(np.asarray(v).reshape(-1)[0]) for v in data.range_value) for name, data in computed.data.items()}
-    lineage = {
-        "source": "ptq", "method": params["method"], "settings": params,
-        "graph_sha256": file_hash(graph), "samples_sha256": hashlib.sha256(samples.tobytes()).hexdigest(),
-        "sample_count": int(len(samples)), "model_node": inputs["onnx"].name,
-    }
+    return {name: tuple(float(np.asarray(v).reshape(-1)[0]) for v in data.range_value) for name, data in computed.data.items()}
+
+
+def qat_ranges(export_dir: Path, measured):
+    """Learned QAT ranges where the fine-tune learned one; measured (minmax) ranges elsewhere.
+
+    QAT learns one range per quantized layer output; ONNX Runtime also puts Q/DQ on tensors QAT
+    has no quantizer for (e.g. a conv's pre-activation output), and those keep a measured range.
+    """
+    learned = read_json(export_dir / "qat_tensor_ranges.json")["ranges"]
+    unknown = sorted(set(learned) - set(measured))
+    ranges = dict(measured)
+    ranges.update({name: tuple(bounds) for name, bounds in learned.items()})
+    return ranges, {"learned": len(learned), "measured": len(set(measured) - set(learned)), "not_in_graph": unknown}
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    graph = inputs["onnx"] / "model.onnx"
+    samples = calibration_samples(inputs["data"], params)
+    started = time.perf_counter()
+    ranges = measure_ranges(graph, samples, params)
+    lineage = {"source": params["source"], "method": params["method"], "settings": params,
+               "graph_sha256": file_hash(graph), "samples_sha256": hashlib.sha256(samples.tobytes()).hexdigest(),
+               "sample_count": int(len(samples)), "model_node": inputs["onnx"].name}
+    if params["source"] == "qat":
+        ranges, counts = qat_ranges(inputs["onnx"], ranges)
+        lineage.update({"training_node": read_node(inputs["onnx"])["inputs"]["model"], "ranges": counts})
+    seconds = time.perf_counter() - started
     cache.write_cache(out, ranges, lineage, params["tensorrt_version"])
-    return {"tensors": len(ranges), "seconds": round(seconds, 3), "method": params["method"],
+    return {"tensors": len(ranges), "seconds": round(seconds, 3), "method": params["method"], "source": params["source"],
             "sample_count": len(samples), "graph_sha256": lineage["graph_sha256"]}

@@ -30,6 +30,28 @@ def _onnx_logits(path: Path, images: np.ndarray) -> np.ndarray:
     return session.run(None, {session.get_inputs()[0].name: images})[0]
 
 
+def _map_qat_ranges(model_dir: Path, model_proto, out: Path):
+    """QAT ranges learned per Keras layer -> per tensor of this graph (qat_tensor_ranges.json)."""
+    from precisionflow.nodeio import read_json, write_json_atomic
+    from precisionflow.quant.onnx_names import map_ranges
+
+    source = model_dir / "qat_ranges.json"
+    if not source.exists():
+        return None
+    learned = read_json(source)
+    mapped = map_ranges(model_proto, learned["model_name"], learned["ranges"], learned["input_key"])
+    write_json_atomic(out / "qat_tensor_ranges.json", {"ranges": mapped, "unmapped_layers":
+                      sorted(set(learned["ranges"]) - {learned["input_key"]} - set(_layers_mapped(learned, mapped, model_proto)))})
+    return len(mapped)
+
+
+def _layers_mapped(learned, mapped, model_proto):
+    from precisionflow.quant.onnx_names import layer_output_tensors
+
+    outputs = layer_output_tensors(model_proto, learned["model_name"])
+    return [layer for layer, tensor in outputs.items() if tensor in mapped]
+
+
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
     from precisionflow.tfenv import import_tensorflow
 
@@ -48,7 +70,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
             "Check for ops tf2onnx converts approximately, or try another export.opset."
         )
     np.save(out / "reference_logits.npy", keras_logits)
+    qat_tensors = _map_qat_ranges(inputs["model"], model_proto, out)
     return {
+        "qat_ranges_mapped": qat_tensors,
         "max_abs_diff_vs_keras": max_diff,
         "input_name": model_proto.graph.input[0].name,
         "output_name": model_proto.graph.output[0].name,

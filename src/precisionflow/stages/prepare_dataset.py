@@ -1,6 +1,8 @@
 """prepare_dataset: load a data set and split it into train/val/test arrays (data.npz).
 
-Images are stored NHWC float32 in [0, 1]; labels int64. Splits are stratified and seeded.
+Images are stored NHWC float32 in [0, 1]; labels int64. Splits are stratified and seeded, unless
+an image folder brings its own train/ val/ test/ folders. Every problem with the data (empty
+folders, non-images, one class, a class missing from a split) stops here, before training.
 """
 
 import hashlib
@@ -9,7 +11,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-from precisionflow.errors import ConfigError
+from precisionflow.errors import ConfigError, DataError
 from precisionflow.nodeio import write_json_atomic
 
 PACKAGES = ("numpy", "scikit-learn")
@@ -25,10 +27,51 @@ def load_digits_images():
     return images, digits.target.astype(np.int64), [str(name) for name in digits.target_names]
 
 
-LOADERS = {"digits": load_digits_images}
+def _folder_root(params: Dict[str, Any]) -> Path:
+    if not params.get("path"):
+        raise ConfigError("dataset.path: expected the image folder's path for dataset image_folder, found none.")
+    return Path(params["path"]).expanduser().resolve()
+
+
+def load_image_folder(params: Dict[str, Any]):
+    from precisionflow.datasets import image_folder
+
+    root = _folder_root(params)
+    images, labels, class_names = image_folder.load_split(root, params["image_size"], params["channels"])
+    image_folder.check_classes(labels, class_names, str(root))
+    return images, labels, class_names
+
+
+def split_image_folder(params: Dict[str, Any]):
+    """Splits the user made (root/train, root/val, root/test)."""
+    from precisionflow.datasets import image_folder
+
+    root = _folder_root(params)
+    x_train, y_train, class_names = image_folder.load_split(root / "train", params["image_size"], params["channels"])
+    splits = {"train": (x_train, y_train)}
+    for name in ("val", "test"):
+        x, y, _ = image_folder.load_split(root / name, params["image_size"], params["channels"], class_names)
+        splits[name] = (x, y)
+    for name, (_, y) in splits.items():
+        image_folder.check_classes(y, class_names, str(root / name))
+    return splits, class_names
+
+
+LOADERS = {"digits": lambda params: load_digits_images(), "image_folder": load_image_folder}
 
 
 def split(images, labels, params: Dict[str, Any]):
+    try:
+        return _stratified_split(images, labels, params)
+    except ValueError as err:  # sklearn: too few images of a class for the requested split
+        raise DataError(
+            f"dataset '{params['name']}' ({params.get('path') or 'built in'}): cannot split {len(labels)} images "
+            f"into train/val/test stratified by class ({err}). Add images to the small classes or change "
+            "dataset.val_fraction / test_fraction."
+        ) from err
+
+
+def _stratified_split(images, labels, params: Dict[str, Any]):
     from sklearn.model_selection import train_test_split
 
     seed = params["seed"]
@@ -50,11 +93,23 @@ def fingerprint(images: np.ndarray, labels: np.ndarray) -> str:
     return hashlib.sha256(images.tobytes() + labels.tobytes()).hexdigest()[:16]
 
 
-def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+def load_splits(params: Dict[str, Any]):
+    """({split: (images, labels)}, class names) for the configured data set."""
     if params["name"] not in LOADERS:
         raise ConfigError(f"dataset.name: expected one of {sorted(LOADERS)}, found '{params['name']}'.")
-    images, labels, class_names = LOADERS[params["name"]]()
-    splits = split(images, labels, params)
+    if params["name"] == "image_folder":
+        from precisionflow.datasets import image_folder
+
+        if image_folder.has_split_folders(_folder_root(params)):
+            return split_image_folder(params)
+    images, labels, class_names = LOADERS[params["name"]](params)
+    return split(images, labels, params), class_names
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    splits, class_names = load_splits(params)
+    images = np.concatenate([splits[name][0] for name in SPLITS])
+    labels = np.concatenate([splits[name][1] for name in SPLITS])
     arrays = {f"{kind}_{name}": arr for name, (x, y) in splits.items() for kind, arr in (("x", x), ("y", y))}
     np.savez(out / "data.npz", **arrays)
     meta = {

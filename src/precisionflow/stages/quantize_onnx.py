@@ -6,6 +6,7 @@ TensorRT 11 builds an engine exactly in the types its ONNX graph carries, so pre
   int8        explicit symmetric Q/DQ from a calibration cache (refused if the cache is of
               another graph), checked for TensorRT legality, with a per-tensor error report
   int8_mixed  int8, with the int8.mixed_keep_fp most damaged quantized ops left in float
+  int8_qat    int8 of the QAT-fine-tuned graph, from the ranges QAT learned
 """
 
 import hashlib
@@ -83,9 +84,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         shutil.copyfile(source, target)
     elif precision == "fp16":
         to_fp16(source, target, params["fp16"]["op_block_list"])
-    elif precision in ("int8", "int8_mixed"):
+    elif precision in ("int8", "int8_mixed", "int8_qat"):
         details = to_int8(source, target, params, inputs, out)
     else:
-        raise ConfigError(f"precision: expected fp32, fp16, int8 or int8_mixed, found '{precision}'.")
+        raise ConfigError(f"precision: expected fp32, fp16, int8, int8_qat or int8_mixed, found '{precision}'.")
     return {"precision": precision, "graph_sha256": file_hash(target), "source_sha256": file_hash(source),
             "graph_bytes": target.stat().st_size, **details}

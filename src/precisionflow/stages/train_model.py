@@ -1,7 +1,8 @@
-"""train_model: build and train the model; save fp32 weights (model.keras) and the history.
+"""train_model: build and train the model; save fp32 weights (model.keras), history and curves.
 
-Under a mixed precision policy the model trains with fp16/bf16 compute and fp32 master weights;
-the saved model is rebuilt under float32 so export always starts from a plain fp32 graph.
+Under a mixed precision policy the model trains with fp16/bf16 compute and fp32 master weights
+(dynamic loss scaling for fp16 comes with compile()); the saved model is rebuilt under float32 so
+export always starts from a plain fp32 graph.
 """
 
 import math
@@ -11,14 +12,14 @@ from typing import Any, Dict
 
 import numpy as np
 
-from precisionflow.errors import StageError
+from precisionflow.errors import ConfigError, StageError
 from precisionflow.nodeio import read_json, write_json_atomic
 from precisionflow.stages import prepare_dataset
 
-PACKAGES = ("tensorflow", "tf-keras", "numpy")
+PACKAGES = ("tensorflow", "tf-keras", "numpy", "matplotlib")
 
 
-def _stop_on_nan(keras):
+def stop_on_nan(keras):
     class StopOnNaN(keras.callbacks.Callback):
         """Fail with the epoch and step where the loss stopped being finite."""
 
@@ -32,67 +33,100 @@ def _stop_on_nan(keras):
             if loss is not None and not math.isfinite(loss):
                 raise StageError(
                     f"Training loss became {loss} at epoch {self.epoch + 1}, step {batch + 1}. "
-                    "Expected a finite loss. Try a lower train.learning_rate, or for "
-                    "precision_policy=mixed_float16 keep loss scaling on (the default) or use mixed_bfloat16."
+                    "Expected a finite loss. Try a lower learning rate, or for mixed_float16 keep "
+                    "loss scaling on (the default) or use mixed_bfloat16."
                 )
 
     return StopOnNaN()
 
 
-def _optimizer(keras, train: Dict[str, Any]):
+def optimizer(keras, name: str, learning_rate: float, schedule: str, total_steps: int):
+    rate = learning_rate
+    if schedule == "cosine":
+        rate = keras.optimizers.schedules.CosineDecay(learning_rate, decay_steps=max(total_steps, 1))
+    elif schedule != "constant":
+        raise ConfigError(f"train.lr_schedule: expected constant or cosine, found '{schedule}'.")
     choices = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD, "rmsprop": keras.optimizers.RMSprop}
-    if train["optimizer"] not in choices:
-        raise StageError(f"train.optimizer: expected one of {sorted(choices)}, found '{train['optimizer']}'.")
-    return choices[train["optimizer"]](learning_rate=train["learning_rate"])
+    if name not in choices:
+        raise ConfigError(f"train.optimizer: expected one of {sorted(choices)}, found '{name}'.")
+    return choices[name](learning_rate=rate)
 
 
-def _fit(keras, model, train: Dict[str, Any], data_dir: Path):
+def fit(keras, model, data_dir: Path, settings: Dict[str, Any], opt):
+    """Compile and fit; returns (history dict, seconds). settings: epochs, batch_size, patience."""
     x_train, y_train = prepare_dataset.load(data_dir, "train")
     x_val, y_val = prepare_dataset.load(data_dir, "val")
-    model.compile(
-        optimizer=_optimizer(keras, train),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
+    model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    callbacks = [stop_on_nan(keras)]
+    if settings.get("early_stopping_patience"):
+        callbacks.append(keras.callbacks.EarlyStopping(monitor="val_accuracy", patience=settings["early_stopping_patience"],
+                                                       restore_best_weights=True))
     started = time.time()
-    history = model.fit(
-        x_train, y_train, validation_data=(x_val, y_val), epochs=train["epochs"],
-        batch_size=train["batch_size"], shuffle=True, verbose=2, callbacks=[_stop_on_nan(keras)],
-    )
-    return history.history, time.time() - started
+    history = model.fit(x_train, y_train, validation_data=(x_val, y_val), epochs=settings["epochs"],
+                        batch_size=settings["batch_size"], shuffle=True, verbose=2, callbacks=callbacks)
+    return {name: [float(v) for v in values] for name, values in history.history.items()}, time.time() - started
 
 
-def _as_fp32(keras, params, model, meta):
-    """Rebuild the trained model under the float32 policy with the same (fp32 master) weights."""
+def rebuild_fp32(keras, model_params, model, meta):
+    """The same architecture under the float32 policy, holding the trained (fp32 master) weights."""
     from precisionflow import models
 
     keras.mixed_precision.set_global_policy("float32")
-    fp32_model = models.build(keras, params["model"], meta["input_shape"], len(meta["classes"]))
+    fp32_model = models.build(keras, model_params, meta["input_shape"], len(meta["classes"]))
     fp32_model.set_weights(model.get_weights())
     return fp32_model
+
+
+def test_accuracy(model, data_dir: Path) -> float:
+    x_test, y_test = prepare_dataset.load(data_dir, "test")
+    return float(np.mean(np.argmax(model.predict(x_test, verbose=0), axis=1) == y_test))
+
+
+def save_curves(history: Dict[str, list], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (loss_axis, acc_axis) = plt.subplots(1, 2, figsize=(9, 3.2))
+    for name, axis in (("loss", loss_axis), ("accuracy", acc_axis)):
+        axis.plot(range(1, len(history[name]) + 1), history[name], label="train")
+        if f"val_{name}" in history:
+            axis.plot(range(1, len(history[name]) + 1), history[f"val_{name}"], label="validation")
+        axis.set_xlabel("epoch")
+        axis.set_title(name)
+        axis.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def save_outputs(out: Path, model, history, seconds: float, data_dir: Path, title: str) -> Dict[str, Any]:
+    model.save(out / "model.keras")
+    write_json_atomic(out / "history.json", history)
+    save_curves(history, out / "curves.png", title)
+    epochs = len(history["loss"])
+    return {"test_accuracy": test_accuracy(model, data_dir), "val_accuracy": history["val_accuracy"][-1],
+            "epochs_run": epochs, "train_seconds": round(seconds, 3), "seconds_per_epoch": round(seconds / epochs, 3),
+            "parameters": int(model.count_params())}
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
     from precisionflow import models
     from precisionflow.tfenv import import_tensorflow
 
+    started = time.time()
     tf, keras = import_tensorflow()
     train = params["train"]
     keras.utils.set_random_seed(train["seed"])
     meta = read_json(inputs["data"] / "meta.json")
     keras.mixed_precision.set_global_policy("float32" if train["precision_policy"] == "fp32" else train["precision_policy"])
     model = models.build(keras, params["model"], meta["input_shape"], len(meta["classes"]))
-    history, seconds = _fit(keras, model, train, inputs["data"])
-    model = _as_fp32(keras, params, model, meta)
-    model.save(out / "model.keras")
-    x_test, y_test = prepare_dataset.load(inputs["data"], "test")
-    test_accuracy = float(np.mean(np.argmax(model.predict(x_test, verbose=0), axis=1) == y_test))
-    history = {name: [float(v) for v in values] for name, values in history.items()}
-    write_json_atomic(out / "history.json", history)
-    return {
-        "test_accuracy": test_accuracy,
-        "val_accuracy": history["val_accuracy"][-1],
-        "train_seconds": round(seconds, 3),
-        "seconds_per_epoch": round(seconds / train["epochs"], 3),
-        "parameters": int(model.count_params()),
-    }
+    steps = train["epochs"] * math.ceil(meta["sizes"]["train"] / train["batch_size"])
+    opt = optimizer(keras, train["optimizer"], train["learning_rate"], train["lr_schedule"], steps)
+    startup_seconds = time.time() - started
+    history, seconds = fit(keras, model, inputs["data"], train, opt)
+    model = rebuild_fp32(keras, params["model"], model, meta)
+    summary = save_outputs(out, model, history, seconds, inputs["data"], f"{params['model']['name']} ({train['precision_policy']})")
+    return {**summary, "startup_seconds": round(startup_seconds, 3), "precision_policy": train["precision_policy"]}

@@ -1,0 +1,60 @@
+"""finetune_model: continue training a trained model -- in fp32, in mixed precision, or with
+quantization-aware training (QAT).
+
+Writes the fine-tuned fp32 weights (model.keras: QAT wrappers stripped, mixed policies undone)
+and, for QAT, the activation ranges the quantizers learned (qat_ranges.json, keyed by Keras
+layer; export_onnx maps them to ONNX tensor names).
+"""
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Dict
+
+from precisionflow.nodeio import read_json, write_json_atomic
+from precisionflow.stages import train_model
+
+PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy")
+
+
+def _load(keras, inputs, params, meta, policy: str):
+    """The trained model rebuilt under `policy` (weights are fp32 masters either way)."""
+    from precisionflow import models
+
+    trained = keras.models.load_model(inputs["model"] / "model.keras", compile=False)
+    keras.mixed_precision.set_global_policy(policy)
+    model = models.build(keras, params["model"], meta["input_shape"], len(meta["classes"]))
+    model.set_weights(trained.get_weights())
+    return model
+
+
+def _settings(finetune: Dict[str, Any]) -> Dict[str, Any]:
+    return {"epochs": finetune["epochs"], "batch_size": finetune["batch_size"], "early_stopping_patience": 0}
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    from precisionflow import qat
+    from precisionflow.tfenv import import_tensorflow
+
+    tf, keras = import_tensorflow()
+    finetune = params["finetune"]
+    keras.utils.set_random_seed(finetune["seed"])
+    meta = read_json(inputs["data"] / "meta.json")
+    mode = finetune["mode"]
+    model = _load(keras, inputs, params, meta, "float32" if mode in ("fp32", "qat") else mode)
+    trainable = qat.quantize_model(keras, model, finetune["exclude_layers"]) if mode == "qat" else model
+    steps = finetune["epochs"] * math.ceil(meta["sizes"]["train"] / finetune["batch_size"])
+    opt = train_model.optimizer(keras, "adam", finetune["learning_rate"], "constant", steps)
+    history, seconds = train_model.fit(keras, trainable, inputs["data"], _settings(finetune), opt)
+    extra = {}
+    if mode == "qat":
+        ranges = qat.learned_ranges(trainable)
+        write_json_atomic(out / "qat_ranges.json", {"model_name": model.name, "input_key": qat.INPUT_KEY,
+                                                    "ranges": {k: list(v) for k, v in ranges.items()}})
+        model = qat.strip(trainable, _load(keras, inputs, params, meta, "float32"))
+        extra = {"learned_ranges": len(ranges), "symmetric": all(math.isclose(-lo, hi, rel_tol=1e-5) for lo, hi in ranges.values())}
+    else:
+        model = train_model.rebuild_fp32(keras, params["model"], model, meta)
+    summary = train_model.save_outputs(out, model, history, seconds, inputs["data"], f"fine-tune ({mode})")
+    return {**summary, "mode": mode, **extra}

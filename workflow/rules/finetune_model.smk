@@ -1,0 +1,9 @@
+# Fine-tuning after training: fp32, mixed precision, or quantization-aware (QAT) -> learned int8 ranges.
+rule finetune_model:
+    input: upstream("finetune_model")
+    output: node_output("finetune_model")
+    log: node_log("finetune_model")
+    threads: 2
+    resources:
+        mem_mb=4000,
+    shell: STAGE_COMMAND
