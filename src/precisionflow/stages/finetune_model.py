@@ -6,7 +6,6 @@ and, for QAT, the activation ranges the quantizers learned (qat_ranges.json, key
 layer; export_onnx maps them to ONNX tensor names).
 """
 
-import json
 import math
 import time
 from pathlib import Path
@@ -53,7 +52,8 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         write_json_atomic(out / "qat_ranges.json", {"model_name": model.name, "input_key": qat.INPUT_KEY,
                                                     "ranges": {k: list(v) for k, v in ranges.items()}})
         model = qat.strip(trainable, _load(keras, inputs, params, meta, "float32"))
-        extra = {"learned_ranges": len(ranges), "symmetric": all(math.isclose(-lo, hi, rel_tol=1e-5) for lo, hi in ranges.values())}
+        activations = [bounds for layer, bounds in ranges.items() if layer != qat.INPUT_KEY]
+        extra = {"learned_ranges": len(ranges), "activations_symmetric": all(math.isclose(-lo, hi, rel_tol=1e-5) for lo, hi in activations)}
     else:
         model = train_model.rebuild_fp32(keras, params["model"], model, meta)
     summary = train_model.save_outputs(out, model, history, seconds, inputs["data"], f"fine-tune ({mode})")

@@ -1,0 +1,100 @@
+"""Training, mixed precision, QAT fine-tuning and export with real TensorFlow on tiny models (slow)."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from precisionflow.config.compose import expand
+from precisionflow.errors import StageError
+from precisionflow.runner import run_node
+
+pytestmark = pytest.mark.slow
+
+
+def node(stage, node_id, params, inputs=None):
+    return f"{stage}/{node_id}", {"stage": stage, "id": node_id, "params": params, "inputs": inputs or {}}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    results = tmp_path_factory.mktemp("training") / "results"
+    [cfg] = expand(["dataset.max_samples=400", "train.epochs=2"])
+    plan = {"results_dir": str(results), "nodes": dict([node("prepare_dataset", "d1", cfg["dataset"])])}
+    run_node(plan, "prepare_dataset/d1")
+    return plan, cfg
+
+
+def train_and_export(workspace, name, train_overrides):
+    plan, cfg = workspace
+    train = dict(cfg["train"], **train_overrides)
+    key, spec = node("train_model", f"t-{name}", {"model": cfg["model"], "train": train}, {"data": "prepare_dataset/d1"})
+    plan["nodes"][key] = spec
+    trained = run_node(plan, key)
+    export_key, export_spec = node("export_onnx", f"x-{name}", cfg["export"], {"model": key, "data": "prepare_dataset/d1"})
+    plan["nodes"][export_key] = export_spec
+    return trained, run_node(plan, export_key)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_training_exports_an_onnx_that_matches_keras(workspace, policy):
+    trained, exported = train_and_export(workspace, policy, {"precision_policy": policy})
+    assert trained["summary"]["test_accuracy"] > 0.3  # chance is 0.1
+    assert exported["summary"]["max_abs_diff_vs_keras"] < 1e-3
+    graph = onnx.load(str(__import__("pathlib").Path(workspace[0]["results_dir"]) / "export_onnx" / f"x-{policy}" / "model.onnx"))
+    assert {init.data_type for init in graph.graph.initializer} <= {onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.INT32}
+
+
+def test_diverging_loss_names_epoch_and_step(workspace):
+    with pytest.raises(StageError, match=r"at epoch 1, step \d+"):
+        train_and_export(workspace, "nan", {"optimizer": "sgd", "learning_rate": 1e38})
+
+
+def test_qat_ranges_are_symmetric_and_map_to_real_tensors(workspace):
+    plan, cfg = workspace
+    train_and_export(workspace, "base", {})
+    finetune = dict(cfg["finetune"], mode="qat", epochs=1)
+    key, spec = node("finetune_model", "qat", {"finetune": finetune, "model": cfg["model"]},
+                     {"model": "train_model/t-base", "data": "prepare_dataset/d1"})
+    plan["nodes"][key] = spec
+    summary = run_node(plan, key)["summary"]
+    assert summary["activations_symmetric"] is True
+    results = __import__("pathlib").Path(plan["results_dir"])
+    learned = json.loads((results / key / "qat_ranges.json").read_text())["ranges"]
+    # every quantized activation: the model input, each conv/dense output; the logits layer stays float
+    assert set(learned) == {"__input__", "conv0", "conv1", "dense"}
+    export_key, export_spec = node("export_onnx", "x-qat", cfg["export"], {"model": key, "data": "prepare_dataset/d1"})
+    plan["nodes"][export_key] = export_spec
+    run_node(plan, export_key)
+    mapped = json.loads((results / export_key / "qat_tensor_ranges.json").read_text())
+    graph = onnx.load(str(results / export_key / "model.onnx"))
+    tensors = {t for n in graph.graph.node for t in n.output} | {i.name for i in graph.graph.input}
+    assert len(mapped["ranges"]) == 4 and set(mapped["ranges"]) <= tensors and mapped["unmapped_layers"] == []
+    assert "small_cnn/conv0/Relu:0" in mapped["ranges"]  # conv0's fused ReLU output
+
+
+def test_models_build_and_user_files_load_safely(tmp_path):
+    from precisionflow import models
+    from precisionflow.errors import DataError
+    from precisionflow.tfenv import import_tensorflow
+
+    _, keras = import_tensorflow()
+    base = {"width": 0.5, "filters": [8], "dense_units": 8, "dropout": 0.0, "stages": 2, "blocks_per_stage": 1,
+            "weights": None, "path": None, "trust": False}
+    resnet = models.build(keras, dict(base, name="resnet_mini"), (16, 16, 3), 4)
+    assert any(type(layer).__name__ == "Add" for layer in resnet.layers) and resnet.output_shape == (None, 4)
+    mobile = models.build(keras, dict(base, name="mobilenet_v2"), (32, 32, 3), 5)
+    assert mobile.output_shape == (None, 5)
+    saved = tmp_path / "user.keras"
+    models.build(keras, dict(base, name="small_cnn"), (8, 8, 1), 3).save(saved)
+    replaced = models.build(keras, dict(base, name="keras_file", path=str(saved)), (8, 8, 1), 7)
+    assert replaced.output_shape == (None, 7)
+    inputs = keras.Input((4,))
+    risky = keras.Model(inputs, keras.layers.Lambda(lambda x: x * 2)(inputs))
+    risky.save(tmp_path / "lambda.keras")
+    with pytest.raises(ValueError, match="safe_mode"):
+        models.build(keras, dict(base, name="keras_file", path=str(tmp_path / "lambda.keras")), (4,), 3)
+    risky.save(tmp_path / "lambda.h5")
+    with pytest.raises(DataError, match="Lambda layer"):
+        models.build(keras, dict(base, name="keras_file", path=str(tmp_path / "lambda.h5")), (4,), 3)
