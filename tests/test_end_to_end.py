@@ -63,7 +63,11 @@ def test_mlflow_holds_one_parent_and_one_child_per_engine(first_run):
     results, _ = first_run
     runs = mlflow_runs(results)
     children = runs[runs["tags.mlflow.parentRunId"].notna()]
-    assert len(runs) == 4 and len(children) == 3
+    training = runs[runs["tags.precisionflow.node"].str.startswith("small_cnn")]
+    assert len(training) == 1 and training.iloc[0]["metrics.val_accuracy"] > 0.5  # curves logged per epoch
+    children = children[children["tags.precision"].notna()]
+    assert len(runs) == 5 and len(children) == 3
+    assert children["tags.training_run.train_model"].eq(training.iloc[0]["run_id"]).all()
     assert set(children["tags.precision"]) == {"fp32", "fp16", "int8"}
     int8 = children[children["tags.precision"] == "int8"].iloc[0]
     assert int8["metrics.worst_sqnr_db"] > 0
@@ -93,7 +97,7 @@ def test_relogging_does_not_duplicate_runs(first_run):
     [track] = results.glob("track_mlflow/*")
     shutil.rmtree(track)
     assert executed(run_cli(results)) == 1
-    assert len(mlflow_runs(results)) == 4
+    assert len(mlflow_runs(results)) == 5
 
 
 def test_evaluation_change_reruns_only_evaluation_side(first_run):
@@ -102,5 +106,5 @@ def test_evaluation_change_reruns_only_evaluation_side(first_run):
     # 3 evaluate_engine + report + track_mlflow; data, training, export, graphs and engines reused.
     assert executed(output) == 5
     runs = mlflow_runs(results)
-    assert len(runs) == 8  # a second sweep: its own parent and three children
+    assert len(runs) == 10  # a second sweep: its own parent, three engine children and a training run
     assert executed(run_cli(results)) == 0  # flipping back is instant

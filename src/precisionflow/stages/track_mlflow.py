@@ -67,6 +67,29 @@ def artifacts(eval_dir: Path, lineage) -> List[Path]:
     return found
 
 
+TRAINING_STAGES = ("train_model", "finetune_model")
+
+
+def log_training(client, experiment_id: str, parent_id: str, results: Path, record: Dict[str, Any]) -> str:
+    """A run per training/fine-tuning node with its per-epoch curves; returns its run id."""
+    from mlflow.entities import Metric, Param
+
+    name = f"{record['stage']}-{record['id']}"
+    run, _ = tracking.get_or_create_run(client, experiment_id, {tracking.NODE_TAG: record["id"]}, name, parent_id)
+    run_id = run.info.run_id
+    if run.data.tags.get(tracking.COMPLETE_TAG) == "1":
+        return run_id
+    folder = results / record["stage"] / record["id"]
+    history = read_json(folder / "history.json")
+    metrics = [Metric(key, float(value), 0, step) for key, values in history.items() for step, value in enumerate(values, 1)]
+    params = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in tracking.flatten(record["params"], record["stage"])]
+    client.log_batch(run_id, metrics=metrics, params=params)
+    client.log_artifact(run_id, str(folder / "curves.png"))
+    client.set_tag(run_id, tracking.COMPLETE_TAG, "1")
+    client.set_terminated(run_id)
+    return run_id
+
+
 def log_child(client, experiment_id: str, parent_id: str, eval_dir: Path, commit: str) -> bool:
     """Log one engine's run unless an earlier, complete logging of it exists; True if logged now."""
     from mlflow.entities import Metric, Param, RunTag
@@ -80,6 +103,9 @@ def log_child(client, experiment_id: str, parent_id: str, eval_dir: Path, commit
     run_id = run.info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in child_params(lineage).items()])
     values = {**child_metrics(metrics), **graph_metrics(lineage)}
+    training_runs = {f"training_run.{stage}": log_training(client, experiment_id, parent_id, eval_dir.parent.parent, lineage[stage])
+                     for stage in TRAINING_STAGES if stage in lineage}
+    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in training_runs.items()])
     client.log_batch(run_id, metrics=[Metric(k, v, 0, 0) for k, v in values.items()],
                      tags=[RunTag(k, v) for k, v in child_tags(lineage, metrics, commit).items()])
     for artifact in artifacts(eval_dir, lineage):
