@@ -14,6 +14,7 @@ include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/quantize_onnx.smk"
 include: "workflow/rules/build_engine.smk"
 include: "workflow/rules/evaluate_engine.smk"
+include: "workflow/rules/benchmark_framework.smk"
 include: "workflow/rules/track_mlflow.smk"
 include: "workflow/rules/report.smk"
 

@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 TINY = ["dataset.max_samples=700", "train.epochs=4", "precisions=[fp32,fp16,int8]", "calibration.num_samples=128", "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01",
-        "evaluate.timing_batch_sizes=[1,8]"]
+        "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2", "evaluate.streams=[2]"]
 
 
 def run_cli(results: Path, *overrides: str) -> str:
@@ -48,9 +48,10 @@ def first_run(tmp_path_factory):
 
 def test_first_run_produces_sane_table(first_run):
     results, output = first_run
-    assert executed(output) == 15
+    assert executed(output) == 16
     rows = summary_rows(results)
-    assert set(rows) == {"fp32", "fp16", "int8"}
+    assert set(rows) == {"fp32", "fp16", "int8", "tensorflow"}
+    assert float(rows["fp32"]["x_tf_b1"]) > 0 and float(rows["fp32"]["sps_streams"]) > 0
     assert float(rows["fp32"]["top1"]) > 0.5  # chance is 0.1
     assert float(rows["fp16"]["agreement"]) >= 0.99
     # Measured on this configuration: int8 top-1 equal to fp32's (see README); 2 points allowed.
@@ -103,8 +104,9 @@ def test_relogging_does_not_duplicate_runs(first_run):
 def test_evaluation_change_reruns_only_evaluation_side(first_run):
     results, _ = first_run
     output = run_cli(results, "evaluate.min_iterations=12")
-    # 3 evaluate_engine + report + track_mlflow; data, training, export, graphs and engines reused.
-    assert executed(output) == 5
+    # 3 evaluate_engine + the TF baseline (timed with the same settings) + report + track_mlflow;
+    # data, training, export, calibration, graphs and engines are reused.
+    assert executed(output) == 6
     runs = mlflow_runs(results)
     assert len(runs) == 10  # a second sweep: its own parent, three engine children and a training run
     assert executed(run_cli(results)) == 0  # flipping back is instant

@@ -6,7 +6,7 @@ from precisionflow.config.compose import expand
 
 def _plan(overrides, multirun=False, versions=None):
     builder = planning.PlanBuilder(versions)
-    evals = [ev for point in expand(overrides, multirun) for ev in builder.add_point(point)]
+    evals = [ev for point in expand(overrides, multirun) for ev in builder.add_point(point)[0]]
     return builder.nodes, evals
 
 
@@ -16,9 +16,9 @@ def test_same_config_gives_same_ids():
 
 def test_changing_an_evaluation_parameter_changes_only_evaluation_nodes():
     before, _ = _plan([])
-    after, _ = _plan(["evaluate.duration_s=0.5"])
+    after, _ = _plan(["evaluate.duration_s=0.7"])
     changed = {key.split("/")[0] for key in set(after) - set(before)}
-    assert changed == {"evaluate_engine"}
+    assert changed == {"evaluate_engine", "benchmark_framework"}  # both time with the evaluate settings
 
 
 def test_changing_a_training_parameter_keeps_the_data_node():
@@ -32,7 +32,7 @@ def test_sweep_nodes_are_deduplicated():
     nodes, evals = _plan(["train.epochs=2,4", "precisions=[fp32,fp16]"], multirun=True)
     counts = Counter(key.split("/")[0] for key in nodes)
     assert counts == {"prepare_dataset": 1, "train_model": 2, "export_onnx": 2, "quantize_onnx": 4,
-                      "build_engine": 4, "evaluate_engine": 4}
+                      "build_engine": 4, "evaluate_engine": 4, "benchmark_framework": 2}
     assert len(evals) == 4
 
 
@@ -80,7 +80,7 @@ def test_build_plan_has_one_report_and_one_tracking_node(tmp_path):
     finals = [key.split("/")[0] for key in built["final"]]
     assert sorted(finals) == ["report", "track_mlflow"]
     report = built["nodes"][built["report"]]
-    assert len(report["inputs"]) == 8  # 2 trainings x (fp32, fp16, int8, int8_qat)
+    assert len(report["inputs"]) == 10  # 2 trainings x (fp32, fp16, int8, int8_qat) + 2 framework baselines
 
 
 def test_plan_file_is_content_addressed(tmp_path):
@@ -108,3 +108,9 @@ def test_finetune_settings_do_not_touch_plans_that_do_not_finetune():
     before, _ = _plan(["precisions=[fp32,fp16]"])
     after, _ = _plan(["precisions=[fp32,fp16]", "finetune.epochs=7"])
     assert set(before) == set(after)
+
+
+def test_accuracy_batch_size_does_not_retime_the_framework():
+    before, _ = _plan([])
+    after, _ = _plan(["evaluate.batch_size=16"])
+    assert {key.split("/")[0] for key in set(after) - set(before)} == {"evaluate_engine"}

@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -31,9 +31,10 @@ STAGE_SOURCES: Dict[str, List[str]] = {
     "calibrate": ["stages/calibrate.py", "stages/quantize_onnx.py"] + _QUANT + _DATA,
     "quantize_onnx": ["stages/quantize_onnx.py"] + _QUANT + _DATA,
     "build_engine": ["stages/build_engine.py"] + _BACKENDS,
-    "evaluate_engine": ["stages/evaluate_engine.py", "timing.py"] + _BACKENDS + _DATA,
-    "track_mlflow": ["stages/track_mlflow.py", "tracking.py"],
-    "report": ["stages/report.py"],
+    "evaluate_engine": ["stages/evaluate_engine.py", "speed.py", "timing.py"] + _BACKENDS + _DATA,
+    "benchmark_framework": ["stages/benchmark_framework.py", "speed.py", "timing.py", "tfenv.py"] + _DATA,
+    "track_mlflow": ["stages/track_mlflow.py", "stages/report.py", "tracking.py", "compare.py"],
+    "report": ["stages/report.py", "compare.py"],
 }
 STAGE_ORDER = list(STAGE_SOURCES)
 
@@ -100,8 +101,8 @@ class PlanBuilder:
         self.nodes.setdefault(node.key, node)
         return self.nodes[node.key]
 
-    def add_point(self, cfg: Dict[str, Any]) -> List[Node]:
-        """Add one configuration's chain; return its evaluate_engine nodes."""
+    def add_point(self, cfg: Dict[str, Any]) -> Tuple[List[Node], List[Node]]:
+        """Add one configuration's chain; return its evaluate_engine and benchmark_framework nodes."""
         data = self.add("prepare_dataset", cfg["dataset"]["name"], self.data_params(cfg["dataset"]), {})
         model = trained = self.add(
             "train_model",
@@ -116,7 +117,14 @@ class PlanBuilder:
         for precision in cfg["precisions"]:  # int8_mixed needs the int8 graph's report: order matters
             graphs[precision] = self._add_graph(cfg, precision, onnx, data, graphs, trained)
         # Every engine is compared with the same fp32 reference: the main path's exported model.
-        return [ev for precision in cfg["precisions"] for ev in self._add_engines(cfg, precision, graphs[precision], onnx, data)]
+        evaluations = [ev for p in cfg["precisions"] for ev in self._add_engines(cfg, p, graphs[p], onnx, data)]
+        return evaluations, [self._add_framework(cfg, target, model, data) for target in cfg["targets"]]
+
+    def _add_framework(self, cfg, target: str, model: Node, data: Node) -> Node:
+        timing = {k: v for k, v in cfg["evaluate"].items() if k != "batch_size"}
+        params = {"evaluate": timing, "target": target, "target_def": cfg["target_defs"][target],
+                  "threads": cfg["engine"]["intra_op_threads"]}
+        return self.add("benchmark_framework", f"tf-{target}", params, {"model": model, "data": data})
 
     def _add_finetune(self, cfg, finetune: Dict[str, Any], model: Node, data: Node) -> Node:
         slug = f"{finetune['mode']}-e{finetune['epochs']}"
@@ -164,18 +172,18 @@ class PlanBuilder:
 def build_plan(points: List[Dict[str, Any]], results_dir: str) -> Dict[str, Any]:
     """All sweep points -> {nodes, targets}: the document the Snakefile executes."""
     builder = PlanBuilder(cache_dir=Path(results_dir) / ".cache")
-    all_evals: Dict[str, Node] = {}
-    evals_by_tracking: Dict[str, Dict[str, Node]] = {}
+    measured: Dict[str, Node] = {}  # evaluate_engine and benchmark_framework nodes of the sweep
+    measured_by_tracking: Dict[str, Dict[str, Node]] = {}
     for cfg in points:
-        evals = builder.add_point(cfg)
-        all_evals.update({ev.key: ev for ev in evals})
+        evals, frameworks = builder.add_point(cfg)
+        point = {node.key: node for node in evals + frameworks}
+        measured.update(point)
         if cfg["tracking"]["enabled"]:
-            tracking_key = json.dumps(cfg["tracking"], sort_keys=True)
-            evals_by_tracking.setdefault(tracking_key, {}).update({ev.key: ev for ev in evals})
-    report = _add_aggregate(builder, "report", "sweep", {}, all_evals)
+            measured_by_tracking.setdefault(json.dumps(cfg["tracking"], sort_keys=True), {}).update(point)
+    report = _add_aggregate(builder, "report", "sweep", {}, measured)
     final = [report]
-    for tracking_key, evals in evals_by_tracking.items():
-        final.append(_add_aggregate(builder, "track_mlflow", "sweep", json.loads(tracking_key), evals))
+    for tracking_key, nodes in measured_by_tracking.items():
+        final.append(_add_aggregate(builder, "track_mlflow", "sweep", json.loads(tracking_key), nodes))
     return {
         "results_dir": results_dir,
         "nodes": {key: node.to_json() for key, node in builder.nodes.items()},
@@ -184,9 +192,12 @@ def build_plan(points: List[Dict[str, Any]], results_dir: str) -> Dict[str, Any]
     }
 
 
-def _add_aggregate(builder: PlanBuilder, stage: str, slug: str, params, evals: Dict[str, Node]) -> Node:
-    # Inputs are numbered in a sorted order so the same set of engines gives the same node id.
-    inputs = {f"eval{i:05d}": evals[key] for i, key in enumerate(sorted(evals))}
+def _add_aggregate(builder: PlanBuilder, stage: str, slug: str, params, measured: Dict[str, Node]) -> Node:
+    # Inputs are numbered in a sorted order so the same set of nodes gives the same node id.
+    evals = sorted(key for key in measured if key.startswith("evaluate_engine/"))
+    frameworks = sorted(key for key in measured if key.startswith("benchmark_framework/"))
+    inputs = {f"eval{i:05d}": measured[key] for i, key in enumerate(evals)}
+    inputs.update({f"framework{i:05d}": measured[key] for i, key in enumerate(frameworks)})
     return builder.add(stage, f"{slug}-{len(evals)}engines", params, inputs)
 
 

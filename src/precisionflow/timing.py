@@ -11,6 +11,7 @@ from typing import Callable, Dict, List, Sequence
 import numpy as np
 
 PERCENTILES = (50, 90, 95, 99)
+NOISY_CV_PERCENT = 5.0
 
 
 def percentile(sorted_values: Sequence[float], pct: float) -> float:
@@ -48,3 +49,60 @@ def summarize(latencies_s: Sequence[float], batch_size: int) -> Dict[str, float]
     }
     stats.update({f"p{pct}_ms": 1000 * percentile(ordered, pct) for pct in PERCENTILES})
     return stats
+
+
+def repeated_windows(run_once: Callable[[], object], batch_size: int, settings: Dict) -> Dict[str, float]:
+    """`repeats` timed windows after one warm-up: percentiles over all runs, plus the spread.
+
+    cv_percent is the coefficient of variation of the windows' mean latencies; a comparison
+    whose difference is within a few CVs is noise, and `noisy` flags CV above NOISY_CV_PERCENT.
+    """
+    windows = []
+    for index in range(settings["repeats"]):
+        warmup = settings["warmup_s"] if index == 0 else 0.0
+        windows.append(time_runs(run_once, warmup, settings["duration_s"], settings["min_iterations"]))
+    pooled = summarize([t for window in windows for t in window], batch_size)
+    means = np.array([np.mean(window) for window in windows])
+    pooled["window_mean_ms"] = [round(1000 * float(m), 5) for m in means]
+    pooled["cv_percent"] = float(100 * means.std() / means.mean()) if len(means) > 1 else 0.0
+    pooled["noisy"] = pooled["cv_percent"] > NOISY_CV_PERCENT
+    return pooled
+
+
+def concurrent_streams(run_fns: List[Callable[[], object]], batch_size: int, warmup_s: float, duration_s: float) -> Dict[str, float]:
+    """Aggregate throughput of len(run_fns) streams, each a thread driving its own engine instance.
+
+    The backends release the GIL while they compute, so the threads run concurrently -- the
+    "N video streams on one GPU/CPU" case. Every stream warms up, then all run for the same window.
+    """
+    import threading
+
+    counts = [0] * len(run_fns)
+    latencies: List[List[float]] = [[] for _ in run_fns]
+    barrier = threading.Barrier(len(run_fns) + 1)
+
+    def stream(index: int) -> None:
+        run_once = run_fns[index]
+        warm_until = time.perf_counter() + warmup_s
+        run_once()
+        while time.perf_counter() < warm_until:
+            run_once()
+        barrier.wait()
+        window_end = time.perf_counter() + duration_s
+        while time.perf_counter() < window_end:
+            start = time.perf_counter()
+            run_once()
+            latencies[index].append(time.perf_counter() - start)
+            counts[index] += 1
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(len(run_fns))]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    every = sorted(t for stream_latencies in latencies for t in stream_latencies)
+    return {"streams": len(run_fns), "throughput_sps": batch_size * sum(counts) / wall,
+            "p50_ms": 1000 * percentile(every, 50), "p99_ms": 1000 * percentile(every, 99), "iterations": sum(counts)}

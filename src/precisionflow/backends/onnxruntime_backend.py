@@ -133,6 +133,7 @@ class OrtEngine:
         self.description = description
         self.input_name = session.get_inputs()[0].name
         self.output_name = session.get_outputs()[0].name
+        self.has_device_copies = description["device"] == "cuda"
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         return self.session.run([self.output_name], {self.input_name: batch})[0]

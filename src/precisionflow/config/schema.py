@@ -156,8 +156,13 @@ class EvaluateConf:
     batch_size: int = 64
     timing_batch_sizes: List[int] = field(default_factory=lambda: [1, 32])
     warmup_s: float = 0.2
-    duration_s: float = 1.0
+    duration_s: float = 0.5
     min_iterations: int = 10
+    # Timed windows per batch size; their spread (CV) says how far figures can be trusted.
+    repeats: int = 3
+    # Concurrent streams (each its own engine instance and thread), at stream_batch_size each.
+    streams: List[int] = field(default_factory=lambda: [4])
+    stream_batch_size: int = 1
 
 
 @dataclass

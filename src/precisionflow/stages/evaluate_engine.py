@@ -2,8 +2,9 @@
 
 Accuracy on the whole test split, per class, and per-sample agreement with the fp32 Keras
 reference (the samples whose prediction flipped are listed in flipped.csv); latency and
-throughput at each timing batch size, measured like trtexec (timing.py). Imports numpy and the
-engine's backend only.
+throughput at each timing batch size and with concurrent streams, measured like trtexec
+(speed.py, timing.py). Imports numpy and the engine's backend only, so it also runs on a GPU
+machine without TensorFlow.
 """
 
 import csv
@@ -12,7 +13,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-from precisionflow import timing
+from precisionflow import speed
 from precisionflow.backends import get_backend
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
 from precisionflow.stages import prepare_dataset
@@ -48,20 +49,6 @@ def write_flipped(path: Path, logits, reference_logits, labels) -> None:
             writer.writerow([int(index), int(labels[index]), int(reference[index]), int(predicted[index])])
 
 
-def timing_batch(images: np.ndarray, batch_size: int) -> np.ndarray:
-    repeats = -(-batch_size // len(images))
-    return np.ascontiguousarray(np.concatenate([images] * repeats)[:batch_size])
-
-
-def measure_speed(engine, images: np.ndarray, settings: Dict[str, Any]) -> Dict[str, Dict[str, float]]:
-    speed = {}
-    for batch_size in settings["timing_batch_sizes"]:
-        run_once = engine.prepare(timing_batch(images, batch_size))
-        latencies = timing.time_runs(run_once, settings["warmup_s"], settings["duration_s"], settings["min_iterations"])
-        speed[str(batch_size)] = timing.summarize(latencies, batch_size)
-    return speed
-
-
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
     engine_node = read_node(inputs["engine"])
     description = read_json(inputs["engine"] / "engine.json")
@@ -73,8 +60,8 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     logits = predict(engine, images, params["evaluate"]["batch_size"])
     metrics = accuracy_report(logits, reference_logits, labels, class_names)
     write_flipped(out / "flipped.csv", logits, reference_logits, labels)
-    metrics["speed"] = measure_speed(engine, images, params["evaluate"])
-    metrics["copies_included"] = description["device"] != "cuda"
+    load = lambda: backend.load(inputs["engine"], description, engine_node["params"]["target_def"])
+    metrics["speed"] = speed.measure(load, images, params["evaluate"])
     metrics.update({"precision": params["precision"], "target": params["target"], "engine": description})
     write_json_atomic(out / "metrics.json", metrics)
     return {key: metrics[key] for key in ("top1", "agreement", "flipped", "precision", "target")}

@@ -1,47 +1,86 @@
-"""report: one row per evaluated engine -> summary.csv and a printed comparison table."""
+"""report: one row per evaluated engine (and per framework baseline) -> summary.csv, a printed
+comparison table, and speed-ups over the TensorFlow baseline measured in the same run."""
 
 import csv
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-from precisionflow.nodeio import ancestors, read_json
+from precisionflow.compare import speedups
+from precisionflow.nodeio import ancestors, read_json, read_node
 
 PACKAGES = ()
-COLUMNS = ["model", "precision", "target", "device", "top1", "agreement", "flipped",
-           "p50_ms_b1", "p99_ms_b1", "throughput_sps", "at_batch", "engine_kb", "evaluate_node"]
+COLUMNS = ["model", "precision", "target", "device", "top1", "agreement", "flipped", "p50_ms_b1", "p99_ms_b1",
+           "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams", "x_tf_b1", "x_tf_bmax",
+           "x_tf_streams", "engine_kb", "node"]
 
 
-def row_for(eval_dir: Path) -> Dict[str, Any]:
-    lineage = ancestors(eval_dir)
-    metrics = read_json(eval_dir / "metrics.json")
-    speed = metrics["speed"]
-    largest = max(speed, key=int)
-    single = speed.get("1", speed[min(speed, key=int)])
+def reference_model(eval_dir: Path) -> str:
+    """The model node (train or fine-tune) behind the fp32 reference of an evaluation."""
+    results = eval_dir.parent.parent
+    return read_node(results / read_node(eval_dir)["inputs"]["reference"])["inputs"]["model"]
+
+
+def speed_columns(speed: Dict[str, Any], baseline: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    batch, streams = speed["batch"], speed["streams"]
+    smallest, largest = min(batch, key=int), max(batch, key=int)
+    most = max(streams, key=int) if streams else None
+    ratios = speedups(speed, baseline) if baseline else {}
+    ratio = lambda key: round(ratios[key], 2) if key in ratios else ""
     return {
-        "model": lineage["train_model"]["id"],
-        "precision": metrics["precision"],
-        "target": metrics["target"],
-        "device": metrics["engine"]["device"],
-        "top1": round(metrics["top1"], 4),
-        "agreement": round(metrics["agreement"], 4),
-        "flipped": metrics["flipped"],
-        "p50_ms_b1": round(single["p50_ms"], 4),
-        "p99_ms_b1": round(single["p99_ms"], 4),
-        "throughput_sps": round(speed[largest]["throughput_sps"], 1),
-        "at_batch": int(largest),
-        "engine_kb": round(metrics["engine"]["engine_bytes"] / 1024, 1),
-        "evaluate_node": eval_dir.name,
+        "p50_ms_b1": round(batch[smallest]["p50_ms"], 4), "p99_ms_b1": round(batch[smallest]["p99_ms"], 4),
+        "cv_pct_b1": round(batch[smallest]["cv_percent"], 1), "sps_b1": round(batch[smallest]["throughput_sps"], 1),
+        "sps_bmax": round(batch[largest]["throughput_sps"], 1), "bmax": int(largest),
+        "sps_streams": round(streams[most]["throughput_sps"], 1) if most else "", "streams": most or "",
+        "x_tf_b1": ratio(f"b{smallest}"), "x_tf_bmax": ratio(f"b{largest}"), "x_tf_streams": ratio(f"s{most}"),
     }
 
 
+def engine_row(eval_dir: Path, baselines: Dict[tuple, Dict[str, Any]]) -> Dict[str, Any]:
+    metrics = read_json(eval_dir / "metrics.json")
+    baseline = baselines.get((reference_model(eval_dir), metrics["target"]))
+    return {
+        "model": ancestors(eval_dir)["train_model"]["id"], "precision": metrics["precision"], "target": metrics["target"],
+        "device": metrics["engine"]["device"], "top1": round(metrics["top1"], 4), "agreement": round(metrics["agreement"], 4),
+        "flipped": metrics["flipped"], **speed_columns(metrics["speed"], baseline),
+        "engine_kb": round(metrics["engine"]["engine_bytes"] / 1024, 1), "node": eval_dir.name,
+    }
+
+
+def framework_row(framework_dir: Path) -> Dict[str, Any]:
+    metrics = read_json(framework_dir / "metrics.json")
+    row = {column: "" for column in COLUMNS}
+    row.update({"model": ancestors(framework_dir)["train_model"]["id"], "precision": "tensorflow",
+                "target": metrics["target"], "device": metrics["device"], "node": framework_dir.name})
+    row.update({k: v for k, v in speed_columns(metrics["speed"], None).items() if not k.startswith("x_tf")})
+    return row
+
+
+def load_baselines(framework_dirs: List[Path]) -> Dict[tuple, Dict[str, Any]]:
+    """{(model node key, target): framework speed}."""
+    baselines = {}
+    for folder in framework_dirs:
+        record = read_node(folder)
+        baselines[(record["inputs"]["model"], record["params"]["target"])] = read_json(folder / "metrics.json")["speed"]
+    return baselines
+
+
 def format_table(rows: List[Dict[str, Any]]) -> str:
-    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in COLUMNS} if rows else {c: len(c) for c in COLUMNS}
-    line = lambda values: "  ".join(str(v).ljust(widths[c]) for c, v in zip(COLUMNS, values))
+    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in COLUMNS}
+    line = lambda values: "  ".join(str(v).ljust(widths[c]) for c, v in zip(COLUMNS, values)).rstrip()
     return "\n".join([line(COLUMNS), line(["-" * widths[c] for c in COLUMNS])] + [line([r[c] for c in COLUMNS]) for r in rows])
 
 
+def split_inputs(inputs: Dict[str, Path]):
+    evals = [path for role, path in sorted(inputs.items()) if role.startswith("eval")]
+    frameworks = [path for role, path in sorted(inputs.items()) if role.startswith("framework")]
+    return evals, frameworks
+
+
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    rows = sorted((row_for(path) for path in inputs.values()), key=lambda r: (r["model"], r["target"], r["precision"]))
+    evals, frameworks = split_inputs(inputs)
+    baselines = load_baselines(frameworks)
+    rows = [engine_row(path, baselines) for path in evals] + [framework_row(path) for path in frameworks]
+    rows.sort(key=lambda r: (r["model"], r["target"], r["precision"] == "tensorflow", r["precision"]))
     with open(out / "summary.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
@@ -49,4 +88,4 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     table = format_table(rows)
     (out / "summary.txt").write_text(table + "\n")
     print(table)
-    return {"engines": len(rows)}
+    return {"engines": len(evals), "frameworks": len(frameworks)}

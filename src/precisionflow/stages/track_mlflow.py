@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from precisionflow import tracking
+from precisionflow.compare import speedups
+from precisionflow.stages import report
 from precisionflow.nodeio import ancestors, read_json
 
 PACKAGES = ("mlflow",)
@@ -26,8 +28,10 @@ def child_params(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
 
 def child_metrics(metrics: Dict[str, Any]) -> Dict[str, float]:
     values = {key: float(metrics[key]) for key in ("top1", "agreement", "flipped", "max_abs_logit_diff")}
-    for batch, stats in metrics["speed"].items():
-        values.update({f"b{batch}_{name}": float(v) for name, v in stats.items()})
+    for batch, stats in metrics["speed"]["batch"].items():
+        values.update({f"b{batch}_{name}": float(v) for name, v in stats.items() if isinstance(v, (int, float))})
+    for count, stats in metrics["speed"]["streams"].items():
+        values.update({f"streams{count}_{name}": float(v) for name, v in stats.items() if isinstance(v, (int, float))})
     engine = metrics["engine"]
     values.update({"engine_bytes": float(engine["engine_bytes"]), "build_seconds": float(engine["build_seconds"])})
     return values
@@ -90,7 +94,7 @@ def log_training(client, experiment_id: str, parent_id: str, results: Path, reco
     return run_id
 
 
-def log_child(client, experiment_id: str, parent_id: str, eval_dir: Path, commit: str) -> bool:
+def log_child(client, experiment_id: str, parent_id: str, eval_dir: Path, commit: str, baselines) -> bool:
     """Log one engine's run unless an earlier, complete logging of it exists; True if logged now."""
     from mlflow.entities import Metric, Param, RunTag
 
@@ -103,6 +107,8 @@ def log_child(client, experiment_id: str, parent_id: str, eval_dir: Path, commit
     run_id = run.info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in child_params(lineage).items()])
     values = {**child_metrics(metrics), **graph_metrics(lineage)}
+    baseline = baselines.get((report.reference_model(eval_dir), metrics["target"]))
+    values.update({f"speedup_vs_tf_{key}": ratio for key, ratio in (speedups(metrics["speed"], baseline) if baseline else {}).items()})
     training_runs = {f"training_run.{stage}": log_training(client, experiment_id, parent_id, eval_dir.parent.parent, lineage[stage])
                      for stage in TRAINING_STAGES if stage in lineage}
     client.log_batch(run_id, tags=[RunTag(k, v) for k, v in training_runs.items()])
@@ -116,7 +122,8 @@ def log_child(client, experiment_id: str, parent_id: str, eval_dir: Path, commit
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    eval_dirs: List[Path] = [inputs[role] for role in sorted(inputs)]
+    eval_dirs, framework_dirs = report.split_inputs(inputs)
+    baselines = report.load_baselines(framework_dirs)
     results_dir = eval_dirs[0].parent.parent
     uri = tracking.resolve_uri(params["uri"], results_dir)
     experiment_id = tracking.init_store(uri, params["experiment"], results_dir)
@@ -125,7 +132,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     sweep_id = hashlib.sha256(" ".join(sorted(path.name for path in eval_dirs)).encode()).hexdigest()[:12]
     parent, _ = tracking.get_or_create_run(client, experiment_id, {tracking.SWEEP_TAG: sweep_id}, f"sweep-{sweep_id}")
     commit = tracking.git_commit()
-    logged = sum(log_child(client, experiment_id, parent.info.run_id, path, commit) for path in eval_dirs)
+    logged = sum(log_child(client, experiment_id, parent.info.run_id, path, commit, baselines) for path in eval_dirs)
     client.set_terminated(parent.info.run_id)
     summary = {"tracking_uri": uri, "experiment_id": experiment_id, "parent_run_id": parent.info.run_id,
                "children": len(eval_dirs), "children_logged_now": logged}

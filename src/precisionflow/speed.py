@@ -1,0 +1,38 @@
+"""Speed of anything with prepare(batch) -> run-once callable: engines and the framework baseline.
+
+Per batch size: repeated timed windows (timing.repeated_windows). Per stream count: that many
+independent instances, each in its own thread (timing.concurrent_streams). On a GPU the main
+figures exclude host<->device copies (inputs already on the device, as trtexec 11 reports);
+`batch_with_copies` repeats them with the copies included.
+"""
+
+from typing import Any, Callable, Dict
+
+import numpy as np
+
+from precisionflow import timing
+
+
+def timing_batch(images: np.ndarray, batch_size: int) -> np.ndarray:
+    """`batch_size` test images (repeated if the split is smaller), contiguous float32."""
+    repeats = -(-batch_size // len(images))
+    return np.ascontiguousarray(np.concatenate([images] * repeats)[:batch_size], dtype=np.float32)
+
+
+def measure(load: Callable[[], Any], images: np.ndarray, settings: Dict[str, Any]) -> Dict[str, Any]:
+    engine = load()
+    copies = getattr(engine, "has_device_copies", False)
+    report: Dict[str, Any] = {"batch": {}, "streams": {}, "copies_included": not copies}
+    if copies:
+        report["batch_with_copies"] = {}
+    for size in settings["timing_batch_sizes"]:
+        batch = timing_batch(images, size)
+        report["batch"][str(size)] = timing.repeated_windows(engine.prepare(batch), size, settings)
+        if copies:
+            report["batch_with_copies"][str(size)] = timing.repeated_windows(engine.prepare(batch, include_copies=True), size, settings)
+    stream_batch = timing_batch(images, settings["stream_batch_size"])
+    for count in settings["streams"]:
+        runners = [engine.prepare(stream_batch)] + [load().prepare(stream_batch) for _ in range(count - 1)]
+        report["streams"][str(count)] = timing.concurrent_streams(
+            runners, settings["stream_batch_size"], settings["warmup_s"], settings["duration_s"])
+    return report

@@ -1,0 +1,46 @@
+"""benchmark_framework: the TensorFlow model itself, timed like the engines (speed.py).
+
+One node per (model, target): every engine's speed-up is a ratio of two figures measured in the
+same run on the same machine. The model runs as a tf.function (graph mode, not eager), with the
+same thread count as the engines, so the baseline is the framework at its ordinary best.
+"""
+
+from pathlib import Path
+from typing import Any, Dict
+
+from precisionflow import speed
+from precisionflow.nodeio import write_json_atomic
+from precisionflow.stages import prepare_dataset
+
+PACKAGES = ("tensorflow", "tf-keras", "numpy")
+
+
+class KerasRunner:
+    """The engine interface (prepare -> run-once callable) over a Keras model."""
+
+    has_device_copies = False
+
+    def __init__(self, tf, model):
+        self.tf = tf
+        self.forward = tf.function(lambda x: model(x, training=False))
+
+    def prepare(self, batch, include_copies: bool = False):
+        inputs = self.tf.constant(batch)
+        self.forward(inputs)  # trace once, outside the timed window
+        return lambda: self.forward(inputs).numpy()  # .numpy() waits for the result
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    from precisionflow.tfenv import import_tensorflow
+
+    tf, keras = import_tensorflow()
+    tf.config.threading.set_intra_op_parallelism_threads(params["threads"])
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    load = lambda: KerasRunner(tf, keras.models.load_model(inputs["model"] / "model.keras", compile=False))
+    images, _ = prepare_dataset.load(inputs["data"], "test")
+    measured = speed.measure(load, images, params["evaluate"])
+    devices = [d.device_type for d in tf.config.list_logical_devices()]
+    metrics = {"framework": "tensorflow", "version": tf.__version__, "device": "gpu" if "GPU" in devices else "cpu",
+               "target": params["target"], "threads": params["threads"], "speed": measured}
+    write_json_atomic(out / "metrics.json", metrics)
+    return {"b1_throughput_sps": measured["batch"][min(measured["batch"], key=int)]["throughput_sps"]}
