@@ -25,3 +25,23 @@ def test_time_runs_honours_minimum_iterations():
     latencies = timing.time_runs(lambda: calls.append(1), warmup_s=0.0, duration_s=0.0, min_iterations=25)
     assert len(latencies) == 25
     assert len(calls) >= 26  # at least one warm-up call
+
+
+def test_concurrent_streams_aggregate_throughput_of_independent_streams():
+    import time as clock
+
+    # sleep releases the GIL like an engine run does: 4 streams of 5 ms calls ~ 4 x 200/s
+    stats = timing.concurrent_streams([lambda: clock.sleep(0.005)] * 4, batch_size=1, warmup_s=0.01, duration_s=0.3)
+    assert stats["streams"] == 4
+    assert 500 < stats["throughput_sps"] < 820
+    assert 4.9 < stats["p50_ms"] < 8
+
+
+def test_repeated_windows_report_spread_and_flag_noise():
+    delays = iter([0.001] * 40 + [0.004] * 40 + [0.001] * 1000)
+    import time as clock
+
+    settings = {"repeats": 2, "warmup_s": 0.0, "duration_s": 0.0, "min_iterations": 40}
+    stats = timing.repeated_windows(lambda: clock.sleep(next(delays)), 1, settings)
+    assert len(stats["window_mean_ms"]) == 2
+    assert stats["cv_percent"] > 20 and stats["noisy"] is True

@@ -22,7 +22,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 _COMMON = ["runner.py", "nodeio.py"]
 _DATA = ["stages/prepare_dataset.py", "datasets/image_folder.py"]
 _QUANT = ["quant/cache.py", "quant/qdq.py", "quant/reader.py", "quant/layer_error.py"]
-_BACKENDS = ["backends/__init__.py", "backends/onnxruntime_backend.py"]
+_BACKENDS = ["backends/__init__.py", "backends/devices.py", "backends/onnxruntime_backend.py", "backends/tensorrt_backend.py"]
 STAGE_SOURCES: Dict[str, List[str]] = {
     "prepare_dataset": _DATA,
     "train_model": ["stages/train_model.py", "models.py", "tfenv.py"] + _DATA,
@@ -161,12 +161,25 @@ class PlanBuilder:
     def _add_engines(self, cfg, precision: str, graph: Node, onnx: Node, data: Node) -> List[Node]:
         evaluations = []
         for target in cfg["targets"]:
-            engine_params = {"engine": cfg["engine"], "target": target, "target_def": cfg["target_defs"][target]}
+            engine_params = {"engine": engine_settings(cfg["engine"]), "target": target, "target_def": cfg["target_defs"][target]}
             engine = self.add("build_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", engine_params, {"graph": graph})
             eval_params = {"evaluate": cfg["evaluate"], "precision": precision, "target": target}
             inputs = {"engine": engine, "data": data, "reference": onnx}
             evaluations.append(self.add("evaluate_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", eval_params, inputs))
         return evaluations
+
+
+# The engine settings each backend reads; the others do not enter its engines' ids.
+BACKEND_SETTINGS = {
+    "onnxruntime": ("backend", "optimization_level", "intra_op_threads"),
+    "tensorrt": ("backend", "intra_op_threads", "trt_builder_optimization_level", "trt_workspace_mb", "min_batch",
+                 "opt_batch", "max_batch", "min_spatial", "opt_spatial", "max_spatial", "sparse_weights"),
+}
+
+
+def engine_settings(engine: Dict[str, Any]) -> Dict[str, Any]:
+    keys = BACKEND_SETTINGS.get(engine["backend"], tuple(engine))
+    return {key: engine[key] for key in keys}
 
 
 def build_plan(points: List[Dict[str, Any]], results_dir: str) -> Dict[str, Any]:

@@ -1,7 +1,7 @@
 """Engine backends behind one small interface.
 
 A backend module provides:
-  build(graph_path, out_dir, engine_params, target_def) -> dict   # engine description (engine.json)
+  build(graph_path, out_dir, engine_params, target_def, precision) -> dict   # engine description (engine.json)
   load(engine_dir, description) -> Engine                          # refuses other devices/runtimes
   describe_runtime(target_def) -> dict                             # what this machine would use
 An Engine has run(batch: np.ndarray) -> np.ndarray and `description`.
@@ -11,7 +11,10 @@ import importlib
 
 from precisionflow.errors import ConfigError
 
-BACKENDS = {"onnxruntime": "precisionflow.backends.onnxruntime_backend"}
+BACKENDS = {
+    "onnxruntime": "precisionflow.backends.onnxruntime_backend",
+    "tensorrt": "precisionflow.backends.tensorrt_backend",
+}
 
 
 def get_backend(name: str):

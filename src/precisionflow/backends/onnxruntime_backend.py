@@ -6,14 +6,13 @@ measured engine is exactly the built artifact. Imports only numpy and onnxruntim
 machine (no TensorFlow there) can drive it from a small script.
 """
 
-import platform
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict
 
 import numpy as np
 
+from precisionflow.backends.devices import check_device, cpu_name, gpu_facts
 from precisionflow.errors import ConfigError, EngineMismatchError
 
 ENGINE_FILE = "engine.onnx"
@@ -42,42 +41,13 @@ def resolve_device(target_def: Dict[str, Any]) -> str:
     return device
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def gpu_facts() -> Dict[str, str]:
-    """Name, compute capability and driver of GPU 0 from nvidia-smi (ORT does not report them)."""
-    query = ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader", "-i", "0"]
-    try:
-        name, capability, driver = [s.strip() for s in subprocess.check_output(query, text=True, timeout=20).split(",")]
-        return {"device_name": name, "compute_capability": capability, "driver": driver}
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return {"device_name": "unknown CUDA device", "compute_capability": "unknown", "driver": "unknown"}
-
-
 def describe_runtime(target_def: Dict[str, Any]) -> Dict[str, Any]:
     device = resolve_device(target_def)
     facts = gpu_facts() if device == "cuda" else {"device_name": cpu_name(), "compute_capability": "n/a", "driver": "n/a"}
     return {"backend": "onnxruntime", "backend_version": _ort().__version__, "device": device, **facts}
 
 
-def _check_device(runtime: Dict[str, Any], target_def: Dict[str, Any]) -> None:
-    expected = target_def.get("expect_device") or ""
-    if expected and expected.lower() not in runtime["device_name"].lower():
-        raise EngineMismatchError(
-            f"This target expects a device named like '{expected}', found '{runtime['device_name']}' "
-            f"({runtime['device']}). Run the build on such a machine or use target 'local'."
-        )
-
-
-def _providers(device: str, threads: int):
+def _providers(device: str):
     return [(PROVIDERS["cuda"], {"device_id": 0}), PROVIDERS["cpu"]] if device == "cuda" else [PROVIDERS["cpu"]]
 
 
@@ -100,13 +70,14 @@ def _session_options(level: str, threads: int, save_to: Path = None):
     return options
 
 
-def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target_def: Dict[str, Any]) -> Dict[str, Any]:
+def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target_def: Dict[str, Any],
+          precision: str = "fp32") -> Dict[str, Any]:
     runtime = describe_runtime(target_def)
-    _check_device(runtime, target_def)
+    check_device(runtime, target_def)
     engine_path = Path(out_dir) / ENGINE_FILE
     options = _session_options(engine_params["optimization_level"], engine_params["intra_op_threads"], engine_path)
     started = time.perf_counter()
-    _ort().InferenceSession(str(graph_path), options, providers=_providers(runtime["device"], 1))
+    _ort().InferenceSession(str(graph_path), options, providers=_providers(runtime["device"]))
     build_seconds = time.perf_counter() - started
     return {**runtime, "engine_file": ENGINE_FILE, "engine_bytes": engine_path.stat().st_size,
             "build_seconds": round(build_seconds, 4), "optimization_level": engine_params["optimization_level"],
@@ -155,6 +126,6 @@ def load(engine_dir: Path, description: Dict[str, Any], target_def: Dict[str, An
     threads = threads or description.get("intra_op_threads", 1)
     options = _session_options("disabled", threads)
     session = _ort().InferenceSession(
-        str(Path(engine_dir) / description["engine_file"]), options, providers=_providers(description["device"], threads)
+        str(Path(engine_dir) / description["engine_file"]), options, providers=_providers(description["device"])
     )
     return OrtEngine(session, description)

@@ -174,6 +174,12 @@ def validate(cfg: Dict[str, Any]) -> None:
         raise ConfigError("dataset.path: dataset=image_folder needs the folder of your images; add dataset.path=/path/to/images.")
     if cfg["dataset"]["channels"] not in (1, 3):
         raise ConfigError(f"dataset.channels: expected 1 (grey) or 3 (RGB), found {cfg['dataset']['channels']}.")
+    engine = cfg["engine"]
+    if engine["backend"] == "tensorrt":
+        largest = max(cfg["evaluate"]["timing_batch_sizes"] + [cfg["evaluate"]["batch_size"], cfg["evaluate"]["stream_batch_size"]])
+        if largest > engine["max_batch"]:
+            raise ConfigError(f"engine.max_batch={engine['max_batch']} but evaluation runs batches of {largest}; "
+                              "raise engine.max_batch or lower the evaluate batch sizes.")
     fractions = cfg["dataset"]["val_fraction"] + cfg["dataset"]["test_fraction"]
     if not 0 < fractions < 1:
         raise ConfigError(f"dataset.val_fraction + test_fraction: expected between 0 and 1, found {fractions}.")

@@ -135,10 +135,21 @@ class Int8Conf:
 
 @dataclass
 class EngineConf:
-    backend: str = "onnxruntime"
+    backend: str = "onnxruntime"  # onnxruntime | tensorrt
     # onnxruntime graph optimisation level used when the engine is built: basic | extended | all
     optimization_level: str = "all"
     intra_op_threads: int = 1
+    # TensorRT: builder optimisation level 0-5, workspace, one profile per input (batch range,
+    # and the spatial sizes of dynamic non-batch dims), 2:4 sparse weights.
+    trt_builder_optimization_level: int = 3
+    trt_workspace_mb: int = 4096
+    min_batch: int = 1
+    opt_batch: int = 32
+    max_batch: int = 64
+    min_spatial: List[int] = field(default_factory=list)
+    opt_spatial: List[int] = field(default_factory=list)
+    max_spatial: List[int] = field(default_factory=list)
+    sparse_weights: bool = False
 
 
 @dataclass

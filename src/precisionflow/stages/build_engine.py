@@ -1,4 +1,7 @@
-"""build_engine: one engine per (precision graph, target, engine settings)."""
+"""build_engine: one engine per (precision graph, target, engine settings).
+
+The engine JSON records backend and version, device name, compute capability, driver, precision,
+build time, size and the hash of the graph it was built from; loading checks them."""
 
 from pathlib import Path
 from typing import Any, Dict
@@ -12,10 +15,11 @@ PACKAGES = ("onnx", "onnxruntime")
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
     backend = get_backend(params["engine"]["backend"])
     graph_node = read_node(inputs["graph"])
-    description = backend.build(inputs["graph"] / "model.onnx", out, params["engine"], params["target_def"])
+    precision = graph_node["summary"]["precision"]
+    description = backend.build(inputs["graph"] / "model.onnx", out, params["engine"], params["target_def"], precision)
     description.update({
         "target": params["target"],
-        "precision": graph_node["summary"]["precision"],
+        "precision": precision,
         "graph_sha256": graph_node["summary"]["graph_sha256"],
     })
     write_json_atomic(out / "engine.json", description)

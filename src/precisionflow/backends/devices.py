@@ -1,0 +1,46 @@
+"""What this machine has: CPU model and, through nvidia-smi, GPU name, compute capability, driver.
+
+Neither ONNX Runtime nor TensorRT reports the device name or compute capability, so engines
+record what nvidia-smi says; an engine is refused on a machine that says something else.
+"""
+
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any, Dict
+
+from precisionflow.errors import EngineMismatchError
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_facts(index: int = 0) -> Dict[str, str]:
+    """Name, compute capability and driver of one GPU; 'unknown' fields where nvidia-smi is absent."""
+    query = ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader", "-i", str(index)]
+    try:
+        name, capability, driver = [s.strip() for s in subprocess.check_output(query, text=True, timeout=20).split(",")]
+        return {"device_name": name, "compute_capability": capability, "driver": driver}
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {"device_name": "unknown CUDA device", "compute_capability": "unknown", "driver": "unknown"}
+
+
+def has_nvidia_gpu() -> bool:
+    return gpu_facts()["device_name"] != "unknown CUDA device"
+
+
+def check_device(runtime: Dict[str, Any], target_def: Dict[str, Any]) -> None:
+    """Refuse to build for a target whose expected device is not the one found here."""
+    expected = target_def.get("expect_device") or ""
+    if expected and expected.lower() not in runtime["device_name"].lower():
+        raise EngineMismatchError(
+            f"This target expects a device named like '{expected}', found '{runtime['device_name']}' "
+            f"({runtime['device']}). Run the build on such a machine (see the target's resources) or use target 'local'."
+        )

@@ -1,0 +1,94 @@
+"""The TensorRT backend's pure logic runs everywhere; its runtime needs tensorrt and a GPU."""
+
+from pathlib import Path
+
+import pytest
+
+from precisionflow.backends import get_backend
+from precisionflow.backends import tensorrt_backend as trt_backend
+from precisionflow.errors import ConfigError, EngineMismatchError
+
+ENGINE = {"min_batch": 1, "opt_batch": 32, "max_batch": 64, "min_spatial": [], "opt_spatial": [], "max_spatial": [],
+          "trt_builder_optimization_level": 3, "trt_workspace_mb": 1024, "sparse_weights": False}
+
+
+def test_profiles_cover_batch_range_and_keep_static_dims():
+    shapes = trt_backend.profile_shapes([None, 8, 8, 1], ENGINE)
+    assert shapes == {"min": (1, 8, 8, 1), "opt": (32, 8, 8, 1), "max": (64, 8, 8, 1)}
+
+
+def test_dynamic_spatial_dims_take_configured_sizes():
+    params = dict(ENGINE, min_spatial=[64, 64], opt_spatial=[224, 224], max_spatial=[320, 320])
+    shapes = trt_backend.profile_shapes([None, None, None, 3], params)
+    assert shapes["opt"] == (32, 224, 224, 3) and shapes["max"] == (64, 320, 320, 3)
+
+
+def test_bad_profiles_are_config_errors():
+    with pytest.raises(ConfigError, match="dynamic non-batch dimension"):
+        trt_backend.profile_shapes([None, None, 8, 1], ENGINE)
+    with pytest.raises(ConfigError, match="min <= opt <= max"):
+        trt_backend.profile_shapes([None, 8, 8, 1], dict(ENGINE, opt_batch=128))
+
+
+@pytest.mark.parametrize("version, flags", [("10.14.1.48", ["STRONGLY_TYPED"]), ("11.4.0", [])])
+def test_strongly_typed_flag_only_where_it_exists(version, flags):
+    assert trt_backend.network_flag_names(version) == flags
+
+
+def test_old_tensorrt_is_refused():
+    with pytest.raises(EngineMismatchError, match="expected 10.x or 11.x"):
+        trt_backend.check_version("8.6.1")
+
+
+def test_tf32_cleared_only_for_fp32_and_sparse_on_request():
+    assert trt_backend.builder_flag_changes("fp32", ENGINE) == {"TF32": False}
+    assert trt_backend.builder_flag_changes("fp16", dict(ENGINE, sparse_weights=True)) == {"TF32": True, "SPARSE_WEIGHTS": True}
+
+
+def test_timing_cache_is_keyed_by_gpu_and_exact_version(tmp_path):
+    h100 = trt_backend.timing_cache_path(tmp_path, "NVIDIA H100 80GB HBM3", "10.14.1.48")
+    assert h100 == tmp_path / "trt-timing" / "NVIDIA-H100-80GB-HBM3-trt10.14.1.48.cache"
+    assert h100 != trt_backend.timing_cache_path(tmp_path, "NVIDIA H100 80GB HBM3", "10.14.2.1")
+    assert h100 != trt_backend.timing_cache_path(tmp_path, "NVIDIA A100-SXM4-80GB", "10.14.1.48")
+
+
+def test_engine_metadata_and_provenance_check():
+    gpu = {"device_name": "NVIDIA H200", "compute_capability": "9.0", "driver": "580.1"}
+    profiles = {"image": trt_backend.profile_shapes([None, 8, 8, 1], ENGINE)}
+    described = trt_backend.describe("10.14.1", gpu, "int8", profiles, ENGINE, 12.3, 4096)
+    assert described["profiles"]["image"]["max"] == [64, 8, 8, 1] and described["compute_capability"] == "9.0"
+    trt_backend.check_provenance(described, "10.14.1", gpu, "eng")
+    with pytest.raises(EngineMismatchError, match="backend_version '10.14.1', this machine has '11.4.0'"):
+        trt_backend.check_provenance(described, "11.4.0", gpu, "eng")
+    with pytest.raises(EngineMismatchError, match="device_name 'NVIDIA H200'"):
+        trt_backend.check_provenance(described, "10.14.1", dict(gpu, device_name="NVIDIA A100"), "eng")
+
+
+def _tensorrt_runtime_available() -> str:
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError as err:
+        return f"tensorrt does not import here ({err}); PyPI holds only a stub for its libraries"
+    from precisionflow.backends.devices import has_nvidia_gpu
+
+    return "" if has_nvidia_gpu() else "no NVIDIA GPU visible to nvidia-smi"
+
+
+@pytest.mark.skipif(bool(_tensorrt_runtime_available()), reason=_tensorrt_runtime_available() or "available")
+def test_tensorrt_builds_and_runs_a_tiny_engine(tiny_onnx, tmp_path, tiny_images):
+    import numpy as np
+    import onnxruntime as ort
+
+    backend = get_backend("tensorrt")
+    description = backend.build(tiny_onnx, tmp_path, ENGINE, {"expect_device": ""}, "fp32", cache_root=tmp_path)
+    engine = backend.load(tmp_path, description, {})
+    expected = ort.InferenceSession(str(tiny_onnx), providers=["CPUExecutionProvider"]).run(None, {"image": tiny_images})[0]
+    np.testing.assert_allclose(engine.run(tiny_images), expected, rtol=1e-3, atol=1e-3)
+    assert (tmp_path / trt_backend.INSPECTOR_FILE).exists()
+
+
+def test_missing_tensorrt_gives_an_actionable_error():
+    if not _tensorrt_runtime_available().startswith("tensorrt does not import"):
+        pytest.skip("tensorrt imports here")
+    with pytest.raises(trt_backend.TensorRTUnavailable, match="pip install tensorrt"):
+        get_backend("tensorrt").describe_runtime({})
