@@ -3,6 +3,8 @@
   precisionflow run [-m] [-n] [--cores N] [overrides ...] [-- snakemake args]
   precisionflow plan [-m] [overrides ...]       list the planned nodes without running anything
   precisionflow config [overrides ...]          print the composed configuration
+  precisionflow doctor [overrides ...]          backends, devices, versions, and what each target would use
+  precisionflow status [--results DIR]          engines under results/ and whether this machine can still run them
 """
 
 import argparse
@@ -34,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(plan)
     config = commands.add_parser("config", help="print the composed configuration(s) as JSON")
     _add_config_args(config)
+    doctor = commands.add_parser("doctor", help="which backends, devices and versions this machine has, per target")
+    _add_config_args(doctor)
+    status = commands.add_parser("status", help="list built engines and which are stale for the installed runtime")
+    status.add_argument("--results", type=Path, default=Path("results"))
     return parser
 
 
@@ -127,13 +133,32 @@ def cmd_config(args) -> int:
     return 0
 
 
+def cmd_doctor(args) -> int:
+    from precisionflow.config.compose import expand
+    from precisionflow.doctor import doctor
+
+    print(doctor(expand(args.overrides, args.multirun)[0]))
+    return 0
+
+
+def cmd_status(args) -> int:
+    from precisionflow.doctor import engine_status
+
+    rows = engine_status(args.results)
+    for row in rows:
+        print(f"{row['engine']:<40} {row['backend']:<22} {row['device'][:40]:<40} {row['state']}")
+    if not rows:
+        print(f"No engines under {args.results}/build_engine.")
+    return 1 if any(row["state"].startswith("STALE") for row in rows) else 0
+
+
 def main(argv=None) -> int:
     own, extra = _split_passthrough(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(own)
     try:
         if args.command == "run":
             return cmd_run(args, extra)
-        return {"plan": cmd_plan, "config": cmd_config}[args.command](args)
+        return {"plan": cmd_plan, "config": cmd_config, "doctor": cmd_doctor, "status": cmd_status}[args.command](args)
     except PrecisionflowError as err:
         print(f"precisionflow: error: {err}", file=sys.stderr)
         return 2

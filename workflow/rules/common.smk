@@ -32,6 +32,16 @@ def upstream(stage):
     return inputs
 
 
+def target_resource(stage, key, default):
+    """A Snakemake resource from the node's target (build_engine holds it; evaluate_engine asks its engine)."""
+    def value(wildcards):
+        spec = PLAN["nodes"][f"{stage}/{wildcards.node}"]
+        if "target_def" not in spec["params"]:
+            spec = PLAN["nodes"][spec["inputs"]["engine"]]
+        return spec["params"]["target_def"]["resources"].get(key, default)
+    return value
+
+
 def final_targets():
     return [f"{RESULTS}/{key}/node.json" for key in PLAN["final"]]
 

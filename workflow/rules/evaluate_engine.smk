@@ -7,4 +7,6 @@ rule evaluate_engine:
     threads: 1
     resources:
         timing_slot=1,
+        gpu=target_resource("evaluate_engine", "gpu", 0),
+        gpu_model=target_resource("evaluate_engine", "gpu_model", ""),
     shell: STAGE_COMMAND
