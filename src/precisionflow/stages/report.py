@@ -9,7 +9,7 @@ from precisionflow.compare import speedups
 from precisionflow.nodeio import ancestors, read_json, read_node
 
 PACKAGES = ()
-COLUMNS = ["model", "precision", "target", "device", "top1", "agreement", "flipped", "p50_ms_b1", "p99_ms_b1",
+COLUMNS = ["model", "precision", "variant", "target", "device", "top1", "agreement", "flipped", "p50_ms_b1", "p99_ms_b1",
            "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams", "x_tf_b1", "x_tf_bmax",
            "x_tf_streams", "engine_kb", "node"]
 
@@ -35,11 +35,22 @@ def speed_columns(speed: Dict[str, Any], baseline: Optional[Dict[str, Any]]) -> 
     }
 
 
+def variant(eval_dir: Path) -> str:
+    """What distinguishes graphs of one precision: calibration method, ops kept in float."""
+    results = eval_dir.parent.parent
+    graph = read_node(results / read_node(results / read_node(eval_dir)["inputs"]["engine"])["inputs"]["graph"])["summary"]
+    parts = [graph["calibration_method"]] if graph.get("calibration_source") == "ptq" else []
+    parts += ["qat ranges"] if graph.get("calibration_source") == "qat" else []
+    parts += [f"{len(graph['kept_float'])} op(s) fp"] if graph.get("kept_float") else []
+    return ", ".join(parts)
+
+
 def engine_row(eval_dir: Path, baselines: Dict[tuple, Dict[str, Any]]) -> Dict[str, Any]:
     metrics = read_json(eval_dir / "metrics.json")
     baseline = baselines.get((reference_model(eval_dir), metrics["target"]))
     return {
-        "model": ancestors(eval_dir)["train_model"]["id"], "precision": metrics["precision"], "target": metrics["target"],
+        "model": ancestors(eval_dir)["train_model"]["id"], "precision": metrics["precision"],
+        "variant": variant(eval_dir), "target": metrics["target"],
         "device": metrics["engine"]["device"], "top1": round(metrics["top1"], 4), "agreement": round(metrics["agreement"], 4),
         "flipped": metrics["flipped"], **speed_columns(metrics["speed"], baseline),
         "engine_kb": round(metrics["engine"]["engine_bytes"] / 1024, 1), "node": eval_dir.name,
@@ -80,7 +91,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     evals, frameworks = split_inputs(inputs)
     baselines = load_baselines(frameworks)
     rows = [engine_row(path, baselines) for path in evals] + [framework_row(path) for path in frameworks]
-    rows.sort(key=lambda r: (r["model"], r["target"], r["precision"] == "tensorflow", r["precision"]))
+    rows.sort(key=lambda r: (r["model"], r["target"], r["precision"] == "tensorflow", r["precision"], r["variant"]))
     with open(out / "summary.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()

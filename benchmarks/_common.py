@@ -1,0 +1,37 @@
+"""Helpers shared by the benchmark scripts: run a sweep through the CLI, read node summaries."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "out"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def run_sweep(results: Path, overrides: List[str]) -> float:
+    """Run `precisionflow run -m` into `results`; return its wall time in seconds."""
+    command = [sys.executable, "-m", "precisionflow.cli", "run", "-m", f"results_dir={results}", *overrides]
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"sweep failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return time.perf_counter() - started
+
+
+def nodes(results: Path, stage: str) -> List[Dict]:
+    return [json.loads(p.read_text()) for p in sorted(results.glob(f"{stage}/*/node.json"))]
+
+
+def newest_summary(results: Path) -> str:
+    report = max(results.glob("report/*/summary.csv"), key=lambda p: p.stat().st_mtime)
+    return report.read_text()
+
+
+def save(name: str, data) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / name).write_text(json.dumps(data, indent=2, default=str) + "\n")
+    print(json.dumps(data, indent=2, default=str))
