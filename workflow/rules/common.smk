@@ -52,6 +52,8 @@ def final_targets():
 os.environ["PRECISIONFLOW_PLAN"] = PLAN_FILE
 os.environ["PRECISIONFLOW_PYTHON"] = PYTHON
 STAGE_COMMAND = '"$PRECISIONFLOW_PYTHON" -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {rule}/{wildcards.node} > {log} 2>&1'
+# Training stages also show their per-epoch progress on the console (Snakemake sets pipefail).
+STAGE_COMMAND_SHOWN = '"$PRECISIONFLOW_PYTHON" -u -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {rule}/{wildcards.node} 2>&1 | tee {log}'
 
 
 onstart:

@@ -6,4 +6,4 @@ rule finetune_model:
     threads: 2
     resources:
         mem_mb=4000,
-    shell: STAGE_COMMAND
+    shell: STAGE_COMMAND_SHOWN

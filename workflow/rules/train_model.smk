@@ -5,4 +5,4 @@ rule train_model:
     threads: 2
     resources:
         mem_mb=4000,
-    shell: STAGE_COMMAND
+    shell: STAGE_COMMAND_SHOWN
