@@ -16,12 +16,15 @@ SHAPES = ("circle", "square", "triangle", "cross")
 
 
 def draw(shape: str, size: int, rng) -> Image.Image:
-    background = rng.integers(0, 90, (size, size, 3), dtype=np.uint8)
+    background = rng.integers(0, 150, (size, size, 3), dtype=np.uint8)
     image = Image.fromarray(background)
-    pen = ImageDraw.Draw(image)
-    radius = rng.uniform(0.2, 0.4) * size
+    radius = rng.uniform(0.12, 0.3) * size
     cx, cy = rng.uniform(radius, size - radius, 2)
-    colour = tuple(int(c) for c in rng.integers(120, 256, 3))
+    colour = tuple(int(c) for c in rng.integers(100, 256, 3))
+    # a distractor stroke in another colour, so the classes are not separable by colour mass alone
+    pen = ImageDraw.Draw(image)
+    pen.line([tuple(rng.uniform(0, size, 2)), tuple(rng.uniform(0, size, 2))],
+             fill=tuple(int(c) for c in rng.integers(60, 256, 3)), width=int(rng.integers(1, 3)))
     box = [cx - radius, cy - radius, cx + radius, cy + radius]
     if shape == "circle":
         pen.ellipse(box, fill=colour)
