@@ -15,7 +15,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -111,6 +111,8 @@ def check_provenance(description: Dict[str, Any], current_version: str, current_
 # ---- runtime: needs tensorrt + cuda-python + a GPU -------------------------------------------
 
 def _trt():
+    """The tensorrt module, or an actionable error. (Callers import it by name afterwards so that
+    mypy checks their use of the API against tensorrt-stubs: `make typecheck`.)"""
     try:
         import tensorrt
 
@@ -130,7 +132,9 @@ def _graph_inputs(graph_path: Path) -> Dict[str, list]:
             for i in model.graph.input}
 
 
-def _network(trt, builder, logger, graph_path: Path, version: str):
+def _network(builder, logger, graph_path: Path, version: str):
+    import tensorrt as trt
+
     flags = 0
     for name in network_flag_names(version):
         flags |= 1 << int(getattr(trt.NetworkDefinitionCreationFlag, name))
@@ -142,7 +146,9 @@ def _network(trt, builder, logger, graph_path: Path, version: str):
     return network, parser
 
 
-def _config(trt, builder, precision: str, engine_params, profiles):
+def _config(builder, precision: str, engine_params, profiles):
+    import tensorrt as trt
+
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, engine_params["trt_workspace_mb"] << 20)
     config.builder_optimization_level = engine_params["trt_builder_optimization_level"]
@@ -157,19 +163,21 @@ def _config(trt, builder, precision: str, engine_params, profiles):
 
 
 def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target_def: Dict[str, Any],
-          precision: str = "fp32", cache_root: Path = None) -> Dict[str, Any]:
+          precision: str = "fp32", cache_root: Optional[Path] = None) -> Dict[str, Any]:
     from filelock import FileLock
 
-    trt = _trt()
+    _trt()
+    import tensorrt as trt
+
     version = trt.__version__
     check_version(version)
     gpu = gpu_facts()
     check_device({**gpu, "device": "cuda"}, target_def)
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    network, _parser = _network(trt, builder, logger, graph_path, version)
+    network, _parser = _network(builder, logger, graph_path, version)
     profiles = {name: profile_shapes(shape, engine_params) for name, shape in _graph_inputs(graph_path).items()}
-    config = _config(trt, builder, precision, engine_params, profiles)
+    config = _config(builder, precision, engine_params, profiles)
     cache_file = timing_cache_path(cache_root or Path(out_dir).parent.parent / ".cache", gpu["device_name"], version)
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache_file) + ".lock"):  # builds on one target share (and grow) one cache
@@ -183,7 +191,7 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
         _write_atomic(cache_file, bytes(config.get_timing_cache().serialize()))
     engine_path = Path(out_dir) / ENGINE_FILE
     engine_path.write_bytes(bytes(serialized))
-    _save_inspector(trt, logger, bytes(serialized), Path(out_dir) / INSPECTOR_FILE)
+    _save_inspector(logger, bytes(serialized), Path(out_dir) / INSPECTOR_FILE)
     return describe(version, gpu, precision, profiles, engine_params, seconds, engine_path.stat().st_size)
 
 
@@ -193,7 +201,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def _save_inspector(trt, logger, plan: bytes, path: Path) -> None:
+def _save_inspector(logger, plan: bytes, path: Path) -> None:
+    import tensorrt as trt
+
     engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
     info = engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON)
     path.write_text(json.dumps(json.loads(info), indent=1))
@@ -222,7 +232,9 @@ class TrtEngine:
 
     has_device_copies = True
 
-    def __init__(self, trt, engine, description):
+    def __init__(self, engine, description):
+        import tensorrt as trt
+
         self.cudart = _cudart()
         self.trt, self.engine, self.description = trt, engine, description
         self.context = engine.create_execution_context()
@@ -272,14 +284,18 @@ class TrtEngine:
         return self.prepare(batch, include_copies=True)().copy()
 
 
-def load(engine_dir: Path, description: Dict[str, Any], target_def: Dict[str, Any], threads: int = None) -> TrtEngine:
-    trt = _trt()
+def load(engine_dir: Path, description: Dict[str, Any], target_def: Dict[str, Any], threads: Optional[int] = None) -> TrtEngine:
+    _trt()
+    import tensorrt as trt
+
     check_provenance(description, trt.__version__, gpu_facts(), engine_dir)
     logger = trt.Logger(trt.Logger.WARNING)
     engine = trt.Runtime(logger).deserialize_cuda_engine((Path(engine_dir) / description["engine_file"]).read_bytes())
-    return TrtEngine(trt, engine, description)
+    return TrtEngine(engine, description)
 
 
 def describe_runtime(target_def: Dict[str, Any]) -> Dict[str, Any]:
-    trt = _trt()
+    _trt()
+    import tensorrt as trt
+
     return {"backend": "tensorrt", "backend_version": trt.__version__, "device": "cuda", **gpu_facts()}
