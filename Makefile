@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test test-fast lock clean-results
+.PHONY: setup run test test-fast lock clean-results typecheck-tensorrt
 
 setup: $(VENV)/.installed
 
@@ -34,3 +34,7 @@ lock:
 
 clean-results:
 	rm -rf results/* .snakemake
+
+# Check the TensorRT backend's use of the 10.x API against tensorrt-stubs (needs network).
+typecheck-tensorrt:
+	tools/typecheck_tensorrt.sh
