@@ -64,8 +64,8 @@ def main() -> None:
     scratch = ROOT / "benchmarks" / "out" / "sweep-results"
     scratch.mkdir(parents=True, exist_ok=True)
     report = {
-        "sweep_100": sweep_case(11, scratch),
-        "sweep_1000": sweep_case(111, scratch),
+        "sweep_100": sweep_case(5, scratch),
+        "sweep_1000": sweep_case(53, scratch),
         "jobs_2_trainings_x_2_precisions": per_point_comparison(),
     }
     if any(args.results.glob("report/*/node.json")):

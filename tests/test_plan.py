@@ -114,3 +114,15 @@ def test_accuracy_batch_size_does_not_retime_the_framework():
     before, _ = _plan([])
     after, _ = _plan(["evaluate.batch_size=16"])
     assert {key.split("/")[0] for key in set(after) - set(before)} == {"evaluate_engine"}
+
+
+def test_a_new_runtime_version_builds_new_engines_and_keeps_the_rest(monkeypatch):
+    before, _ = _plan([])
+    original = planning.PlanBuilder.runtime
+
+    def upgraded(self, backend, target_def):
+        return dict(original(self, backend, target_def), backend_version="99.0")
+
+    monkeypatch.setattr(planning.PlanBuilder, "runtime", upgraded)
+    after, _ = _plan([])
+    assert {key.split("/")[0] for key in set(after) - set(before)} == {"build_engine", "evaluate_engine"}

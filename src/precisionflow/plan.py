@@ -80,6 +80,28 @@ class PlanBuilder:
         self.nodes: Dict[str, Node] = {}
         self.cache_dir = cache_dir
         self.fingerprints: Dict[str, str] = {}
+        self.runtimes: Dict[tuple, Dict[str, str]] = {}
+
+    def runtime(self, backend: str, target_def: Dict[str, Any]) -> Dict[str, str]:
+        """The runtime an engine is built with: part of its id, so upgrading the backend or moving
+        to another machine builds new engines instead of failing on the old ones."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        from precisionflow.backends.devices import local_device_name
+
+        key = (backend, target_def["device"], target_def.get("expect_device") or "")
+        if key not in self.runtimes:
+            package = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu")}.get(backend, (backend,))
+            found = []
+            for name in package:
+                try:
+                    found.append(version(name))
+                except PackageNotFoundError:
+                    pass
+            # A cluster target names its device; `local` means whatever this machine has.
+            device = target_def.get("expect_device") or local_device_name(target_def["device"])
+            self.runtimes[key] = {"backend_version": found[0] if found else "not installed", "device": device}
+        return self.runtimes[key]
 
     def data_params(self, dataset: Dict[str, Any]) -> Dict[str, Any]:
         """The data set's config, plus a fingerprint of the files for folder data sets."""
@@ -161,7 +183,9 @@ class PlanBuilder:
     def _add_engines(self, cfg, precision: str, graph: Node, onnx: Node, data: Node) -> List[Node]:
         evaluations = []
         for target in cfg["targets"]:
-            engine_params = {"engine": engine_settings(cfg["engine"]), "target": target, "target_def": cfg["target_defs"][target]}
+            target_def = cfg["target_defs"][target]
+            engine_params = {"engine": engine_settings(cfg["engine"]), "target": target, "target_def": target_def,
+                             "runtime": self.runtime(cfg["engine"]["backend"], target_def)}
             engine = self.add("build_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", engine_params, {"graph": graph})
             eval_params = {"evaluate": cfg["evaluate"], "precision": precision, "target": target}
             inputs = {"engine": engine, "data": data, "reference": onnx}

@@ -32,6 +32,14 @@ def gpu_facts(index: int = 0) -> Dict[str, str]:
         return {"device_name": "unknown CUDA device", "compute_capability": "unknown", "driver": "unknown"}
 
 
+def local_device_name(device: str) -> str:
+    """The device an engine for `device` (auto/cpu/cuda) would be built on here."""
+    if device == "cpu":
+        return cpu_name()
+    gpu = gpu_facts()["device_name"]
+    return gpu if gpu != "unknown CUDA device" or device == "cuda" else cpu_name()
+
+
 def has_nvidia_gpu() -> bool:
     return gpu_facts()["device_name"] != "unknown CUDA device"
 
