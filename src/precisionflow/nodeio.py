@@ -6,6 +6,7 @@ leaves a half-written artifact where a downstream stage could read it.
 """
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -25,6 +26,15 @@ def write_json_atomic(path: Path, data: Any) -> None:
     with os.fdopen(fd, "w") as handle:
         json.dump(data, handle, indent=2, sort_keys=True, default=str)
     os.replace(tmp, path)
+
+
+def file_hash(path: Path) -> str:
+    """sha256 of a file (graphs are identified by content: lineage checks compare these)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_json(path: Path) -> Any:

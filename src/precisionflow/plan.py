@@ -28,7 +28,7 @@ STAGE_SOURCES: Dict[str, List[str]] = {
     "train_model": ["stages/train_model.py", "models.py", "tfenv.py"] + _DATA,
     "finetune_model": ["stages/finetune_model.py", "stages/train_model.py", "qat.py", "models.py", "tfenv.py"] + _DATA,
     "export_onnx": ["stages/export_onnx.py", "tfenv.py", "quant/onnx_names.py"] + _DATA,
-    "calibrate": ["stages/calibrate.py", "stages/quantize_onnx.py"] + _QUANT + _DATA,
+    "calibrate": ["stages/calibrate.py"] + _QUANT + _DATA,
     "quantize_onnx": ["stages/quantize_onnx.py"] + _QUANT + _DATA,
     "build_engine": ["stages/build_engine.py"] + _BACKENDS,
     "evaluate_engine": ["stages/evaluate_engine.py", "speed.py", "timing.py"] + _BACKENDS + _DATA,

@@ -19,8 +19,9 @@ def timing_batch(images: np.ndarray, batch_size: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([images] * repeats)[:batch_size], dtype=np.float32)
 
 
-def measure(load: Callable[[], Any], images: np.ndarray, settings: Dict[str, Any]) -> Dict[str, Any]:
-    engine = load()
+def measure(load: Callable[[], Any], images: np.ndarray, settings: Dict[str, Any], engine: Any = None) -> Dict[str, Any]:
+    """`load` makes a fresh instance (one per extra stream); `engine`, if given, is the first."""
+    engine = engine or load()
     copies = getattr(engine, "has_device_copies", False)
     report: Dict[str, Any] = {"batch": {}, "streams": {}, "copies_included": not copies}
     if copies:

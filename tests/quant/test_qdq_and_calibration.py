@@ -4,6 +4,7 @@ import numpy as np
 import onnx
 import pytest
 
+from precisionflow.nodeio import file_hash
 from precisionflow.quant import cache, layer_error, qdq
 from precisionflow.stages import calibrate, quantize_onnx
 from tests.conftest import make_tiny_cnn
@@ -42,7 +43,7 @@ def _calibrate(tmp_path, export_dir, data_dir, method="entropy"):
 @pytest.mark.parametrize("method", ["entropy", "minmax", "percentile"])
 def test_calibration_covers_every_quantizable_tensor(tmp_path, export_dir, data_dir, method):
     out = _calibrate(tmp_path, export_dir, data_dir, method)
-    ranges, lineage = cache.load_cache(out, quantize_onnx.file_hash(export_dir / "model.onnx"))
+    ranges, lineage = cache.load_cache(out, file_hash(export_dir / "model.onnx"))
     model = onnx.load(str(export_dir / "model.onnx"))
     constants = {init.name for init in model.graph.initializer}
     needed = {t for n in model.graph.node if n.op_type in qdq.COMPUTE_OPS for t in list(n.input) + list(n.output)} - constants

@@ -34,13 +34,17 @@ def layer_output_tensors(model_proto, model_name: str) -> Dict[str, str]:
     return outputs
 
 
-def map_ranges(model_proto, model_name: str, layer_ranges: Dict[str, list], input_key: str) -> Dict[str, list]:
-    """Layer-keyed ranges -> tensor-keyed ranges (the model input maps to the graph input)."""
+def map_ranges(model_proto, model_name: str, layer_ranges: Dict[str, list], input_key: str):
+    """Layer-keyed ranges -> (tensor-keyed ranges, layers with no tensor in this graph).
+
+    The model input maps to the graph input."""
     outputs = layer_output_tensors(model_proto, model_name)
-    mapped = {}
+    mapped, unmapped = {}, []
     for layer, bounds in layer_ranges.items():
         if layer == input_key:
             mapped[model_proto.graph.input[0].name] = bounds
         elif layer in outputs:
             mapped[outputs[layer]] = bounds
-    return mapped
+        else:
+            unmapped.append(layer)
+    return mapped, sorted(unmapped)

@@ -16,11 +16,10 @@ from typing import Any, Dict
 import numpy as np
 
 from precisionflow.errors import ConfigError
-from precisionflow.nodeio import read_json, read_node
+from precisionflow.nodeio import file_hash, read_json, read_node
 from precisionflow.quant import cache, qdq
 from precisionflow.quant.reader import array_reader, graph_input_name
 from precisionflow.stages import prepare_dataset
-from precisionflow.stages.quantize_onnx import file_hash
 
 PACKAGES = ("onnx", "onnxruntime", "numpy")
 

@@ -61,7 +61,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     metrics = accuracy_report(logits, reference_logits, labels, class_names)
     write_flipped(out / "flipped.csv", logits, reference_logits, labels)
     load = lambda: backend.load(inputs["engine"], description, engine_node["params"]["target_def"])
-    metrics["speed"] = speed.measure(load, images, params["evaluate"])
+    metrics["speed"] = speed.measure(load, images, params["evaluate"], engine)
     metrics.update({"precision": params["precision"], "target": params["target"], "engine": description})
     write_json_atomic(out / "metrics.json", metrics)
     return {key: metrics[key] for key in ("top1", "agreement", "flipped", "precision", "target")}

@@ -39,17 +39,9 @@ def _map_qat_ranges(model_dir: Path, model_proto, out: Path):
     if not source.exists():
         return None
     learned = read_json(source)
-    mapped = map_ranges(model_proto, learned["model_name"], learned["ranges"], learned["input_key"])
-    write_json_atomic(out / "qat_tensor_ranges.json", {"ranges": mapped, "unmapped_layers":
-                      sorted(set(learned["ranges"]) - {learned["input_key"]} - set(_layers_mapped(learned, mapped, model_proto)))})
+    mapped, unmapped = map_ranges(model_proto, learned["model_name"], learned["ranges"], learned["input_key"])
+    write_json_atomic(out / "qat_tensor_ranges.json", {"ranges": mapped, "unmapped_layers": unmapped})
     return len(mapped)
-
-
-def _layers_mapped(learned, mapped, model_proto):
-    from precisionflow.quant.onnx_names import layer_output_tensors
-
-    outputs = layer_output_tensors(model_proto, learned["model_name"])
-    return [layer for layer, tensor in outputs.items() if tensor in mapped]
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:

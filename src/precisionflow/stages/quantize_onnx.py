@@ -9,23 +9,14 @@ TensorRT 11 builds an engine exactly in the types its ONNX graph carries, so pre
   int8_qat    int8 of the QAT-fine-tuned graph, from the ranges QAT learned
 """
 
-import hashlib
 import shutil
 from pathlib import Path
 from typing import Any, Dict
 
 from precisionflow.errors import ConfigError
-from precisionflow.nodeio import read_json
+from precisionflow.nodeio import file_hash
 
 PACKAGES = ("onnx", "onnxconverter-common", "onnxruntime", "matplotlib")
-
-
-def file_hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def to_fp16(source: Path, target: Path, op_block_list) -> None:

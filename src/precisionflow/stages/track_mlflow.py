@@ -18,12 +18,8 @@ PARAM_LIMIT = 500  # characters; longer values (long lists) are cut, MLflow stor
 
 
 def child_params(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
-    params = {}
-    for stage, record in lineage.items():
-        for key, value in tracking.flatten(record["params"], stage):
-            if key.startswith("evaluate_engine.") or not key.startswith(("report", "track_mlflow")):
-                params[key] = str(value)[:PARAM_LIMIT]
-    return params
+    return {key: str(value)[:PARAM_LIMIT] for stage, record in lineage.items()
+            for key, value in tracking.flatten(record["params"], stage)}
 
 
 def child_metrics(metrics: Dict[str, Any]) -> Dict[str, float]:
