@@ -75,6 +75,7 @@ def test_mlflow_holds_one_parent_and_one_child_per_engine(first_run):
     assert (children["metrics.top1"] > 0.5).all()
     assert children["params.train_model.train.epochs"].eq("4").all()
     assert children["tags.version.tensorflow"].str.startswith("2.").all()
+    assert children["tags.version.onnxruntime"].str.startswith("1.").all()
 
 
 def test_node_json_records_params_versions_and_timings(first_run):

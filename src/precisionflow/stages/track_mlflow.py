@@ -44,7 +44,8 @@ def child_tags(lineage, metrics, commit: str) -> Dict[str, str]:
     tags.update({"precision": metrics["precision"], "target": metrics["target"], "backend": engine["backend"],
                  "backend_version": engine["backend_version"], "device_name": engine["device_name"],
                  "git_commit": commit})
-    tags.update({f"version.{pkg}": ver for pkg, ver in lineage["train_model"]["versions"].items()})
+    # Package versions every upstream stage recorded (one environment runs them all, normally).
+    tags.update({f"version.{pkg}": ver for record in lineage.values() for pkg, ver in record["versions"].items()})
     return tags
 
 
