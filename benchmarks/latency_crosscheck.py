@@ -48,7 +48,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--inputs", type=Path, required=True)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args()
+    if args.device == "cuda":
+        import onnxruntime
+
+        onnxruntime.preload_dlls()
     report = {}
     for model_dir in sorted(p for p in args.inputs.iterdir() if p.is_dir()):
         with np.load(model_dir / "data.npz") as data:
@@ -60,7 +65,7 @@ def main() -> None:
             print(f"{key:<30} ours {row['ours_median_ms']:.4f} ms  plain {row['plain_median_ms']:.4f} ms  "
                   f"diff {row['difference_percent']:+.1f}%  cv ours {row['ours_cv_percent_across_rounds']:.1f}% "
                   f"plain {row['plain_cv_percent_across_rounds']:.1f}%", flush=True)
-    out = Path(__file__).resolve().parent / "results" / f"latency_crosscheck_{args.device}.json"
+    out = args.out / f"latency_crosscheck_{args.device}.json"
     out.write_text(json.dumps(report, indent=1) + "\n")
 
 
