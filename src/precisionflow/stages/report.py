@@ -1,5 +1,6 @@
 """report: one row per evaluated engine (and per framework baseline) -> summary.csv, a printed
-comparison table, and speed-ups over the TensorFlow baseline measured in the same run."""
+comparison table, speed-ups over the TensorFlow baseline measured in the same run, a Pareto plot
+(accuracy vs latency) per target and report.html."""
 
 import csv
 from pathlib import Path
@@ -7,8 +8,9 @@ from typing import Any, Dict, List, Optional
 
 from precisionflow.compare import speedups
 from precisionflow.nodeio import ancestors, read_json, read_node
+from precisionflow.stages import report_pages
 
-PACKAGES = ()
+PACKAGES = ("matplotlib",)
 COLUMNS = ["model", "precision", "variant", "target", "device", "top1", "agreement", "flipped", "p50_ms_b1", "p99_ms_b1",
            "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams", "x_tf_b1", "x_tf_bmax",
            "x_tf_streams", "engine_kb", "node"]
@@ -98,5 +100,10 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         writer.writerows(rows)
     table = format_table(rows)
     (out / "summary.txt").write_text(table + "\n")
+    plots = []
+    for target in sorted({row["target"] for row in rows}):
+        plots.append(f"pareto-{target}.png")
+        report_pages.pareto_plot(rows, target, out / plots[-1])
+    (out / "report.html").write_text(report_pages.html_page(rows, COLUMNS, plots))
     print(table)
     return {"engines": len(evals), "frameworks": len(frameworks)}
