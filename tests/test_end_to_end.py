@@ -58,6 +58,8 @@ def test_first_run_produces_sane_table(first_run):
     assert abs(float(rows["int8"]["top1"]) - float(rows["fp32"]["top1"])) <= 0.02
     assert float(rows["fp32"]["p50_ms_b1"]) > 0 and float(rows["fp16"]["sps_bmax"]) > 0
     assert "fp16" in output and "mlflow ui --backend-store-uri" in output
+    [page] = results.glob("report/*/report.html")
+    assert (page.parent / "pareto-local.png").stat().st_size > 0 and "pareto-local.png" in page.read_text()
 
 
 def test_mlflow_holds_one_parent_and_one_child_per_engine(first_run):

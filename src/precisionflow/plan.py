@@ -33,8 +33,8 @@ STAGE_SOURCES: Dict[str, List[str]] = {
     "build_engine": ["stages/build_engine.py"] + _BACKENDS,
     "evaluate_engine": ["stages/evaluate_engine.py", "speed.py", "timing.py"] + _BACKENDS + _DATA,
     "benchmark_framework": ["stages/benchmark_framework.py", "speed.py", "timing.py", "tfenv.py"] + _DATA,
-    "track_mlflow": ["stages/track_mlflow.py", "stages/report.py", "stages/report_pages.py", "tracking.py", "compare.py"],
-    "report": ["stages/report.py", "stages/report_pages.py", "compare.py"],
+    "track_mlflow": ["stages/track_mlflow.py", "stages/report.py", "stages/report_pages.py", "tracking.py", "compare.py"] + _DATA,
+    "report": ["stages/report.py", "stages/report_pages.py", "compare.py"] + _DATA,
 }
 STAGE_ORDER = list(STAGE_SOURCES)
 

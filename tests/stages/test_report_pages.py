@@ -10,3 +10,12 @@ def test_html_page_escapes_and_lists_plots():
     rows = [{"precision": "<int8>", "top1": 0.9}]
     page = report_pages.html_page(rows, ["precision", "top1"], ["pareto-local.png"])
     assert "&lt;int8&gt;" in page and 'src="pareto-local.png"' in page
+
+
+def test_flipped_grid_draws_the_changed_samples(tmp_path):
+    import numpy as np
+
+    images = np.random.default_rng(0).random((5, 8, 8, 1), dtype=np.float32)
+    rows = [{"test_index": "3", "label": "1", "fp32_prediction": "1", "engine_prediction": "2"}]
+    report_pages.flipped_grid(images, rows, ["a", "b", "c"], "int8", tmp_path / "grid.png")
+    assert (tmp_path / "grid.png").stat().st_size > 0

@@ -77,6 +77,20 @@ def load_baselines(framework_dirs: List[Path]) -> Dict[tuple, Dict[str, Any]]:
     return baselines
 
 
+def draw_flipped(eval_dir: Path, out: Path) -> str:
+    """A picture grid of the samples this engine decides differently from fp32; returns its file name."""
+    from precisionflow.stages import prepare_dataset
+
+    results = eval_dir.parent.parent
+    data_dir = results / read_node(eval_dir)["inputs"]["data"]
+    images, _ = prepare_dataset.load(data_dir, "test")
+    with open(eval_dir / "flipped.csv") as handle:
+        flipped = list(csv.DictReader(handle))
+    name = f"flipped-{eval_dir.name}.png"
+    report_pages.flipped_grid(images, flipped, read_json(data_dir / "meta.json")["classes"], eval_dir.name, out / name)
+    return name
+
+
 def format_table(rows: List[Dict[str, Any]]) -> str:
     widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in COLUMNS}
     line = lambda values: "  ".join(str(v).ljust(widths[c]) for c, v in zip(COLUMNS, values)).rstrip()
@@ -104,6 +118,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     for target in sorted({row["target"] for row in rows}):
         plots.append(f"pareto-{target}.png")
         report_pages.pareto_plot(rows, target, out / plots[-1])
+    plots += [draw_flipped(path, out) for path in evals if read_json(path / "metrics.json")["flipped"]]
     (out / "report.html").write_text(report_pages.html_page(rows, COLUMNS, plots))
     print(table)
     return {"engines": len(evals), "frameworks": len(frameworks)}

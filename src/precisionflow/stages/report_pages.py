@@ -49,3 +49,27 @@ def html_page(rows: List[Dict[str, Any]], columns: List[str], plots: List[str]) 
         "agreement = share of test samples whose prediction equals the fp32 reference's.</p>"
         f"<table><tr>{head}</tr>{body}</table>{images}</body></html>\n"
     )
+
+
+def flipped_grid(images, rows: List[Dict[str, str]], class_names: List[str], title: str, path: Path, limit: int = 24) -> None:
+    """The test images whose prediction changed against fp32, captioned label / fp32 / engine."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = rows[:limit]
+    columns = min(8, len(shown))
+    lines = -(-len(shown) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(1.4 * columns, 1.6 * lines + 0.4), squeeze=False)
+    for axis in axes.flat:
+        axis.axis("off")
+    for axis, row in zip(axes.flat, shown):
+        image = images[int(row["test_index"])]
+        axis.imshow(image[..., 0] if image.shape[-1] == 1 else image, cmap="gray" if image.shape[-1] == 1 else None)
+        name = lambda key: class_names[int(row[key])]
+        axis.set_title(f"{name('label')}: {name('fp32_prediction')}->{name('engine_prediction')}", fontsize=7)
+    fig.suptitle(f"{title}: label: fp32 -> engine ({len(rows)} flipped)", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
