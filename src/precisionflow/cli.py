@@ -163,6 +163,9 @@ def main(argv=None) -> int:
     except PrecisionflowError as err:
         print(f"precisionflow: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
