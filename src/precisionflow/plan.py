@@ -68,6 +68,18 @@ def code_versions() -> Dict[str, str]:
     return versions
 
 
+def installed_version(packages) -> str:
+    """Version of the first of `packages` installed (read from metadata: nothing is imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in packages:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return "not installed"
+
+
 def _slugify(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.]+", "-", text).strip("-")[:60] or "node"
 
@@ -85,22 +97,14 @@ class PlanBuilder:
     def runtime(self, backend: str, target_def: Dict[str, Any]) -> Dict[str, str]:
         """The runtime an engine is built with: part of its id, so upgrading the backend or moving
         to another machine builds new engines instead of failing on the old ones."""
-        from importlib.metadata import PackageNotFoundError, version
-
         from precisionflow.backends.devices import local_device_name
 
         key = (backend, target_def["device"], target_def.get("expect_device") or "")
         if key not in self.runtimes:
-            package = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu")}.get(backend, (backend,))
-            found = []
-            for name in package:
-                try:
-                    found.append(version(name))
-                except PackageNotFoundError:
-                    pass
+            packages = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu")}.get(backend, (backend,))
             # A cluster target names its device; `local` means whatever this machine has.
             device = target_def.get("expect_device") or local_device_name(target_def["device"])
-            self.runtimes[key] = {"backend_version": found[0] if found else "not installed", "device": device}
+            self.runtimes[key] = {"backend_version": installed_version(packages), "device": device}
         return self.runtimes[key]
 
     def data_params(self, dataset: Dict[str, Any]) -> Dict[str, Any]:
