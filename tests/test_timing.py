@@ -33,8 +33,8 @@ def test_concurrent_streams_aggregate_throughput_of_independent_streams():
     # sleep releases the GIL like an engine run does: 4 streams of 5 ms calls ~ 4 x 200/s
     stats = timing.concurrent_streams([lambda: clock.sleep(0.005)] * 4, batch_size=1, warmup_s=0.01, duration_s=0.3)
     assert stats["streams"] == 4
-    assert 500 < stats["throughput_sps"] < 820
-    assert 4.9 < stats["p50_ms"] < 8
+    assert 400 < stats["throughput_sps"] < 820  # one stream alone could not exceed 200/s
+    assert 4.9 < stats["p50_ms"] < 10
 
 
 def test_repeated_windows_report_spread_and_flag_noise():
