@@ -16,7 +16,7 @@ from precisionflow.nodeio import read_node
 
 
 def main() -> None:
-    results, name, out = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]) / sys.argv[2]
+    results, out = Path(sys.argv[1]), Path(sys.argv[3]) / sys.argv[2]
     report = max(results.glob("report/*/node.json"), key=lambda p: p.stat().st_mtime).parent
     for role, key in read_node(report)["inputs"].items():
         if not role.startswith("eval"):

@@ -8,7 +8,6 @@ DIR (make run does one).
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ def sweep_case(seeds: int, results: Path) -> dict:
     started = time.perf_counter()
     points = expand(overrides, multirun=True)
     plan = build_plan(points, str(results))
-    plan_file = write_plan(plan)
+    write_plan(plan)
     plan_s = time.perf_counter() - started
     cli = [sys.executable, "-m", "precisionflow.cli", "run", "-n", "-m", *overrides]
     total_s = seconds(cli, results.parent)

@@ -9,7 +9,6 @@
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

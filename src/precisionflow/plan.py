@@ -33,7 +33,7 @@ STAGE_SOURCES: Dict[str, List[str]] = {
     "build_engine": ["stages/build_engine.py"] + _BACKENDS,
     "evaluate_engine": ["stages/evaluate_engine.py", "speed.py", "timing.py"] + _BACKENDS + _DATA,
     "benchmark_framework": ["stages/benchmark_framework.py", "speed.py", "timing.py", "tfenv.py"] + _DATA,
-    "track_mlflow": ["stages/track_mlflow.py", "stages/report.py", "stages/report_pages.py", "tracking.py", "compare.py"] + _DATA,
+    "track_mlflow": ["stages/track_mlflow.py", "tracking.py", "compare.py"],
     "report": ["stages/report.py", "stages/report_pages.py", "compare.py"] + _DATA,
 }
 STAGE_ORDER = list(STAGE_SOURCES)
@@ -267,7 +267,3 @@ def plan_from_overrides(overrides=(), multirun: bool = False) -> Path:
 
     points = expand(overrides, multirun=multirun)
     return write_plan(build_plan(points, default_results_dir(points)))
-
-
-def node_dir(results_dir: str, key: str) -> Path:
-    return Path(results_dir) / key

@@ -21,12 +21,17 @@ def percentile(sorted_values: Sequence[float], pct: float) -> float:
     return float(sorted_values[max(count - 1 - tail, 0)])
 
 
-def time_runs(run_once: Callable[[], object], warmup_s: float, duration_s: float, min_iterations: int) -> List[float]:
-    """Seconds per call of run_once, after a warm-up."""
-    warm_until = time.perf_counter() + warmup_s
+def warm_up(run_once: Callable[[], object], seconds: float) -> None:
+    """At least one call, then calls until `seconds` have passed (caches, lazy allocations, clocks)."""
+    warm_until = time.perf_counter() + seconds
     run_once()
     while time.perf_counter() < warm_until:
         run_once()
+
+
+def time_runs(run_once: Callable[[], object], warmup_s: float, duration_s: float, min_iterations: int) -> List[float]:
+    """Seconds per call of run_once, after a warm-up."""
+    warm_up(run_once, warmup_s)
     latencies = []
     window_end = time.perf_counter() + duration_s
     while time.perf_counter() < window_end or len(latencies) < min_iterations:
@@ -83,10 +88,7 @@ def concurrent_streams(run_fns: List[Callable[[], object]], batch_size: int, war
 
     def stream(index: int) -> None:
         run_once = run_fns[index]
-        warm_until = time.perf_counter() + warmup_s
-        run_once()
-        while time.perf_counter() < warm_until:
-            run_once()
+        warm_up(run_once, warmup_s)
         barrier.wait()
         window_end = time.perf_counter() + duration_s
         while time.perf_counter() < window_end:

@@ -1,7 +1,5 @@
 """The TensorRT backend's pure logic runs everywhere; its runtime needs tensorrt and a GPU."""
 
-from pathlib import Path
-
 import pytest
 
 from precisionflow.backends import get_backend

@@ -5,7 +5,7 @@ import onnx
 import pytest
 
 from precisionflow.nodeio import file_hash
-from precisionflow.quant import cache, layer_error, qdq
+from precisionflow.quant import cache, qdq
 from precisionflow.stages import calibrate, quantize_onnx
 from tests.conftest import make_tiny_cnn
 

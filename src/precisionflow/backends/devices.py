@@ -4,6 +4,7 @@ Neither ONNX Runtime nor TensorRT reports the device name or compute capability,
 record what nvidia-smi says; an engine is refused on a machine that says something else.
 """
 
+import functools
 import platform
 import subprocess
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any, Dict
 from precisionflow.errors import EngineMismatchError
 
 
+@functools.lru_cache(maxsize=None)
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -24,6 +26,11 @@ def cpu_name() -> str:
 
 def gpu_facts(index: int = 0) -> Dict[str, str]:
     """Name, compute capability and driver of one GPU; 'unknown' fields where nvidia-smi is absent."""
+    return dict(_gpu_facts(index))  # a copy: callers may add keys
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_facts(index: int) -> Dict[str, str]:
     query = ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader", "-i", str(index)]
     try:
         name, capability, driver = [s.strip() for s in subprocess.check_output(query, text=True, timeout=20).split(",")]

@@ -9,6 +9,7 @@ structured schema, then build every sweep point as a plain dict.
 
 import copy
 import itertools
+from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -89,7 +90,7 @@ def _checked_value(cfg, key: str, value: Any) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    return value.value if hasattr(value, "value") and not isinstance(value, (str, int, float)) else value
+    return value.value if isinstance(value, Enum) else value
 
 
 def _set_dotted(tree: Dict[str, Any], key: str, value: Any) -> None:

@@ -7,7 +7,6 @@ layer; export_onnx maps them to ONNX tensor names).
 """
 
 import math
-import time
 from pathlib import Path
 from typing import Any, Dict
 

@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from precisionflow.compare import speedups
+from precisionflow.compare import load_baselines, reference_model, speedups, split_inputs
 from precisionflow.nodeio import ancestors, read_json, read_node
 from precisionflow.stages import report_pages
 
@@ -14,12 +14,6 @@ PACKAGES = ("matplotlib",)
 COLUMNS = ["model", "precision", "variant", "target", "device", "top1", "agreement", "flipped", "p50_ms_b1", "p99_ms_b1",
            "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams", "x_tf_b1", "x_tf_bmax",
            "x_tf_streams", "engine_kb", "node"]
-
-
-def reference_model(eval_dir: Path) -> str:
-    """The model node (train or fine-tune) behind the fp32 reference of an evaluation."""
-    results = eval_dir.parent.parent
-    return read_node(results / read_node(eval_dir)["inputs"]["reference"])["inputs"]["model"]
 
 
 def speed_columns(speed: Dict[str, Any], baseline: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -68,15 +62,6 @@ def framework_row(framework_dir: Path) -> Dict[str, Any]:
     return row
 
 
-def load_baselines(framework_dirs: List[Path]) -> Dict[tuple, Dict[str, Any]]:
-    """{(model node key, target): framework speed}."""
-    baselines = {}
-    for folder in framework_dirs:
-        record = read_node(folder)
-        baselines[(record["inputs"]["model"], record["params"]["target"])] = read_json(folder / "metrics.json")["speed"]
-    return baselines
-
-
 def draw_flipped(eval_dir: Path, out: Path) -> str:
     """A picture grid of the samples this engine decides differently from fp32; returns its file name."""
     from precisionflow.stages import prepare_dataset
@@ -95,12 +80,6 @@ def format_table(rows: List[Dict[str, Any]]) -> str:
     widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in COLUMNS}
     line = lambda values: "  ".join(str(v).ljust(widths[c]) for c, v in zip(COLUMNS, values)).rstrip()
     return "\n".join([line(COLUMNS), line(["-" * widths[c] for c in COLUMNS])] + [line([r[c] for c in COLUMNS]) for r in rows])
-
-
-def split_inputs(inputs: Dict[str, Path]):
-    evals = [path for role, path in sorted(inputs.items()) if role.startswith("eval")]
-    frameworks = [path for role, path in sorted(inputs.items()) if role.startswith("framework")]
-    return evals, frameworks
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:

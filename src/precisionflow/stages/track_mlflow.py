@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from precisionflow import tracking
-from precisionflow.compare import speedups
-from precisionflow.stages import report
+from precisionflow.compare import load_baselines, reference_model, speedups, split_inputs
 from precisionflow.nodeio import ancestors, read_json
 
 PACKAGES = ("mlflow",)
@@ -104,7 +103,7 @@ def log_child(client, experiment_id: str, parent_id: str, eval_dir: Path, commit
     run_id = run.info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in child_params(lineage).items()])
     values = {**child_metrics(metrics), **graph_metrics(lineage)}
-    baseline = baselines.get((report.reference_model(eval_dir), metrics["target"]))
+    baseline = baselines.get((reference_model(eval_dir), metrics["target"]))
     values.update({f"speedup_vs_tf_{key}": ratio for key, ratio in (speedups(metrics["speed"], baseline) if baseline else {}).items()})
     training_runs = {f"training_run.{stage}": log_training(client, experiment_id, parent_id, eval_dir.parent.parent, lineage[stage])
                      for stage in TRAINING_STAGES if stage in lineage}
@@ -119,8 +118,8 @@ def log_child(client, experiment_id: str, parent_id: str, eval_dir: Path, commit
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    eval_dirs, framework_dirs = report.split_inputs(inputs)
-    baselines = report.load_baselines(framework_dirs)
+    eval_dirs, framework_dirs = split_inputs(inputs)
+    baselines = load_baselines(framework_dirs)
     results_dir = eval_dirs[0].parent.parent
     uri = tracking.resolve_uri(params["uri"], results_dir)
     experiment_id = tracking.init_store(uri, params["experiment"], results_dir)
