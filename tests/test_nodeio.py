@@ -29,7 +29,37 @@ def test_unfinished_upstream_is_refused(tmp_path):
         nodeio.read_node(tmp_path / "nothing")
 
 
-def test_ancestors_walks_lineage(tmp_path):
-    for stage, node, inputs in [("a", "a1", {}), ("b", "b1", {"up": "a/a1"}), ("c", "c1", {"x": "b/b1", "y": "a/a1"})]:
-        nodeio.write_json_atomic(tmp_path / stage / node / nodeio.NODE_FILE, {"stage": stage, "id": node, "inputs": inputs})
-    assert set(nodeio.ancestors(tmp_path / "c" / "c1")) == {"a", "b", "c"}
+def _write_nodes(root, nodes):
+    for key, inputs in nodes.items():
+        stage, node = key.split("/")
+        nodeio.write_json_atomic(root / stage / node / nodeio.NODE_FILE, {"stage": stage, "id": node, "inputs": inputs})
+
+
+# An int8_qat evaluation: two trainings (train, QAT fine-tune) and two exports (QAT, fp32 reference).
+QAT_LINEAGE = {
+    "prepare_dataset/d": {},
+    "train_model/t": {"data": "prepare_dataset/d"},
+    "finetune_model/q": {"model": "train_model/t", "data": "prepare_dataset/d"},
+    "export_onnx/fp32": {"model": "train_model/t", "data": "prepare_dataset/d"},
+    "export_onnx/qat": {"model": "finetune_model/q", "data": "prepare_dataset/d"},
+    "calibrate/c": {"onnx": "export_onnx/qat", "data": "prepare_dataset/d"},
+    "quantize_onnx/g": {"onnx": "export_onnx/qat", "calibration": "calibrate/c", "data": "prepare_dataset/d"},
+    "build_engine/e": {"graph": "quantize_onnx/g"},
+    "evaluate_engine/v": {"engine": "build_engine/e", "data": "prepare_dataset/d", "reference": "export_onnx/fp32",
+                          "qat_export": "export_onnx/qat", "qat_model": "finetune_model/q"},
+}
+
+
+def test_lineage_is_keyed_by_node_id_and_keeps_both_exports(tmp_path):
+    _write_nodes(tmp_path, QAT_LINEAGE)
+    assert set(nodeio.lineage(tmp_path / "evaluate_engine" / "v")) == set(QAT_LINEAGE)
+
+
+def test_named_lineage_names_the_deployed_chain_and_the_reference_apart(tmp_path):
+    _write_nodes(tmp_path, QAT_LINEAGE)
+    named = {name: nodeio.node_key(record) for name, record in nodeio.named_lineage(tmp_path / "evaluate_engine" / "v").items()}
+    assert named == {
+        "evaluate_engine": "evaluate_engine/v", "build_engine": "build_engine/e", "quantize_onnx": "quantize_onnx/g",
+        "calibrate": "calibrate/c", "export_onnx": "export_onnx/qat", "finetune_model": "finetune_model/q",
+        "train_model": "train_model/t", "prepare_dataset": "prepare_dataset/d", "reference.export_onnx": "export_onnx/fp32",
+    }

@@ -6,8 +6,8 @@ from precisionflow.config.compose import expand
 
 def _plan(overrides, multirun=False, versions=None):
     builder = planning.PlanBuilder(versions)
-    evals = [ev for point in expand(overrides, multirun) for ev in builder.add_point(point)[0]]
-    return builder.nodes, evals
+    measured = [node for point in expand(overrides, multirun) for node in builder.add_point(point)]
+    return builder.nodes, [node for node in measured if node.stage == "evaluate_engine"]
 
 
 def test_same_config_gives_same_ids():
@@ -18,7 +18,7 @@ def test_changing_an_evaluation_parameter_changes_only_evaluation_nodes():
     before, _ = _plan([])
     after, _ = _plan(["evaluate.duration_s=0.7"])
     changed = {key.split("/")[0] for key in set(after) - set(before)}
-    assert changed == {"evaluate_engine", "benchmark_framework"}  # both time with the evaluate settings
+    assert changed == {"evaluate_engine", "benchmark_framework"}  # both time windows; ratios use their own rounds
 
 
 def test_changing_a_training_parameter_keeps_the_data_node():
@@ -32,7 +32,7 @@ def test_sweep_nodes_are_deduplicated():
     nodes, evals = _plan(["train.epochs=2,4", "precisions=[fp32,fp16]"], multirun=True)
     counts = Counter(key.split("/")[0] for key in nodes)
     assert counts == {"prepare_dataset": 1, "train_model": 2, "export_onnx": 2, "quantize_onnx": 4,
-                      "build_engine": 4, "evaluate_engine": 4, "benchmark_framework": 2}
+                      "build_engine": 4, "evaluate_engine": 4, "compare_speed": 4, "benchmark_framework": 2}
     assert len(evals) == 4
 
 
@@ -49,7 +49,7 @@ def test_changing_mixed_count_does_not_requantize_int8():
     before, _ = _plan(["precisions=[fp32,int8,int8_mixed]"])
     after, _ = _plan(["precisions=[fp32,int8,int8_mixed]", "int8.mixed_keep_fp=3"])
     changed = {key for key in set(after) - set(before)}
-    assert {key.split("/")[0] for key in changed} == {"quantize_onnx", "build_engine", "evaluate_engine"}
+    assert {key.split("/")[0] for key in changed} == {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed"}
     assert all("int8_mixed" in key for key in changed)
 
 
@@ -63,15 +63,7 @@ def test_code_version_change_renames_the_stage_and_its_downstream():
     before, _ = _plan([], versions=versions)
     after, _ = _plan([], versions=dict(versions, export_onnx="edited"))
     changed = {key.split("/")[0] for key in set(after) - set(before)}
-    assert changed == {"export_onnx", "calibrate", "quantize_onnx", "build_engine", "evaluate_engine"}
-
-
-def test_code_versions_follow_the_source_files(tmp_path, monkeypatch):
-    versions = planning.code_versions()
-    monkeypatch.setitem(planning.STAGE_SOURCES, "report", planning.STAGE_SOURCES["report"] + ["timing.py"])
-    edited = planning.code_versions()
-    assert edited["report"] != versions["report"]
-    assert edited["train_model"] == versions["train_model"]
+    assert changed == {"export_onnx", "calibrate", "quantize_onnx", "build_engine", "evaluate_engine", "compare_speed"}
 
 
 def test_build_plan_has_one_report_and_one_tracking_node(tmp_path):
@@ -80,7 +72,8 @@ def test_build_plan_has_one_report_and_one_tracking_node(tmp_path):
     finals = [key.split("/")[0] for key in built["final"]]
     assert sorted(finals) == ["report", "track_mlflow"]
     report = built["nodes"][built["report"]]
-    assert len(report["inputs"]) == 10  # 2 trainings x (fp32, fp16, int8, int8_qat) + 2 framework baselines
+    # 2 trainings x (fp32, fp16, int8, int8_qat) evaluations and ratio jobs + 2 framework baselines
+    assert len(report["inputs"]) == 18
 
 
 def test_plan_file_is_content_addressed(tmp_path):
@@ -121,8 +114,37 @@ def test_a_new_runtime_version_builds_new_engines_and_keeps_the_rest(monkeypatch
     original = planning.PlanBuilder.runtime
 
     def upgraded(self, backend, target_def):
-        return dict(original(self, backend, target_def), backend_version="99.0")
+        found = original(self, backend, target_def)
+        return dict(found, backend_version="99.0") if backend == "onnxruntime" else found
 
     monkeypatch.setattr(planning.PlanBuilder, "runtime", upgraded)
     after, _ = _plan([])
-    assert {key.split("/")[0] for key in set(after) - set(before)} == {"build_engine", "evaluate_engine"}
+    assert {key.split("/")[0] for key in set(after) - set(before)} == {"build_engine", "evaluate_engine", "compare_speed"}
+
+
+def test_every_ratio_job_pairs_its_engine_with_the_fp32_engine_of_its_target():
+    nodes, _ = _plan(["precisions=[fp16,fp32,int8]", "targets=[local,cpu]"])
+    comparisons = [n for n in nodes.values() if n.stage == "compare_speed"]
+    assert len(comparisons) == 6
+    for node in comparisons:
+        engine = nodes[node.inputs["engine"]]
+        if "fp32_engine" in node.inputs:
+            reference = nodes[node.inputs["fp32_engine"]]
+            assert reference.id.startswith("fp32-") and reference.params["target"] == engine.params["target"]
+        else:
+            assert engine.id.startswith("fp32-")
+        assert node.inputs["model"].startswith("train_model/")
+
+
+def test_scheduler_resources_travel_with_the_node_but_not_in_its_id():
+    before, _ = _plan(["targets=[h200]"])
+    after, _ = _plan(["targets=[h200]", "target_defs.h200.resources.gpu_model=h200_141gb"])
+    assert set(before) == set(after)
+    [engine] = [n for n in before.values() if n.stage == "build_engine" and n.id.startswith("fp32")]
+    assert engine.resources == {"gpu": 1, "gpu_model": "h200"}
+
+
+def test_real_gpu_targets_time_with_trtexec_windows():
+    nodes, evals = _plan(["targets=[local,h200]"])
+    windows = {ev.params["target"]: ev.params["evaluate"]["duration_s"] for ev in evals}
+    assert windows == {"local": 0.5, "h200": 3.0}

@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cores", default="all", help="cores Snakemake may use (default: all)")
     plan = commands.add_parser("plan", help="list the content-addressed nodes of a (swept) configuration")
     _add_config_args(plan)
+    plan.add_argument("--why", action="store_true", help="for every node that would run, the key, file or version that changed")
     config = commands.add_parser("config", help="print the composed configuration(s) as JSON")
     _add_config_args(config)
     doctor = commands.add_parser("doctor", help="which backends, devices and versions this machine has, per target")
@@ -69,13 +70,15 @@ def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[st
 
 def cmd_run(args, extra: List[str]) -> int:
     from precisionflow.nodeio import read_json
-    from precisionflow.plan import plan_from_overrides
+    from precisionflow.plan import plan_from_overrides, recheck_finished
 
     plan_file = plan_from_overrides(args.overrides, args.multirun)
     plan = read_json(plan_file)
+    recheck_finished(plan)  # thresholds are not in node ids: re-check finished nodes before anything runs
     before = node_mtimes(plan)
     code = subprocess.call(snakemake_command(plan_file, args.cores, args.dry_run, extra), cwd=Path(plan["results_dir"]).parent)
     if args.dry_run:
+        print_why(plan)
         return code
     after = node_mtimes(plan)
     executed = sum(1 for key, mtime in after.items() if before.get(key) != mtime)
@@ -110,6 +113,15 @@ def print_summary(plan: Dict) -> None:
         print(f"MLflow UI:      mlflow ui --backend-store-uri {uri}")
 
 
+def print_why(plan: Dict) -> None:
+    from precisionflow.why import explain
+
+    lines = explain(plan)
+    print(f"\nprecisionflow: {len(lines)} of {len(plan['nodes'])} planned nodes would run" + (":" if lines else "."))
+    for line in lines:
+        print(f"  {line}")
+
+
 def cmd_plan(args) -> int:
     from collections import Counter
 
@@ -117,10 +129,13 @@ def cmd_plan(args) -> int:
     from precisionflow.plan import build_plan, default_results_dir
 
     points = expand(args.overrides, args.multirun)
-    plan = build_plan(points, default_results_dir(points))
+    plan = build_plan(points, default_results_dir(points), args.overrides)
     print(f"{len(points)} configuration(s) -> {len(plan['nodes'])} unique nodes")
     for stage, count in Counter(node["stage"] for node in plan["nodes"].values()).items():
         print(f"  {stage:<16} {count}")
+    if args.why:
+        print_why(plan)
+        return 0
     for key in plan["nodes"]:
         print(key)
     return 0

@@ -1,39 +1,49 @@
-"""Speed-ups: an engine's throughput over the framework baseline's, setting by setting, and the
-lookups the report and tracking stages share to pair each engine with its baseline."""
+"""Ratios and lineage lookups the report and tracking stages share.
+
+Every ratio comes from a compare_speed node: one job that timed the engine, its target's fp32
+engine and TensorFlow in alternating rounds. Nothing here divides figures of two different jobs.
+"""
 
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from precisionflow.nodeio import read_json, read_node
 
-
-def speedups(engine_speed: Dict[str, Any], framework_speed: Dict[str, Any]) -> Dict[str, float]:
-    """{"b<N>": ratio at batch N, "s<N>": ratio with N streams} for settings both measured."""
-    ratios = {}
-    for kind, prefix in (("batch", "b"), ("streams", "s")):
-        for key, stats in engine_speed.get(kind, {}).items():
-            baseline = framework_speed.get(kind, {}).get(key)
-            if baseline:
-                ratios[f"{prefix}{key}"] = stats["throughput_sps"] / baseline["throughput_sps"]
-    return ratios
+RATIOS = (("vs_fp32", "x_fp32"), ("vs_tf", "x_tf"))
 
 
-def reference_model(eval_dir: Path) -> str:
-    """The model node (train or fine-tune) behind the fp32 reference of an evaluation."""
-    results = eval_dir.parent.parent
-    return read_node(results / read_node(eval_dir)["inputs"]["reference"])["inputs"]["model"]
+def split_inputs(inputs: Dict[str, Path]) -> Tuple[List[Path], List[Path], List[Path]]:
+    """(evaluation, ratio, framework-baseline) node folders of an aggregate stage."""
+    picked = {prefix: [path for role, path in sorted(inputs.items()) if role.startswith(prefix)]
+              for prefix in ("eval", "speed", "framework")}
+    return picked["eval"], picked["speed"], picked["framework"]
 
 
-def load_baselines(framework_dirs: List[Path]) -> Dict[tuple, Dict[str, Any]]:
-    """{(model node key, target): framework speed}."""
-    baselines = {}
-    for folder in framework_dirs:
-        record = read_node(folder)
-        baselines[(record["inputs"]["model"], record["params"]["target"])] = read_json(folder / "metrics.json")["speed"]
-    return baselines
+def ratios_by_engine(speed_dirs: List[Path]) -> Dict[str, Dict[str, Any]]:
+    """{engine node key: compare_speed metrics} -- evaluations find their ratios by their engine."""
+    return {read_node(folder)["inputs"]["engine"]: read_json(folder / "metrics.json") for folder in speed_dirs}
 
 
-def split_inputs(inputs: Dict[str, Path]):
-    evals = [path for role, path in sorted(inputs.items()) if role.startswith("eval")]
-    frameworks = [path for role, path in sorted(inputs.items()) if role.startswith("framework")]
-    return evals, frameworks
+def settings_of(speed: Dict[str, Any]) -> Dict[str, str]:
+    """The settings a table shows: smallest batch (b1), largest batch (bmax), most streams."""
+    batches = sorted((int(key[1:]) for key in speed if key.startswith("b")))
+    streams = sorted((int(key[1:]) for key in speed if key.startswith("s")))
+    chosen = {"b1": f"b{batches[0]}", "bmax": f"b{batches[-1]}"} if batches else {}
+    if streams:
+        chosen["streams"] = f"s{streams[-1]}"
+    return chosen
+
+
+def ratio_values(ratio_metrics: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """{"x_fp32_b1": {"median", "cv_percent", "noisy", ...}, ...} of one compare_speed node."""
+    settings = ratio_metrics["settings"]
+    values = {}
+    for column, setting in settings_of(settings).items():
+        for key, prefix in RATIOS:
+            if key in settings[setting]:
+                values[f"{prefix}_{column}"] = settings[setting][key]
+    return values
+
+
+def engine_key(eval_dir: Path) -> str:
+    return read_node(eval_dir)["inputs"]["engine"]

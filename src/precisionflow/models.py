@@ -29,22 +29,17 @@ def small_cnn(keras, params: Dict[str, Any], input_shape, num_classes: int):
     return keras.Model(inputs, _logits(keras, x, num_classes), name="small_cnn")
 
 
-# Keras' default 0.99 leaves BatchNorm's moving statistics far from the data after the few hundred
-# steps a small data set gives: validation then sits at chance while training accuracy is 100%.
-BN_MOMENTUM = 0.9
-
-
 def _residual_block(keras, x, filters: int, stride: int, name: str):
     layers = keras.layers
     shortcut = x
     y = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False, name=f"{name}_conv1")(x)
-    y = layers.BatchNormalization(momentum=BN_MOMENTUM, name=f"{name}_bn1")(y)
+    y = layers.BatchNormalization(name=f"{name}_bn1")(y)
     y = layers.ReLU(name=f"{name}_relu1")(y)
     y = layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"{name}_conv2")(y)
-    y = layers.BatchNormalization(momentum=BN_MOMENTUM, name=f"{name}_bn2")(y)
+    y = layers.BatchNormalization(name=f"{name}_bn2")(y)
     if stride != 1 or shortcut.shape[-1] != filters:
         shortcut = layers.Conv2D(filters, 1, strides=stride, use_bias=False, name=f"{name}_proj")(shortcut)
-        shortcut = layers.BatchNormalization(momentum=BN_MOMENTUM, name=f"{name}_proj_bn")(shortcut)
+        shortcut = layers.BatchNormalization(name=f"{name}_proj_bn")(shortcut)
     y = layers.Add(name=f"{name}_add")([shortcut, y])
     return layers.ReLU(name=f"{name}_out")(y)
 
@@ -55,7 +50,7 @@ def resnet_mini(keras, params: Dict[str, Any], input_shape, num_classes: int):
     inputs = keras.Input(shape=tuple(input_shape), name="image")
     width = int(16 * params["width"])
     x = layers.Conv2D(width, 3, padding="same", use_bias=False, name="stem_conv")(inputs)
-    x = layers.BatchNormalization(momentum=BN_MOMENTUM, name="stem_bn")(x)
+    x = layers.BatchNormalization(name="stem_bn")(x)
     x = layers.ReLU(name="stem_relu")(x)
     for stage in range(params["stages"]):
         for block in range(params["blocks_per_stage"]):
@@ -69,11 +64,13 @@ def _application(constructor, name: str):
     def build(keras, params: Dict[str, Any], input_shape, num_classes: int):
         weights = _weights_path(params)
         extra = {"alpha": params["width"]} if name == "mobilenet_v2" else {}
-        base = getattr(keras.applications, constructor)(
-            include_top=False, weights=weights, input_shape=tuple(input_shape), pooling="avg", **extra
-        )
         inputs = keras.Input(shape=tuple(input_shape), name="image")
-        return keras.Model(inputs, _logits(keras, base(inputs), num_classes), name=name)
+        # Built on our input tensor, the application's layers join one flat functional model:
+        # tfmot can annotate them one by one (a nested Model it cannot quantize).
+        base = getattr(keras.applications, constructor)(
+            include_top=False, weights=weights, input_tensor=inputs, pooling="avg", **extra
+        )
+        return keras.Model(inputs, _logits(keras, base.output, num_classes), name=name)
 
     return build
 
@@ -132,7 +129,38 @@ BUILDERS = {
 }
 
 
+# The model settings each builder reads: only these enter the training nodes' ids.
+MODEL_KEYS = {
+    "small_cnn": ("name", "width", "filters", "dense_units", "dropout"),
+    "resnet_mini": ("name", "width", "stages", "blocks_per_stage", "bn_momentum"),
+    "resnet50": ("name", "weights", "bn_momentum"),
+    "mobilenet_v2": ("name", "width", "weights", "bn_momentum"),
+    "keras_file": ("name", "path", "trust", "bn_momentum"),
+}
+# Settings that name a file the builder opens: its content enters the id too.
+FILE_KEYS = ("weights", "path")
+
+
+def reads(model: Dict[str, Any]) -> Dict[str, Any]:
+    """The part of the `model` config the chosen builder reads."""
+    if model["name"] not in MODEL_KEYS:
+        raise ConfigError(f"model.name: expected one of {sorted(MODEL_KEYS)}, found '{model['name']}'.")
+    return {key: model[key] for key in MODEL_KEYS[model["name"]]}
+
+
+def set_bn_momentum(keras, model, momentum: float) -> None:
+    """Every BatchNorm layer gets `momentum`. Keras applications use 0.99-0.999, which leaves the
+    moving statistics near their initial values after the few hundred steps of a short training:
+    the model then scores chance in inference mode while training accuracy looks fine."""
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = momentum
+
+
 def build(keras, params: Dict[str, Any], input_shape, num_classes: int):
     if params["name"] not in BUILDERS:
         raise ConfigError(f"model.name: expected one of {sorted(BUILDERS)}, found '{params['name']}'.")
-    return BUILDERS[params["name"]](keras, params, input_shape, num_classes)
+    model = BUILDERS[params["name"]](keras, params, input_shape, num_classes)
+    if "bn_momentum" in params:
+        set_bn_momentum(keras, model, params["bn_momentum"])  # before compile: fit() captures it when traced
+    return model

@@ -73,18 +73,49 @@ def staged_node_dir(final_dir: Path) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def ancestors(node_dir: Path) -> Dict[str, Dict[str, Any]]:
-    """node.json of a node and of everything upstream of it, keyed by stage name.
+def node_key(record: Dict[str, Any]) -> str:
+    return f"{record['stage']}/{record['id']}"
 
-    Nodes live at <results>/<stage>/<id>, and node.json names inputs by "<stage>/<id>", so the
-    lineage of an artifact can be walked from the artifact alone.
+
+def lineage(node_dir: Path) -> Dict[str, Dict[str, Any]]:
+    """node.json of a node and of everything upstream of it, keyed by node key ("<stage>/<id>").
+
+    A DAG, not a chain: an int8_qat engine has two trainings (train, QAT fine-tune) and two exports
+    (its own and the fp32 reference), and each is its own entry. Nodes live at
+    <results>/<stage>/<id> and name their inputs by key, so lineage is walked from the artifact alone.
     """
     results = Path(node_dir).parent.parent
-    found: Dict[str, Dict[str, Any]] = {}
-    pending = [Path(node_dir)]
+    root = read_node(node_dir)
+    found: Dict[str, Dict[str, Any]] = {node_key(root): root}
+    pending = list(root["inputs"].values())
     while pending:
-        record = read_node(pending.pop())
-        if record["stage"] not in found:
-            found[record["stage"]] = record
-            pending.extend(results / key for key in record["inputs"].values())
+        key = pending.pop()
+        if key not in found:
+            found[key] = read_node(results / key)
+            pending.extend(found[key]["inputs"].values())
     return found
+
+
+def named_lineage(node_dir: Path, primary_roles=("engine", "data")) -> Dict[str, Dict[str, Any]]:
+    """Lineage with readable, unique names: the chain the artifact was built from (reached through
+    `primary_roles`) by stage name ("train_model", "finetune_model", "export_onnx", ...); a second
+    node of a stage on that chain by its role ("int8.quantize_onnx"); side inputs by role
+    ("reference.export_onnx": the fp32 export every engine is compared with)."""
+    records = lineage(node_dir)
+    root = read_node(node_dir)
+    named: Dict[str, Dict[str, Any]] = {root["stage"]: root}
+    seen = {node_key(root)}
+    first = [(role, key) for role, key in sorted(root["inputs"].items()) if role in primary_roles]
+    side = [(role, key) for role, key in sorted(root["inputs"].items()) if role not in primary_roles]
+    for edges, prefix_all in ((first, False), (side, True)):
+        queue = [(role, key, role) for role, key in edges]
+        while queue:
+            role, key, origin = queue.pop(0)
+            if key in seen:
+                continue
+            seen.add(key)
+            record = records[key]
+            name = record["stage"] if not prefix_all and record["stage"] not in named else f"{origin if prefix_all else role}.{record['stage']}"
+            named[name] = record
+            queue.extend((child_role, child, origin) for child_role, child in sorted(record["inputs"].items()))
+    return named

@@ -1,42 +1,35 @@
 """Sweep points -> content-addressed stage nodes -> one plan file for one Snakemake DAG.
 
-A node's id is `<readable slug>-<hash>`; the hash covers the stage name, the part of the config
-that stage reads, its upstream node ids and the stage's code version. Sweep points that share a
-prefix therefore share nodes (a sweep over precisions trains once), flipping a parameter back
-finds the old outputs, and editing a stage's source gives its nodes (and their downstream) new
-ids -- which is how Snakemake "notices" edits to imported modules.
+A node's id is `<readable slug>-<hash>`. The hash covers exactly what the stage reads:
+  * the parameters it declares (each stage module's `reads(cfg, ...)`: nothing else of the config),
+  * its upstream node ids (which cover their own inputs in turn),
+  * the content of the files it opens outside the results folder (model files, image folders),
+  * the versions of the packages it calls (`PACKAGES`; engine and timing stages also carry the
+    backend version and the device in their params),
+  * its code: the hash of its module's import closure (identity.py).
+Scheduler resources and pure thresholds (`checks`) travel with the node but stay out of the hash:
+a changed threshold re-checks the existing node (precisionflow run does, before anything runs),
+a changed resource only moves where the job runs.
+
+Sweep points that share a prefix therefore share nodes (a sweep over precisions trains once),
+flipping a parameter back finds the old outputs, and editing a module gives new ids to exactly
+the stages whose code imports it, and to their downstream.
 """
 
 import hashlib
+import importlib
 import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+from precisionflow import identity
 
-# Source files (relative to the package) each stage's code version hashes. Shared helpers are
-# listed where a stage uses them so a change there reruns exactly the stages that depend on it.
-_COMMON = ["runner.py", "nodeio.py"]
-_DATA = ["stages/prepare_dataset.py", "datasets/image_folder.py"]
-_QUANT = ["quant/cache.py", "quant/qdq.py", "quant/reader.py", "quant/layer_error.py"]
-_BACKENDS = ["backends/__init__.py", "backends/devices.py", "backends/onnxruntime_backend.py", "backends/tensorrt_backend.py"]
-STAGE_SOURCES: Dict[str, List[str]] = {
-    "prepare_dataset": _DATA,
-    "train_model": ["stages/train_model.py", "models.py", "tfenv.py"] + _DATA,
-    "finetune_model": ["stages/finetune_model.py", "stages/train_model.py", "qat.py", "models.py", "tfenv.py"] + _DATA,
-    "export_onnx": ["stages/export_onnx.py", "tfenv.py", "quant/onnx_names.py"] + _DATA,
-    "calibrate": ["stages/calibrate.py"] + _QUANT + _DATA,
-    "quantize_onnx": ["stages/quantize_onnx.py"] + _QUANT + _DATA,
-    "build_engine": ["stages/build_engine.py"] + _BACKENDS,
-    "evaluate_engine": ["stages/evaluate_engine.py", "speed.py", "timing.py"] + _BACKENDS + _DATA,
-    "benchmark_framework": ["stages/benchmark_framework.py", "speed.py", "timing.py", "tfenv.py"] + _DATA,
-    "track_mlflow": ["stages/track_mlflow.py", "tracking.py", "compare.py"],
-    "report": ["stages/report.py", "stages/report_pages.py", "compare.py"] + _DATA,
-}
-STAGE_ORDER = list(STAGE_SOURCES)
+STAGES = ("prepare_dataset", "train_model", "finetune_model", "export_onnx", "calibrate", "quantize_onnx",
+          "build_engine", "evaluate_engine", "compare_speed", "benchmark_framework", "report", "track_mlflow")
+MEASURED_STAGES = ("evaluate_engine", "compare_speed", "benchmark_framework")
 
 
 @dataclass
@@ -45,39 +38,30 @@ class Node:
     id: str
     params: Dict[str, Any]
     inputs: Dict[str, str] = field(default_factory=dict)  # role -> upstream node key
+    identity: Dict[str, Any] = field(default_factory=dict)  # code version and package versions hashed
+    checks: Dict[str, Any] = field(default_factory=dict)  # thresholds checked against the summary; not hashed
+    resources: Dict[str, Any] = field(default_factory=dict)  # scheduler resources; not hashed
 
     @property
     def key(self) -> str:
         return f"{self.stage}/{self.id}"
 
     def to_json(self) -> Dict[str, Any]:
-        return {"stage": self.stage, "id": self.id, "params": self.params, "inputs": self.inputs}
+        return {"stage": self.stage, "id": self.id, "params": self.params, "inputs": self.inputs,
+                "identity": self.identity, "checks": self.checks, "resources": self.resources}
+
+
+def stage_module(stage: str):
+    return importlib.import_module(f"precisionflow.stages.{stage}")
 
 
 def code_versions() -> Dict[str, str]:
-    """Hash of each stage's source files, read once per plan."""
-    cache: Dict[str, str] = {}
-    versions = {}
-    for stage, files in STAGE_SOURCES.items():
-        digest = hashlib.sha256()
-        for rel in sorted(files + _COMMON):
-            if rel not in cache:
-                cache[rel] = hashlib.sha256((PACKAGE_DIR / rel).read_bytes()).hexdigest()
-            digest.update(f"{rel}:{cache[rel]}\n".encode())
-        versions[stage] = digest.hexdigest()[:12]
-    return versions
+    """Hash of each stage's import closure, read once per plan."""
+    return {stage: identity.code_version(stage) for stage in STAGES}
 
 
-def installed_version(packages) -> str:
-    """Version of the first of `packages` installed (read from metadata: nothing is imported)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    for name in packages:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            continue
-    return "not installed"
+def stage_identity(stage: str, versions: Dict[str, str]) -> Dict[str, Any]:
+    return {"code": versions[stage], "packages": identity.package_versions(getattr(stage_module(stage), "PACKAGES", ()))}
 
 
 def _slugify(text: str) -> str:
@@ -89,157 +73,179 @@ class PlanBuilder:
 
     def __init__(self, versions: Optional[Dict[str, str]] = None, cache_dir: Optional[Path] = None):
         self.versions = versions or code_versions()
+        self.identities = {stage: stage_identity(stage, self.versions) for stage in STAGES}
         self.nodes: Dict[str, Node] = {}
         self.cache_dir = cache_dir
         self.fingerprints: Dict[str, str] = {}
+        self.file_hashes: Dict[str, str] = {}
         self.runtimes: Dict[tuple, Dict[str, str]] = {}
 
     def runtime(self, backend: str, target_def: Dict[str, Any]) -> Dict[str, str]:
-        """The runtime an engine is built with: part of its id, so upgrading the backend or moving
-        to another machine builds new engines instead of failing on the old ones."""
+        """The runtime an engine is built (or a model timed) with: part of the id, so upgrading the
+        backend or moving to another machine builds new engines instead of failing on the old ones."""
         from precisionflow.backends.devices import local_device_name
 
         key = (backend, target_def["device"], target_def.get("expect_device") or "")
         if key not in self.runtimes:
-            packages = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu")}.get(backend, (backend,))
             # A cluster target names its device; `local` means whatever this machine has.
             device = target_def.get("expect_device") or local_device_name(target_def["device"])
-            self.runtimes[key] = {"backend_version": installed_version(packages), "device": device}
+            self.runtimes[key] = {"backend_version": identity.installed_version(backend), "device": device}
         return self.runtimes[key]
 
-    def data_params(self, dataset: Dict[str, Any]) -> Dict[str, Any]:
-        """The data set's config, plus a fingerprint of the files for folder data sets."""
-        if dataset["name"] != "image_folder":
-            return dataset
+    def data_params(self, cfg: Dict[str, Any]) -> Dict[str, Any]:
+        """The data set's declared settings, plus a content fingerprint for folder data sets."""
+        params = stage_module("prepare_dataset").reads(cfg)
+        if params["name"] != "image_folder":
+            return params
         from precisionflow.datasets import image_folder
 
-        root = str(Path(dataset["path"]).expanduser().resolve())
+        root = str(Path(params["path"]).expanduser().resolve())
         if root not in self.fingerprints:
             cache = (self.cache_dir or Path(root)) / "fingerprints.json"
             self.fingerprints[root] = image_folder.fingerprint(Path(root), cache)
-        return {**dataset, "path": root, "fingerprint": self.fingerprints[root]}
+        return {**params, "path": root, "fingerprint": self.fingerprints[root]}
 
-    def add(self, stage: str, slug: str, params: Dict[str, Any], inputs: Dict[str, Node]) -> Node:
+    def model_files(self, model: Dict[str, Any]) -> Dict[str, str]:
+        """{path: content sha256} of the files a model builder opens (user model, local weights)."""
+        from precisionflow.models import FILE_KEYS
+
+        found = {}
+        for key in FILE_KEYS:
+            if model.get(key):
+                path = str(Path(model[key]).expanduser().resolve())
+                if path not in self.file_hashes:
+                    self.file_hashes[path] = identity.path_sha256(Path(path)) if Path(path).exists() else "missing"
+                found[path] = self.file_hashes[path]
+        return found
+
+    def add(self, stage: str, slug: str, params: Dict[str, Any], inputs: Dict[str, Node],
+            checks: Optional[Dict[str, Any]] = None, resources: Optional[Dict[str, Any]] = None) -> Node:
         input_keys = {role: node.key for role, node in sorted(inputs.items())}
-        identity = {"stage": stage, "params": params, "inputs": input_keys, "code": self.versions[stage]}
-        digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
-        node = Node(stage, f"{_slugify(slug)}-{digest}", params, input_keys)
+        hashed = {"stage": stage, "params": params, "inputs": input_keys, **self.identities[stage]}
+        digest = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:12]
+        node = Node(stage, f"{_slugify(slug)}-{digest}", params, input_keys, self.identities[stage],
+                    checks or {}, resources or {})
         self.nodes.setdefault(node.key, node)
         return self.nodes[node.key]
 
-    def add_point(self, cfg: Dict[str, Any]) -> Tuple[List[Node], List[Node]]:
-        """Add one configuration's chain; return its evaluate_engine and benchmark_framework nodes."""
-        data = self.add("prepare_dataset", cfg["dataset"]["name"], self.data_params(cfg["dataset"]), {})
+    def add_point(self, cfg: Dict[str, Any]) -> List[Node]:
+        """Add one configuration's chain; return its measured nodes (evaluations, ratios, baselines)."""
+        data = self.add("prepare_dataset", cfg["dataset"]["name"], self.data_params(cfg), {})
+        train_params = stage_module("train_model").reads(cfg)
+        train_params["model"]["files"] = self.model_files(train_params["model"])
         model = trained = self.add(
-            "train_model",
-            f"{cfg['model']['name']}-{cfg['train']['precision_policy']}-e{cfg['train']['epochs']}",
-            {"model": cfg["model"], "train": cfg["train"]},
-            {"data": data},
-        )
+            "train_model", f"{cfg['model']['name']}-{cfg['train']['precision_policy']}-e{cfg['train']['epochs']}",
+            train_params, {"data": data})
         if cfg["finetune"]["mode"] != "none":
             model = self._add_finetune(cfg, cfg["finetune"], model, data)
         onnx = self._add_export(cfg, model, data)
-        graphs = {}
+        graphs: Dict[str, Node] = {}
         for precision in cfg["precisions"]:  # int8_mixed needs the int8 graph's report: order matters
             graphs[precision] = self._add_graph(cfg, precision, onnx, data, graphs, trained)
-        # Every engine is compared with the same fp32 reference: the main path's exported model.
-        evaluations = [ev for p in cfg["precisions"] for ev in self._add_engines(cfg, p, graphs[p], onnx, data)]
-        return evaluations, [self._add_framework(cfg, target, model, data) for target in cfg["targets"]]
+        engines = {(p, t): self._add_engine(cfg, graphs[p], t) for p in cfg["precisions"] for t in cfg["targets"]}
+        measured = []
+        for (precision, target), engine in engines.items():
+            # Every engine is compared with the same fp32 reference: the main path's exported model.
+            measured.append(self._add_evaluation(cfg, precision, target, engine, graphs[precision], onnx, data))
+            measured.append(self._add_comparison(cfg, target, engine, engines[("fp32", target)], model, data))
+        measured += [self._add_framework(cfg, target, model, data) for target in cfg["targets"]]
+        return measured
+
+    def _device(self, cfg, target: str, backend: str) -> Tuple[Dict[str, str], Dict[str, Any]]:
+        target_def = cfg["target_defs"][target]
+        return self.runtime(backend, target_def), dict(target_def["resources"])
 
     def _add_framework(self, cfg, target: str, model: Node, data: Node) -> Node:
-        timing = {k: v for k, v in cfg["evaluate"].items() if k != "batch_size"}
-        params = {"evaluate": timing, "target": target, "target_def": cfg["target_defs"][target],
-                  "threads": cfg["engine"]["intra_op_threads"]}
-        return self.add("benchmark_framework", f"tf-{target}", params, {"model": model, "data": data})
+        runtime, resources = self._device(cfg, target, "tensorflow")
+        params = stage_module("benchmark_framework").reads(cfg, target, runtime)
+        return self.add("benchmark_framework", f"tf-{target}", params, {"model": model, "data": data}, resources=resources)
 
     def _add_finetune(self, cfg, finetune: Dict[str, Any], model: Node, data: Node) -> Node:
-        slug = f"{finetune['mode']}-e{finetune['epochs']}"
-        return self.add("finetune_model", slug, {"finetune": finetune, "model": cfg["model"]}, {"model": model, "data": data})
+        params = stage_module("finetune_model").reads(cfg, finetune)
+        params["model"]["files"] = self.model_files(params["model"])
+        return self.add("finetune_model", f"{finetune['mode']}-e{finetune['epochs']}", params, {"model": model, "data": data})
 
     def _add_export(self, cfg, model: Node, data: Node) -> Node:
-        return self.add("export_onnx", f"{model.id.rsplit('-', 1)[0]}-opset{cfg['export']['opset']}", cfg["export"],
-                        {"model": model, "data": data})
+        module = stage_module("export_onnx")
+        return self.add("export_onnx", f"{model.id.rsplit('-', 1)[0]}-opset{cfg['export']['opset']}", module.reads(cfg),
+                        {"model": model, "data": data}, checks=module.checks(cfg))
 
     def _add_calibration(self, cfg, onnx: Node, data: Node, source: str) -> Node:
-        calibration = dict(cfg["calibration"], source=source)
-        if source == "qat":  # learned ranges; minmax only fills tensors QAT has no quantizer on
-            calibration.update(method="minmax", percentile=None)
-        slug = f"{source}-{calibration['method']}-n{calibration['num_samples']}"
-        return self.add("calibrate", slug, calibration, {"onnx": onnx, "data": data})
+        params = stage_module("calibrate").reads(cfg, source)
+        slug = f"{source}-{params['method']}-n{params['num_samples']}"
+        return self.add("calibrate", slug, params, {"onnx": onnx, "data": data})
 
     def _add_graph(self, cfg, precision: str, onnx: Node, data: Node, graphs: Dict[str, Node], trained: Node) -> Node:
-        params: Dict[str, Any] = {"precision": precision}
+        params = stage_module("quantize_onnx").reads(cfg, precision)
         inputs = {"onnx": onnx}
-        if precision == "fp16":
-            params["fp16"] = cfg["fp16"]
         if precision == "int8_qat":
             qat_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="qat"), trained, data)
             inputs["onnx"] = self._add_export(cfg, qat_model, data)
         if precision.startswith("int8"):
             inputs["calibration"] = self._add_calibration(cfg, inputs["onnx"], data, "qat" if precision == "int8_qat" else "ptq")
             inputs["data"] = data
-            params["int8"] = {k: v for k, v in cfg["int8"].items() if precision == "int8_mixed" or k != "mixed_keep_fp"}
         if precision == "int8_mixed":
             inputs["int8"] = graphs.get("int8") or self._add_graph(cfg, "int8", onnx, data, graphs, trained)
         slug = f"{precision}-keep{cfg['int8']['mixed_keep_fp']}" if precision == "int8_mixed" else precision
         return self.add("quantize_onnx", slug, params, inputs)
 
-    def _add_engines(self, cfg, precision: str, graph: Node, onnx: Node, data: Node) -> List[Node]:
-        evaluations = []
-        for target in cfg["targets"]:
-            target_def = cfg["target_defs"][target]
-            engine_params = {"engine": engine_settings(cfg["engine"]), "target": target, "target_def": target_def,
-                             "runtime": self.runtime(cfg["engine"]["backend"], target_def)}
-            engine = self.add("build_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", engine_params, {"graph": graph})
-            eval_params = {"evaluate": cfg["evaluate"], "precision": precision, "target": target}
-            inputs = {"engine": engine, "data": data, "reference": onnx}
-            evaluations.append(self.add("evaluate_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", eval_params, inputs))
-        return evaluations
+    def _add_engine(self, cfg, graph: Node, target: str) -> Node:
+        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
+        params = stage_module("build_engine").reads(cfg, target, runtime)
+        return self.add("build_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, {"graph": graph}, resources=resources)
+
+    def _add_evaluation(self, cfg, precision: str, target: str, engine: Node, graph: Node, onnx: Node, data: Node) -> Node:
+        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
+        params = stage_module("evaluate_engine").reads(cfg, precision, target, runtime)
+        inputs = {"engine": engine, "data": data, "reference": onnx}
+        if precision == "int8_qat":  # deployed == trained: compared with the QAT model itself
+            qat_export = self.nodes[graph.inputs["onnx"]]
+            inputs.update(qat_export=qat_export, qat_model=self.nodes[qat_export.inputs["model"]])
+        return self.add("evaluate_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, inputs, resources=resources)
+
+    def _add_comparison(self, cfg, target: str, engine: Node, fp32_engine: Node, model: Node, data: Node) -> Node:
+        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
+        params = stage_module("compare_speed").reads(cfg, target, runtime)
+        inputs = {"engine": engine, "model": model, "data": data}
+        if fp32_engine.key != engine.key:
+            inputs["fp32_engine"] = fp32_engine
+        return self.add("compare_speed", engine.id.rsplit("-", 1)[0], params, inputs, resources=resources)
 
 
-# The engine settings each backend reads; the others do not enter its engines' ids.
-BACKEND_SETTINGS = {
-    "onnxruntime": ("backend", "optimization_level", "intra_op_threads"),
-    "tensorrt": ("backend", "intra_op_threads", "trt_builder_optimization_level", "trt_workspace_mb", "min_batch",
-                 "opt_batch", "max_batch", "min_spatial", "opt_spatial", "max_spatial", "sparse_weights"),
-}
-
-
-def engine_settings(engine: Dict[str, Any]) -> Dict[str, Any]:
-    keys = BACKEND_SETTINGS.get(engine["backend"], tuple(engine))
-    return {key: engine[key] for key in keys}
-
-
-def build_plan(points: List[Dict[str, Any]], results_dir: str) -> Dict[str, Any]:
-    """All sweep points -> {nodes, targets}: the document the Snakefile executes."""
+def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
+    """All sweep points -> {nodes, final, report}: the document the Snakefile executes."""
     builder = PlanBuilder(cache_dir=Path(results_dir) / ".cache")
-    measured: Dict[str, Node] = {}  # evaluate_engine and benchmark_framework nodes of the sweep
+    measured: Dict[str, Node] = {}
     measured_by_tracking: Dict[str, Dict[str, Node]] = {}
     for cfg in points:
-        evals, frameworks = builder.add_point(cfg)
-        point = {node.key: node for node in evals + frameworks}
+        point = {node.key: node for node in builder.add_point(cfg)}
         measured.update(point)
         if cfg["tracking"]["enabled"]:
-            measured_by_tracking.setdefault(json.dumps(cfg["tracking"], sort_keys=True), {}).update(point)
+            tracking = {**{k: cfg["tracking"][k] for k in ("uri", "experiment")},
+                        "tensorrt_version": cfg["calibration"]["tensorrt_version"]}
+            measured_by_tracking.setdefault(json.dumps(tracking, sort_keys=True), {}).update(point)
     report = _add_aggregate(builder, "report", "sweep", {}, measured)
     final = [report]
     for tracking_key, nodes in measured_by_tracking.items():
-        final.append(_add_aggregate(builder, "track_mlflow", "sweep", json.loads(tracking_key), nodes))
+        params = {**json.loads(tracking_key), "overrides": list(overrides)}
+        final.append(_add_aggregate(builder, "track_mlflow", "sweep", params, nodes, {"report": report}))
     return {
         "results_dir": results_dir,
+        "overrides": list(overrides),
         "nodes": {key: node.to_json() for key, node in builder.nodes.items()},
         "final": [node.key for node in final],
         "report": report.key,
     }
 
 
-def _add_aggregate(builder: PlanBuilder, stage: str, slug: str, params, measured: Dict[str, Node]) -> Node:
+def _add_aggregate(builder: PlanBuilder, stage: str, slug: str, params, measured: Dict[str, Node], extra=None) -> Node:
     # Inputs are numbered in a sorted order so the same set of nodes gives the same node id.
-    evals = sorted(key for key in measured if key.startswith("evaluate_engine/"))
-    frameworks = sorted(key for key in measured if key.startswith("benchmark_framework/"))
-    inputs = {f"eval{i:05d}": measured[key] for i, key in enumerate(evals)}
-    inputs.update({f"framework{i:05d}": measured[key] for i, key in enumerate(frameworks)})
-    return builder.add(stage, f"{slug}-{len(evals)}engines", params, inputs)
+    inputs = dict(extra or {})
+    for measured_stage, role in zip(MEASURED_STAGES, ("eval", "speed", "framework")):
+        keys = sorted(key for key in measured if key.startswith(measured_stage + "/"))
+        inputs.update({f"{role}{i:05d}": measured[key] for i, key in enumerate(keys)})
+    engines = sum(1 for key in measured if key.startswith("evaluate_engine/"))
+    return builder.add(stage, f"{slug}-{engines}engines", params, inputs)
 
 
 def default_results_dir(points: List[Dict[str, Any]]) -> str:
@@ -266,4 +272,16 @@ def plan_from_overrides(overrides=(), multirun: bool = False) -> Path:
     from precisionflow.config.compose import expand
 
     points = expand(overrides, multirun=multirun)
-    return write_plan(build_plan(points, default_results_dir(points)))
+    return write_plan(build_plan(points, default_results_dir(points), overrides))
+
+
+def recheck_finished(plan: Dict[str, Any]) -> None:
+    """Check the thresholds of nodes that already exist (their ids do not cover thresholds, so a
+    tightened threshold must still fail the run, before anything runs)."""
+    from precisionflow.nodeio import NODE_FILE, read_json
+
+    results = Path(plan["results_dir"])
+    for key, spec in plan["nodes"].items():
+        marker = results / key / NODE_FILE
+        if spec.get("checks") and marker.is_file():
+            stage_module(spec["stage"]).check(spec["checks"], read_json(marker)["summary"])

@@ -1,35 +1,46 @@
 """Run one planned node: `python -m precisionflow.runner --plan PLAN --node STAGE/ID`.
 
-Snakemake rules call this; tests and scripts may call run_node() directly. The stage function
-gets its params, its input node folders and a fresh output folder; the runner adds node.json
-(params, inputs, code version, package versions, timings) and publishes the folder atomically.
+Snakemake rules call this; tests and scripts may call run_node() directly. Before the stage runs,
+the runner checks that this process has the code and package versions the node's id was computed
+from (otherwise the id would claim something the output is not). The stage function gets its
+params, its input node folders and a fresh output folder; the runner checks the node's
+thresholds, adds node.json (params, inputs, identity, package versions, timings) and publishes the
+folder atomically.
 """
 
 import argparse
 import importlib
-import importlib.metadata
 import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any, Dict
 
-from precisionflow.errors import PrecisionflowError
+from precisionflow import identity
+from precisionflow.errors import PrecisionflowError, StageError
 from precisionflow.nodeio import NODE_FILE, read_json, read_node, staged_node_dir, write_json_atomic
-from precisionflow.plan import code_versions
 
 
 def package_versions(names) -> Dict[str, str]:
-    versions = {"python": platform.python_version(), "precisionflow": _version("precisionflow")}
-    versions.update({name: _version(name) for name in names})
+    versions = {"python": platform.python_version(), "precisionflow": identity.installed_version("precisionflow")}
+    versions.update(identity.package_versions(names))
     return versions
 
 
-def _version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+def check_identity(spec: Dict[str, Any], stage_module) -> Dict[str, str]:
+    """Refuse to run where the code or a package differs from what the node's id covers."""
+    sources = identity.source_hashes(spec["stage"])
+    planned = spec.get("identity") or {}
+    found = {"code": identity.code_version(spec["stage"], sources),
+             "packages": identity.package_versions(getattr(stage_module, "PACKAGES", ()))}
+    for key in ("code", "packages"):
+        if key in planned and planned[key] != found[key]:
+            raise StageError(
+                f"Node {spec['stage']}/{spec['id']} was planned with {key} {planned[key]}, but this process has "
+                f"{found[key]}: its id would not describe its output. Plan again in this environment "
+                "(precisionflow run plans anew), or run the job where it was planned."
+            )
+    return sources
 
 
 def run_node(plan: Dict[str, Any], key: str) -> Dict[str, Any]:
@@ -39,16 +50,20 @@ def run_node(plan: Dict[str, Any], key: str) -> Dict[str, Any]:
     for input_dir in inputs.values():
         read_node(input_dir)  # refuses unfinished upstream nodes
     stage = importlib.import_module(f"precisionflow.stages.{spec['stage']}")
+    sources = check_identity(spec, stage)
     started = time.time()
     with staged_node_dir(results / key) as out:
-        summary = stage.run(spec["params"], inputs, out)
+        summary = stage.run(spec["params"], inputs, out) or {}
+        if spec.get("checks"):
+            stage.check(spec["checks"], summary)  # a failed check publishes nothing
         record = {
-            **spec,
-            "code_version": code_versions()[spec["stage"]],
+            **{k: spec[k] for k in ("stage", "id", "params", "inputs")},
+            "identity": {**spec.get("identity", {}), "sources": sources},
+            "code_version": identity.code_version(spec["stage"], sources),
             "versions": package_versions(getattr(stage, "PACKAGES", ())),
             "host": platform.node(),
             "timings": {"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3)},
-            "summary": summary or {},
+            "summary": summary,
         }
         write_json_atomic(out / NODE_FILE, record)
     return record

@@ -6,11 +6,20 @@ figures exclude host<->device copies (inputs already on the device, as trtexec 1
 `batch_with_copies` repeats them with the copies included.
 """
 
+import os
+import platform
+import time
 from typing import Any, Callable, Dict
 
 import numpy as np
 
 from precisionflow import timing
+
+
+def conditions() -> Dict[str, Any]:
+    """When, where and under what load a figure was taken: it travels with every absolute figure."""
+    return {"taken_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(), "cpu_count": os.cpu_count(),
+            "loadavg_1m": round(os.getloadavg()[0], 2)}
 
 
 def timing_batch(images: np.ndarray, batch_size: int) -> np.ndarray:
@@ -23,7 +32,7 @@ def measure(load: Callable[[], Any], images: np.ndarray, settings: Dict[str, Any
     """`load` makes a fresh instance (one per extra stream); `engine`, if given, is the first."""
     engine = engine or load()
     copies = getattr(engine, "has_device_copies", False)
-    report: Dict[str, Any] = {"batch": {}, "streams": {}, "copies_included": not copies}
+    report: Dict[str, Any] = {"batch": {}, "streams": {}, "copies_included": not copies, "conditions": conditions()}
     if copies:
         report["batch_with_copies"] = {}
     for size in settings["timing_batch_sizes"]:
@@ -36,4 +45,5 @@ def measure(load: Callable[[], Any], images: np.ndarray, settings: Dict[str, Any
         runners = [engine.prepare(stream_batch)] + [load().prepare(stream_batch) for _ in range(count - 1)]
         report["streams"][str(count)] = timing.concurrent_streams(
             runners, settings["stream_batch_size"], settings["warmup_s"], settings["duration_s"])
+    report["conditions"]["finished_loadavg_1m"] = conditions()["loadavg_1m"]
     return report

@@ -108,3 +108,38 @@ def concurrent_streams(run_fns: List[Callable[[], object]], batch_size: int, war
     every = sorted(t for stream_latencies in latencies for t in stream_latencies)
     return {"streams": len(run_fns), "throughput_sps": batch_size * sum(counts) / wall,
             "p50_ms": 1000 * percentile(every, 50), "p99_ms": 1000 * percentile(every, 99), "iterations": sum(counts)}
+
+
+def window_throughput(run_once: Callable[[], object], batch_size: int, seconds: float) -> float:
+    """Samples/s of back-to-back calls over one window (at least one call)."""
+    calls, started = 0, time.perf_counter()
+    while True:
+        run_once()
+        calls += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds:
+            return batch_size * calls / elapsed
+
+
+def alternating_rounds(sides: Dict[str, Callable[[float], float]], rounds: int, window_s: float) -> Dict[str, List[float]]:
+    """Throughput of every side in each round, the sides taking turns (A B C, then C B A, ...).
+
+    `sides` maps a name to a function timing one window of that many seconds and returning its
+    throughput. Each round measures every side close together in time, so a per-round ratio
+    cancels what the machine did meanwhile (other load, clocks, caches); reversing the order each
+    round cancels the advantage of going first or last.
+    """
+    names = list(sides)
+    measured: Dict[str, List[float]] = {name: [] for name in names}
+    for index in range(rounds):
+        for name in names if index % 2 == 0 else names[::-1]:
+            measured[name].append(sides[name](window_s))
+    return measured
+
+
+def ratio_stats(numerator: Sequence[float], denominator: Sequence[float]) -> Dict[str, float]:
+    """Per-round ratios numerator/denominator: median, range and coefficient of variation."""
+    ratios = np.asarray(numerator, dtype=float) / np.asarray(denominator, dtype=float)
+    cv = float(100 * ratios.std() / ratios.mean()) if len(ratios) > 1 else 0.0
+    return {"median": float(np.median(ratios)), "min": float(ratios.min()), "max": float(ratios.max()),
+            "cv_percent": cv, "noisy": cv > NOISY_CV_PERCENT, "rounds": [round(float(r), 4) for r in ratios]}

@@ -32,7 +32,9 @@ def init_store(uri: str, experiment: str, results_dir: Path) -> str:
     if found is not None:
         return found.experiment_id
     artifacts = (Path(results_dir).resolve() / "mlartifacts").as_uri() if uri.startswith("sqlite") else None
-    return client.create_experiment(experiment, artifact_location=artifacts)
+    # Without this tag MLflow 3's UI opens the experiment as a GenAI project (an empty traces page).
+    return client.create_experiment(experiment, artifact_location=artifacts,
+                                    tags={"mlflow.experimentKind": "custom_model_development"})
 
 
 def find_run(client, experiment_id: str, tags: Dict[str, str]):
@@ -42,12 +44,15 @@ def find_run(client, experiment_id: str, tags: Dict[str, str]):
 
 
 def get_or_create_run(client, experiment_id: str, tags: Dict[str, str], name: str, parent_id: str = None) -> Tuple[Any, bool]:
-    """(run, created): the run carrying `tags`, created (with those tags) if none does."""
-    lookup = dict(tags, **({"mlflow.parentRunId": parent_id} if parent_id else {}))
-    run = find_run(client, experiment_id, lookup)
+    """(run, created): the run carrying `tags`, created (with those tags, under `parent_id`) if none does.
+
+    The lookup ignores the parent: a node logged by one sweep is the same run for every later
+    sweep that shares it (which tags it instead of logging a copy)."""
+    run = find_run(client, experiment_id, tags)
     if run is not None:
         return run, False
-    return client.create_run(experiment_id, tags=dict(lookup, **{"mlflow.runName": name})), True
+    created = dict(tags, **{"mlflow.runName": name}, **({"mlflow.parentRunId": parent_id} if parent_id else {}))
+    return client.create_run(experiment_id, tags=created), True
 
 
 def git_commit() -> str:

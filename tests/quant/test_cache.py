@@ -23,15 +23,18 @@ def test_trt_cache_round_trips_to_the_same_scales(tmp_path):
 
 
 def test_cache_writes_all_formats(tmp_path):
-    cache.write_cache(tmp_path, RANGES, {"graph_sha256": "abc", "source": "ptq"}, "10.14.1")
-    for name in ("ranges.json", "calibration.trt.cache", "ort/calibration.json", "ort/calibration.flatbuffers", "ort/calibration.cache"):
+    cache.write_cache(tmp_path, RANGES, {"graph_sha256": "abc", "source": "ptq"})
+    for name in ("ranges.json", "ort/calibration.json", "ort/calibration.flatbuffers", "ort/calibration.cache"):
         assert (tmp_path / name).is_file(), name
     ranges, lineage = cache.load_cache(tmp_path, "abc")
     assert ranges == RANGES and lineage["source"] == "ptq"
+    text = cache.write_trt_cache(tmp_path, tmp_path / "export" / "calibration.trt.cache", "10.14.1").read_text()
+    header, scales = cache.parse_trt_text(text)
+    assert header == "TRT-101401-EntropyCalibration2" and set(scales) == set(RANGES)
 
 
 def test_cache_of_another_model_is_refused(tmp_path):
-    cache.write_cache(tmp_path, RANGES, {"graph_sha256": "a" * 64, "source": "ptq", "model_node": "opset17-111"}, "10.14.1")
+    cache.write_cache(tmp_path, RANGES, {"graph_sha256": "a" * 64, "source": "ptq", "model_node": "opset17-111"})
     with pytest.raises(LineageError) as caught:
         cache.load_cache(tmp_path, "b" * 64)
     message = str(caught.value)

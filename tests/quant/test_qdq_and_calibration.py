@@ -11,7 +11,7 @@ from tests.conftest import make_tiny_cnn
 
 CALIBRATION = {"source": "ptq", "method": "entropy", "percentile": 99.99, "num_samples": 40, "batch_size": 8, "split": "train",
                "tensorrt_version": "10.14.1"}
-INT8 = {"exclude_nodes": [], "keep_output_layer": True, "mixed_keep_fp": 1, "report_samples": 20}
+INT8 = {"exclude_nodes": [], "keep_output_layer": True, "mixed_keep_fp": 1, "report_samples": 20, "report_split": "val"}
 
 
 @pytest.fixture
@@ -50,15 +50,15 @@ def test_calibration_covers_every_quantizable_tensor(tmp_path, export_dir, data_
     assert needed <= set(ranges)
     assert all(lo <= hi for lo, hi in ranges.values())
     assert lineage["method"] == method and lineage["sample_count"] == 40
-    header, scales = cache.parse_trt_text((out / cache.TRT_CACHE_FILE).read_text())
+    header, scales = cache.parse_trt_text(cache.write_trt_cache(out, tmp_path / "trt.cache", "10.14.1").read_text())
     assert header.startswith("TRT-101401-") and set(scales) == set(ranges)
 
 
-def _quantize(tmp_path, export_dir, data_dir, calib, precision="int8", extra_inputs=None):
-    out = tmp_path / precision
+def _quantize(tmp_path, export_dir, data_dir, calib, precision="int8", extra_inputs=None, **int8):
+    out = tmp_path / f"{precision}-{len(list(tmp_path.iterdir()))}"
     out.mkdir()
     inputs = {"onnx": export_dir, "calibration": calib, "data": data_dir, **(extra_inputs or {})}
-    summary = quantize_onnx.run({"precision": precision, "int8": INT8}, inputs, out)
+    summary = quantize_onnx.run({"precision": precision, "int8": dict(INT8, **int8)}, inputs, out)
     return out, summary
 
 
@@ -84,9 +84,32 @@ def test_per_layer_report_lists_every_quantized_tensor_with_finite_error(tmp_pat
 
 def test_int8_mixed_leaves_the_worst_op_in_float(tmp_path, export_dir, data_dir):
     calib = _calibrate(tmp_path, export_dir, data_dir)
+    int8_dir, full = _quantize(tmp_path, export_dir, data_dir, calib, keep_output_layer=False)
+    out, summary = _quantize(tmp_path, export_dir, data_dir, calib, "int8_mixed", {"int8": int8_dir}, keep_output_layer=False)
+    assert full["quantized_nodes"] == 2 and summary["quantized_nodes"] == 1 and len(summary["kept_float"]) == 1
+    assert summary["quantized_fraction"] == 0.5
+    assert qdq.check_qdq(onnx.load(str(out / "model.onnx")), output_layer_float=False) == []  # checked on mixed graphs too
+
+
+def test_a_graph_with_nothing_quantized_is_never_called_int8(tmp_path, export_dir, data_dir):
+    from precisionflow.errors import ConfigError
+
+    calib = _calibrate(tmp_path, export_dir, data_dir)
     int8_dir, _ = _quantize(tmp_path, export_dir, data_dir, calib)
-    _, summary = _quantize(tmp_path, export_dir, data_dir, calib, "int8_mixed", {"int8": int8_dir})
-    assert summary["kept_float"] == ["conv0"] and summary["quantized_nodes"] == 0
+    with pytest.raises(ConfigError, match="nothing left to quantize.*mixed_keep_fp=1 keeps \\['conv0'\\] in float"):
+        _quantize(tmp_path, export_dir, data_dir, calib, "int8_mixed", {"int8": int8_dir})
+
+
+def test_the_layer_report_and_calibration_never_use_the_test_split(tmp_path, export_dir, data_dir):
+    calib = _calibrate(tmp_path, export_dir, data_dir)
+    _, summary = _quantize(tmp_path, export_dir, data_dir, calib)
+    assert summary["report_split"] == "val" and summary["calibration_split"] == "train"
+    from precisionflow.config.compose import expand
+    from precisionflow.errors import ConfigError
+
+    for key in ("calibration.split=test", "int8.report_split=test"):
+        with pytest.raises(ConfigError, match="never look at the test split"):
+            expand([key])
 
 
 def test_checker_rejects_asymmetric_uint8_graphs(tmp_path, export_dir, data_dir):

@@ -33,13 +33,22 @@ def upstream(stage):
 
 
 def target_resource(stage, key, default):
-    """A Snakemake resource from the node's target (build_engine holds it; evaluate_engine asks its engine)."""
+    """A Snakemake resource from the node's target (its scheduler hints are not part of its id)."""
     def value(wildcards):
-        spec = PLAN["nodes"][f"{stage}/{wildcards.node}"]
-        if "target_def" not in spec["params"]:
-            spec = PLAN["nodes"][spec["inputs"]["engine"]]
-        return spec["params"]["target_def"]["resources"].get(key, default)
+        return PLAN["nodes"][f"{stage}/{wildcards.node}"]["resources"].get(key, default)
     return value
+
+
+# Timing jobs have the machine to themselves. Every job holds `host_share` units (1 by default,
+# see profiles/default); a timing job asks for all of them, so it starts only when no other job
+# runs, and no job starts while it runs. Snakemake counts only its own jobs: other work on the
+# machine is what the side-by-side ratios (compare_speed) are there for.
+def _host_share_total():
+    total = workflow.global_resources.get("host_share")
+    return getattr(total, "value", total) or 1
+
+
+WHOLE_HOST = _host_share_total()
 
 
 def final_targets():

@@ -81,7 +81,17 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
     build_seconds = time.perf_counter() - started
     return {**runtime, "engine_file": ENGINE_FILE, "engine_bytes": engine_path.stat().st_size,
             "build_seconds": round(build_seconds, 4), "optimization_level": engine_params["optimization_level"],
-            "intra_op_threads": engine_params["intra_op_threads"]}
+            "intra_op_threads": engine_params["intra_op_threads"],
+            "executed": executed_types(engine_path, precision, PROVIDERS[runtime["device"]])}
+
+
+def executed_types(engine_path: Path, precision: str, provider: str) -> Dict[str, Any]:
+    """The data types the optimised engine graph computes in (an fp16 graph on the CPU provider runs fp32)."""
+    import onnx
+
+    from precisionflow.backends import executed
+
+    return executed.label(precision, executed.compute_op_types(onnx.load(str(engine_path))), provider)
 
 
 def check_provenance(description: Dict[str, Any], target_def: Dict[str, Any], engine_dir: Path) -> None:

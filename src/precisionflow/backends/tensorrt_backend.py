@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from precisionflow.backends import executed
 from precisionflow.backends.devices import check_device, gpu_facts
 from precisionflow.errors import ConfigError, EngineMismatchError, PrecisionflowError
 
@@ -191,8 +192,9 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
         _write_atomic(cache_file, bytes(config.get_timing_cache().serialize()))
     engine_path = Path(out_dir) / ENGINE_FILE
     engine_path.write_bytes(bytes(serialized))
-    _save_inspector(logger, bytes(serialized), Path(out_dir) / INSPECTOR_FILE)
-    return describe(version, gpu, precision, profiles, engine_params, seconds, engine_path.stat().st_size)
+    inspector = _save_inspector(logger, bytes(serialized), Path(out_dir) / INSPECTOR_FILE)
+    description = describe(version, gpu, precision, profiles, engine_params, seconds, engine_path.stat().st_size)
+    return {**description, "executed": executed.label(precision, executed.trt_layer_types(inspector), "TensorRT")}
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -201,12 +203,13 @@ def _write_atomic(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def _save_inspector(logger, plan: bytes, path: Path) -> None:
+def _save_inspector(logger, plan: bytes, path: Path) -> Dict[str, Any]:
     import tensorrt as trt
 
     engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
-    info = engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON)
-    path.write_text(json.dumps(json.loads(info), indent=1))
+    info = json.loads(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
+    path.write_text(json.dumps(info, indent=1))
+    return info
 
 
 def _cudart():

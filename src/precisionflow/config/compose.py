@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 from precisionflow.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+DECISION_SPLITS = ("train", "val")  # splits a choice (calibration, ops kept in float) may look at
 
 
 def conf_dir() -> Path:
@@ -181,6 +182,16 @@ def validate(cfg: Dict[str, Any]) -> None:
         if largest > engine["max_batch"]:
             raise ConfigError(f"engine.max_batch={engine['max_batch']} but evaluation runs batches of {largest}; "
                               "raise engine.max_batch or lower the evaluate batch sizes.")
+    for key in ("calibration.split", "int8.report_split"):
+        section, leaf = key.split(".")
+        if cfg[section][leaf] not in DECISION_SPLITS:
+            raise ConfigError(
+                f"{key}: expected one of {list(DECISION_SPLITS)}, found '{cfg[section][leaf]}'. It feeds a decision "
+                "(calibration ranges, ops kept in float), and decisions never look at the test split: it only scores."
+            )
+    if cfg["evaluate"]["ratio_rounds"] < 2 or cfg["evaluate"]["ratio_window_s"] <= 0:
+        raise ConfigError(f"evaluate.ratio_rounds / ratio_window_s: expected at least 2 rounds of a positive window, "
+                          f"found {cfg['evaluate']['ratio_rounds']} / {cfg['evaluate']['ratio_window_s']}.")
     fractions = cfg["dataset"]["val_fraction"] + cfg["dataset"]["test_fraction"]
     if not 0 < fractions < 1:
         raise ConfigError(f"dataset.val_fraction + test_fraction: expected between 0 and 1, found {fractions}.")

@@ -58,6 +58,10 @@ class ModelConf:
     weights: Optional[str] = None  # resnet50 / mobilenet_v2: a local weights file; null = from scratch
     path: Optional[str] = None  # keras_file: .keras / .h5 / SavedModel folder
     trust: bool = False  # keras_file: allow code (Lambda layers) in the file
+    # Momentum of every BatchNorm layer (resnet_mini, resnet50, mobilenet_v2, keras_file). Keras
+    # applications ship 0.99-0.999, too slow for short trainings: the moving statistics stay near
+    # their initial values and the model scores chance in inference mode.
+    bn_momentum: float = 0.9
 
 
 @dataclass
@@ -115,6 +119,7 @@ class CalibrationConf:
     percentile: float = 99.999  # used by method=percentile
     num_samples: int = 256
     batch_size: int = 32
+    # train or val: calibration is a decision, and decisions never look at the test split.
     split: str = "train"
     # Header version of the TensorRT-native cache (TRT-<MMmmpp>-EntropyCalibration2): TensorRT
     # ignores a cache whose version differs from its own, so set the version your users deploy.
@@ -129,8 +134,10 @@ class Int8Conf:
     keep_output_layer: bool = True
     # int8_mixed: how many of the most damaged quantized ops to leave in float.
     mixed_keep_fp: int = 1
-    # Test samples used for the per-tensor error report.
+    # Samples of `report_split` used for the per-tensor error report (which int8_mixed ranks by):
+    # train or val, never test -- the test split only scores.
     report_samples: int = 128
+    report_split: str = "val"
 
 
 @dataclass
@@ -160,6 +167,8 @@ class TargetConf:
     expect_device: str = ""
     # Scheduler resources (Snakemake `resources:`) that land a job on such a machine.
     resources: Dict[str, Any] = field(default_factory=dict)
+    # Timing settings for this target that replace `evaluate`'s (e.g. trtexec's 3 s windows on GPUs).
+    timing: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -174,6 +183,10 @@ class EvaluateConf:
     # Concurrent streams (each its own engine instance and thread), at stream_batch_size each.
     streams: List[int] = field(default_factory=lambda: [4])
     stream_batch_size: int = 1
+    # Ratios (engine vs fp32 engine vs TensorFlow) come from one job timing the sides in
+    # alternating rounds (A B C, C B A, ...): this many rounds of one window per side and setting.
+    ratio_rounds: int = 6
+    ratio_window_s: float = 0.1
 
 
 @dataclass

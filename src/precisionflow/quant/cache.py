@@ -1,9 +1,12 @@
 """The calibration cache: the one interface between range sources (PTQ, QAT) and quantization.
 
-A cache folder holds
+A calibrate node holds
   ranges.json             {"ranges": {tensor: [min, max]}, "lineage": {...}} -- ours, read by quantize_onnx
-  calibration.trt.cache   TensorRT's native text format (TensorRT <= 10, DeepStream, tao-converter)
   ort/                    ONNX Runtime's calibration.json / .flatbuffers / .cache tables
+TensorRT's native text cache (TensorRT <= 10, DeepStream, tao-converter) carries the TensorRT
+version in its header, so it is written where that version is known (write_trt_cache, used when
+the cache is exported with an engine's MLflow run): changing the header version re-exports the
+text, it does not recalibrate.
 Lineage (graph hash, sample hash, method, count, versions) travels with it; a cache is refused
 for any graph other than the one it was computed on.
 """
@@ -53,12 +56,19 @@ def parse_trt_text(text: str) -> Tuple[str, Dict[str, float]]:
     return header, scales
 
 
-def write_cache(folder: Path, ranges: Ranges, lineage: Dict, tensorrt_version: str) -> None:
+def write_cache(folder: Path, ranges: Ranges, lineage: Dict) -> None:
     folder = Path(folder)
     write_json_atomic(folder / RANGES_FILE, {"ranges": {k: [float(lo), float(hi)] for k, (lo, hi) in ranges.items()},
                                              "lineage": lineage})
-    (folder / TRT_CACHE_FILE).write_text(to_trt_text(ranges, tensorrt_version))
     _write_ort_tables(folder / "ort", ranges)
+
+
+def write_trt_cache(cache_folder: Path, target: Path, tensorrt_version: str) -> Path:
+    """TensorRT's text cache of a calibrate node's ranges, written to `target` (another node's folder)."""
+    ranges = read_json(Path(cache_folder) / RANGES_FILE)["ranges"]
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    Path(target).write_text(to_trt_text({name: tuple(bounds) for name, bounds in ranges.items()}, tensorrt_version))
+    return Path(target)
 
 
 def _write_ort_tables(folder: Path, ranges: Ranges) -> None:

@@ -15,6 +15,14 @@ from precisionflow.stages import prepare_dataset
 PACKAGES = ("tensorflow", "tf-keras", "numpy")
 
 
+def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
+    from precisionflow.stages.build_engine import device_params
+    from precisionflow.stages.evaluate_engine import timing_settings
+
+    return {"evaluate": timing_settings(cfg, target), "threads": cfg["engine"]["intra_op_threads"],
+            **device_params(cfg, target, runtime)}
+
+
 class KerasRunner:
     """The engine interface (prepare -> run-once callable) over a Keras model."""
 

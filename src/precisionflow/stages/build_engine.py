@@ -9,7 +9,30 @@ from typing import Any, Dict
 from precisionflow.backends import get_backend
 from precisionflow.nodeio import read_node, write_json_atomic
 
-PACKAGES = ("onnx", "onnxruntime")
+PACKAGES = ("onnx", "numpy")  # the backend's own version is in params["runtime"]
+# The engine settings each backend reads; the others do not enter its engines' ids.
+BACKEND_SETTINGS = {
+    "onnxruntime": ("backend", "optimization_level", "intra_op_threads"),
+    "tensorrt": ("backend", "intra_op_threads", "trt_builder_optimization_level", "trt_workspace_mb", "min_batch",
+                 "opt_batch", "max_batch", "min_spatial", "opt_spatial", "max_spatial", "sparse_weights"),
+}
+
+
+def engine_settings(engine: Dict[str, Any]) -> Dict[str, Any]:
+    keys = BACKEND_SETTINGS.get(engine["backend"], tuple(engine))
+    return {key: engine[key] for key in keys}
+
+
+def device_params(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
+    """Where engines are built and timed: the target's device (its scheduler resources and timing
+    settings are not read here), and the runtime found there."""
+    target_def = cfg["target_defs"][target]
+    return {"target": target, "target_def": {"device": target_def["device"], "expect_device": target_def["expect_device"]},
+            "runtime": runtime}
+
+
+def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
+    return {"engine": engine_settings(cfg["engine"]), **device_params(cfg, target, runtime)}
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:

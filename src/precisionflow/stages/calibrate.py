@@ -22,6 +22,20 @@ from precisionflow.quant.reader import array_reader, graph_input_name
 from precisionflow.stages import prepare_dataset
 
 PACKAGES = ("onnx", "onnxruntime", "numpy")
+CALIBRATION_KEYS = ("method", "num_samples", "batch_size", "split")
+
+
+def reads(cfg: Dict[str, Any], source: str) -> Dict[str, Any]:
+    """source=ptq: the configured calibrator; source=qat: learned ranges, minmax only fills
+    tensors QAT has no quantizer on. The percentile is read only by the percentile method; the
+    TensorRT cache header version only when a cache is exported (track_mlflow)."""
+    params = {key: cfg["calibration"][key] for key in CALIBRATION_KEYS}
+    params["source"] = source
+    if source == "qat":
+        params["method"] = "minmax"
+    if params["method"] == "percentile":
+        params["percentile"] = cfg["calibration"]["percentile"]
+    return params
 
 
 def _calibrator(graph: Path, params: Dict[str, Any], scratch: Path):
@@ -81,6 +95,6 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         ranges, counts = qat_ranges(inputs["onnx"], ranges)
         lineage.update({"training_node": read_node(inputs["onnx"])["inputs"]["model"], "ranges": counts})
     seconds = time.perf_counter() - started
-    cache.write_cache(out, ranges, lineage, params["tensorrt_version"])
+    cache.write_cache(out, ranges, lineage)
     return {"tensors": len(ranges), "seconds": round(seconds, 3), "method": params["method"], "source": params["source"],
             "sample_count": len(samples), "graph_sha256": lineage["graph_sha256"]}

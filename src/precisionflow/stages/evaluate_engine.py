@@ -18,7 +18,21 @@ from precisionflow.backends import get_backend
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
 from precisionflow.stages import prepare_dataset
 
-PACKAGES = ("numpy", "onnxruntime")
+PACKAGES = ("numpy",)  # the backend's own version is in params["runtime"]
+TIMING_KEYS = ("timing_batch_sizes", "warmup_s", "duration_s", "min_iterations", "repeats", "streams", "stream_batch_size")
+
+
+def timing_settings(cfg: Dict[str, Any], target: str, keys=TIMING_KEYS) -> Dict[str, Any]:
+    """`evaluate`'s timing settings, with the target's own (e.g. trtexec's 3 s windows) on top."""
+    merged = {**cfg["evaluate"], **cfg["target_defs"][target].get("timing", {})}
+    return {key: merged[key] for key in keys}
+
+
+def reads(cfg: Dict[str, Any], precision: str, target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
+    from precisionflow.stages.build_engine import device_params
+
+    evaluate = {"batch_size": cfg["evaluate"]["batch_size"], **timing_settings(cfg, target)}
+    return {"evaluate": evaluate, "precision": precision, **device_params(cfg, target, runtime)}
 
 
 def predict(engine, images: np.ndarray, batch_size: int) -> np.ndarray:
@@ -49,18 +63,33 @@ def write_flipped(path: Path, logits, reference_logits, labels) -> None:
             writer.writerow([int(index), int(labels[index]), int(reference[index]), int(predicted[index])])
 
 
+def agreement_with(logits: np.ndarray, other_logits: np.ndarray) -> Dict[str, float]:
+    return {"agreement": float(np.mean(logits.argmax(axis=1) == other_logits.argmax(axis=1))),
+            "max_abs_logit_diff": float(np.max(np.abs(logits - other_logits)))}
+
+
+def qat_fidelity(logits: np.ndarray, inputs: Dict[str, Path]) -> Dict[str, Any]:
+    """int8_qat: does the engine compute what QAT trained? Against the QAT model in TensorFlow with
+    fake-quant on (deployed == trained), and against the fine-tuned model with fake-quant off
+    (the seeds' "QAT within 1% of fp32" compares those two)."""
+    return {"vs_qat_model": agreement_with(logits, np.load(inputs["qat_model"] / "qat_logits.npy", allow_pickle=False)),
+            "vs_qat_float": agreement_with(logits, np.load(inputs["qat_export"] / "reference_logits.npy", allow_pickle=False))}
+
+
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
     engine_node = read_node(inputs["engine"])
     description = read_json(inputs["engine"] / "engine.json")
     backend = get_backend(description["backend"])
-    engine = backend.load(inputs["engine"], description, engine_node["params"]["target_def"])
+    load = lambda: backend.load(inputs["engine"], description, engine_node["params"]["target_def"])
+    engine = load()
     images, labels = prepare_dataset.load(inputs["data"], "test")
     class_names = read_json(inputs["data"] / "meta.json")["classes"]
-    reference_logits = np.load(inputs["reference"] / "reference_logits.npy")
+    reference_logits = np.load(inputs["reference"] / "reference_logits.npy", allow_pickle=False)
     logits = predict(engine, images, params["evaluate"]["batch_size"])
     metrics = accuracy_report(logits, reference_logits, labels, class_names)
+    if "qat_model" in inputs:
+        metrics["qat"] = qat_fidelity(logits, inputs)
     write_flipped(out / "flipped.csv", logits, reference_logits, labels)
-    load = lambda: backend.load(inputs["engine"], description, engine_node["params"]["target_def"])
     metrics["speed"] = speed.measure(load, images, params["evaluate"], engine)
     metrics.update({"precision": params["precision"], "target": params["target"], "engine": description})
     write_json_atomic(out / "metrics.json", metrics)

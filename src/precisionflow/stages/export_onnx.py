@@ -12,7 +12,27 @@ import numpy as np
 from precisionflow.errors import StageError
 from precisionflow.stages import prepare_dataset
 
-PACKAGES = ("tensorflow", "tf-keras", "tf2onnx", "onnx", "onnxruntime")
+PACKAGES = ("tensorflow", "tf-keras", "tf2onnx", "onnx", "onnxruntime", "numpy")
+
+
+def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    return {"opset": cfg["export"]["opset"]}
+
+
+def checks(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """Thresholds: checked against the node's summary, not part of its id (a changed threshold
+    re-checks the existing export, it does not export again)."""
+    return {"max_abs_diff": cfg["export"]["max_abs_diff"]}
+
+
+def check(limits: Dict[str, Any], summary: Dict[str, Any]) -> None:
+    found = summary["max_abs_diff_vs_keras"]
+    if found > limits["max_abs_diff"]:
+        raise StageError(
+            f"The exported graph disagrees with the Keras model: max |logit difference| {found:.3g} "
+            f"on the test split, expected <= export.max_abs_diff={limits['max_abs_diff']}. "
+            "Check for ops tf2onnx converts approximately, try another export.opset, or raise export.max_abs_diff."
+        )
 
 
 def _convert(tf, model, opset: int, path: Path):
@@ -54,13 +74,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     x_test, _ = prepare_dataset.load(inputs["data"], "test")
     keras_logits = model.predict(x_test, verbose=0).astype(np.float32)
     onnx_logits = _onnx_logits(graph_path, x_test)
-    max_diff = float(np.max(np.abs(keras_logits - onnx_logits)))
-    if max_diff > params["max_abs_diff"]:
-        raise StageError(
-            f"The exported graph disagrees with the Keras model: max |logit difference| {max_diff:.3g} "
-            f"on the test split, expected <= export.max_abs_diff={params['max_abs_diff']}. "
-            "Check for ops tf2onnx converts approximately, or try another export.opset."
-        )
+    max_diff = float(np.max(np.abs(keras_logits - onnx_logits)))  # checked by check() against the threshold
     np.save(out / "reference_logits.npy", keras_logits)
     qat_tensors = _map_qat_ranges(inputs["model"], model_proto, out)
     return {

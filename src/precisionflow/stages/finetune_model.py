@@ -10,10 +10,21 @@ import math
 from pathlib import Path
 from typing import Any, Dict
 
-from precisionflow.nodeio import read_json, write_json_atomic
-from precisionflow.stages import train_model
+import numpy as np
 
-PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy")
+from precisionflow.nodeio import read_json, write_json_atomic
+from precisionflow.stages import prepare_dataset, train_model
+
+PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy", "matplotlib", "h5py")
+FINETUNE_KEYS = ("mode", "epochs", "batch_size", "learning_rate", "seed")
+
+
+def reads(cfg: Dict[str, Any], finetune: Dict[str, Any]) -> Dict[str, Any]:
+    """`finetune` is cfg["finetune"], or its QAT variant for the int8_qat branch."""
+    from precisionflow import models
+
+    keys = FINETUNE_KEYS + (("exclude_layers",) if finetune["mode"] == "qat" else ())
+    return {"finetune": {key: finetune[key] for key in keys}, "model": models.reads(cfg["model"])}
 
 
 def _load(keras, inputs, params, meta, policy: str):
@@ -47,6 +58,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     history, seconds = train_model.fit(keras, trainable, inputs["data"], _settings(finetune), opt)
     extra = {}
     if mode == "qat":
+        # The QAT model's own test logits (fake-quant on): the int8_qat engine must reproduce them.
+        x_test, _ = prepare_dataset.load(inputs["data"], "test")
+        np.save(out / "qat_logits.npy", trainable.predict(x_test, verbose=0).astype(np.float32))
         ranges = qat.learned_ranges(trainable)
         write_json_atomic(out / "qat_ranges.json", {"model_name": model.name, "input_key": qat.INPUT_KEY,
                                                     "ranges": {k: list(v) for k, v in ranges.items()}})

@@ -14,8 +14,23 @@ import numpy as np
 from precisionflow.errors import ConfigError, DataError
 from precisionflow.nodeio import write_json_atomic
 
-PACKAGES = ("numpy", "scikit-learn")
+PACKAGES = ("numpy", "scikit-learn", "pillow")
 SPLITS = ("train", "val", "test")
+SPLIT_KEYS = ("val_fraction", "test_fraction", "seed", "max_samples")  # used only when we split
+FOLDER_KEYS = ("path", "image_size", "channels")
+
+
+def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """The dataset settings this stage uses (the plan adds the folder's content fingerprint)."""
+    dataset = cfg["dataset"]
+    keys = ("name",) + SPLIT_KEYS
+    if dataset["name"] == "image_folder":
+        from precisionflow.datasets import image_folder
+
+        keys = ("name",) + FOLDER_KEYS
+        if not image_folder.has_split_folders(_folder_root(dataset)):
+            keys += SPLIT_KEYS
+    return {key: dataset[key] for key in keys}
 
 
 def load_digits_images():

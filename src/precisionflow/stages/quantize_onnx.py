@@ -16,7 +16,18 @@ from typing import Any, Dict
 from precisionflow.errors import ConfigError
 from precisionflow.nodeio import file_hash
 
-PACKAGES = ("onnx", "onnxconverter-common", "onnxruntime", "matplotlib")
+PACKAGES = ("onnx", "onnxconverter-common", "onnxruntime", "matplotlib", "numpy")
+INT8_KEYS = ("exclude_nodes", "keep_output_layer", "report_samples", "report_split")
+
+
+def reads(cfg: Dict[str, Any], precision: str) -> Dict[str, Any]:
+    params: Dict[str, Any] = {"precision": precision}
+    if precision == "fp16":
+        params["fp16"] = {"op_block_list": cfg["fp16"]["op_block_list"]}
+    if precision.startswith("int8"):
+        keys = INT8_KEYS + (("mixed_keep_fp",) if precision == "int8_mixed" else ())
+        params["int8"] = {key: cfg["int8"][key] for key in keys}
+    return params
 
 
 def to_fp16(source: Path, target: Path, op_block_list) -> None:
@@ -38,25 +49,40 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
     ranges, lineage = cache.load_cache(inputs["calibration"], file_hash(source))
     fp32_model = onnx.load(str(source))
     int8 = params["int8"]
+    candidates = qdq.quantizable_nodes(fp32_model, (), keep_output_layer=False)
     nodes = qdq.quantizable_nodes(fp32_model, int8["exclude_nodes"], int8["keep_output_layer"])
     kept_float = []
     if params["precision"] == "int8_mixed":
         rows = _read_rows(inputs["int8"] / "layer_error.csv")
         kept_float = layer_error.worst_nodes(fp32_model, rows, nodes, int8["mixed_keep_fp"])
         nodes = [name for name in nodes if name not in kept_float]
-    if not nodes:
-        # Nothing left to quantize (e.g. int8_mixed on a one-conv model): the float graph is the answer.
-        # (An empty list must not reach quantize_static, which reads it as "quantize everything".)
-        shutil.copyfile(source, target)
-    else:
-        qdq.quantize_int8(source, target, ranges, nodes)
-        qdq.assert_trt_legal(target)
-    images, _ = prepare_dataset.load(inputs["data"], "test")
+    refuse_empty(params, nodes, candidates, kept_float)
+    qdq.quantize_int8(source, target, ranges, nodes)
+    qdq.assert_trt_legal(target, int8["keep_output_layer"])
+    # The per-tensor report ranks ops for int8_mixed: a decision, so it never sees the test split.
+    images, _ = prepare_dataset.load(inputs["data"], int8["report_split"])
     rows = layer_error.per_tensor_error(source, target, images[: int8["report_samples"]])
     layer_error.write_report(rows, out)
-    return {"quantized_nodes": len(nodes), "kept_float": kept_float, "calibration_source": lineage["source"],
-            "calibration_method": lineage["method"], "worst_tensor": rows[0]["tensor"] if rows else None,
+    return {"quantized_nodes": len(nodes), "quantizable_ops": len(candidates),
+            "quantized_fraction": round(len(nodes) / len(candidates), 4), "kept_float": kept_float,
+            "calibration_source": lineage["source"], "calibration_method": lineage["method"],
+            "report_split": int8["report_split"], "calibration_split": lineage["settings"].get("split"),
+            "worst_tensor": rows[0]["tensor"] if rows else None,
             "worst_sqnr_db": rows[0]["sqnr_vs_fp32_db"] if rows else None}
+
+
+def refuse_empty(params: Dict[str, Any], nodes, candidates, kept_float) -> None:
+    """A graph with no quantized op is not int8: never label one so."""
+    if nodes:
+        return
+    int8 = params["int8"]
+    raise ConfigError(
+        f"precision {params['precision']}: nothing left to quantize -- the graph has {len(candidates)} quantizable "
+        f"op(s); int8.keep_output_layer={int8['keep_output_layer']}, int8.exclude_nodes={int8['exclude_nodes']}"
+        + (f", int8.mixed_keep_fp={int8['mixed_keep_fp']} keeps {kept_float} in float" if kept_float else "")
+        + ". Such a graph would run in float and be reported as int8. Lower int8.mixed_keep_fp, exclude fewer "
+        "nodes, or drop this precision."
+    )
 
 
 def _read_rows(path: Path):

@@ -1,64 +1,93 @@
 """report: one row per evaluated engine (and per framework baseline) -> summary.csv, a printed
-comparison table, speed-ups over the TensorFlow baseline measured in the same run, a Pareto plot
-(accuracy vs latency) per target and report.html."""
+comparison table, a Pareto plot (accuracy vs latency) per target and report.html.
+
+What a row claims is what it measured:
+  * absolute figures (latency, samples/s) are the engine's own timing job, with when and under
+    what load they were taken (timed, load);
+  * every ratio (x_fp32_*, x_tf_*) is the median of per-round ratios from ONE compare_speed job
+    that timed both sides in alternating rounds -- never one job's figure divided by another's;
+  * `ran` says what the backend executed (an fp16 graph on ONNX Runtime's CPU provider runs fp32);
+  * a figure whose spread is above its flag threshold carries a '*'.
+"""
 
 import csv
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from precisionflow.compare import load_baselines, reference_model, speedups, split_inputs
-from precisionflow.nodeio import ancestors, read_json, read_node
+from precisionflow.compare import engine_key, ratio_values, ratios_by_engine, split_inputs
+from precisionflow.nodeio import named_lineage, read_json, read_node
 from precisionflow.stages import report_pages
 
-PACKAGES = ("matplotlib",)
-COLUMNS = ["model", "precision", "variant", "target", "device", "top1", "agreement", "flipped", "p50_ms_b1", "p99_ms_b1",
-           "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams", "x_tf_b1", "x_tf_bmax",
-           "x_tf_streams", "engine_kb", "node"]
+PACKAGES = ("matplotlib", "numpy")
+NOISY_MARK = "*"
+COLUMNS = ["model", "precision", "variant", "target", "ran", "top1", "agreement", "flipped", "qat_agreement",
+           "int8_frac", "p50_ms_b1", "p99_ms_b1", "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams",
+           "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb",
+           "timed", "load", "node"]
+PRINTED = ["model", "precision", "variant", "ran", "top1", "agreement", "flipped", "qat_agreement", "int8_frac",
+           "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1",
+           "x_tf_bmax", "x_tf_streams", "engine_kb", "timed", "load"]
 
 
-def speed_columns(speed: Dict[str, Any], baseline: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+def marked(value: float, digits: int, noisy: bool) -> str:
+    return f"{round(value, digits)}{NOISY_MARK if noisy else ''}"
+
+
+def speed_columns(speed: Dict[str, Any]) -> Dict[str, Any]:
     batch, streams = speed["batch"], speed["streams"]
     smallest, largest = min(batch, key=int), max(batch, key=int)
     most = max(streams, key=int) if streams else None
-    ratios = speedups(speed, baseline) if baseline else {}
-    ratio = lambda key: round(ratios[key], 2) if key in ratios else ""
+    taken = speed.get("conditions", {})
     return {
-        "p50_ms_b1": round(batch[smallest]["p50_ms"], 4), "p99_ms_b1": round(batch[smallest]["p99_ms"], 4),
-        "cv_pct_b1": round(batch[smallest]["cv_percent"], 1), "sps_b1": round(batch[smallest]["throughput_sps"], 1),
-        "sps_bmax": round(batch[largest]["throughput_sps"], 1), "bmax": int(largest),
+        "p50_ms_b1": marked(batch[smallest]["p50_ms"], 4, batch[smallest]["noisy"]),
+        "p99_ms_b1": round(batch[smallest]["p99_ms"], 4), "cv_pct_b1": round(batch[smallest]["cv_percent"], 1),
+        "sps_b1": marked(batch[smallest]["throughput_sps"], 1, batch[smallest]["noisy"]),
+        "sps_bmax": marked(batch[largest]["throughput_sps"], 1, batch[largest]["noisy"]), "bmax": int(largest),
         "sps_streams": round(streams[most]["throughput_sps"], 1) if most else "", "streams": most or "",
-        "x_tf_b1": ratio(f"b{smallest}"), "x_tf_bmax": ratio(f"b{largest}"), "x_tf_streams": ratio(f"s{most}"),
+        "timed": taken.get("taken_at", "")[5:16].replace("T", " "), "load": taken.get("loadavg_1m", ""),
     }
 
 
-def variant(eval_dir: Path) -> str:
+def ratio_columns(ratio_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    if not ratio_metrics:
+        return {}
+    return {column: marked(stats["median"], 2, stats["noisy"]) for column, stats in ratio_values(ratio_metrics).items()}
+
+
+def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
     """What distinguishes graphs of one precision: calibration method, ops kept in float."""
-    results = eval_dir.parent.parent
-    graph = read_node(results / read_node(results / read_node(eval_dir)["inputs"]["engine"])["inputs"]["graph"])["summary"]
+    graph = lineage["quantize_onnx"]["summary"]
     parts = [graph["calibration_method"]] if graph.get("calibration_source") == "ptq" else []
     parts += ["qat ranges"] if graph.get("calibration_source") == "qat" else []
     parts += [f"{len(graph['kept_float'])} op(s) fp"] if graph.get("kept_float") else []
     return ", ".join(parts)
 
 
-def engine_row(eval_dir: Path, baselines: Dict[tuple, Dict[str, Any]]) -> Dict[str, Any]:
+def engine_row(eval_dir: Path, ratios: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     metrics = read_json(eval_dir / "metrics.json")
-    baseline = baselines.get((reference_model(eval_dir), metrics["target"]))
-    return {
-        "model": ancestors(eval_dir)["train_model"]["id"], "precision": metrics["precision"],
-        "variant": variant(eval_dir), "target": metrics["target"],
-        "device": metrics["engine"]["device"], "top1": round(metrics["top1"], 4), "agreement": round(metrics["agreement"], 4),
-        "flipped": metrics["flipped"], **speed_columns(metrics["speed"], baseline),
+    lineage = named_lineage(eval_dir)
+    executed = metrics["engine"].get("executed", {})
+    graph = lineage["quantize_onnx"]["summary"]
+    row = {column: "" for column in COLUMNS}
+    row.update({
+        "model": lineage["train_model"]["id"], "precision": metrics["precision"], "variant": variant(lineage),
+        "target": metrics["target"], "ran": executed.get("executed_precision", "?") + ("" if executed.get("as_requested", True) else " (!)"),
+        "top1": round(metrics["top1"], 4), "agreement": round(metrics["agreement"], 4), "flipped": metrics["flipped"],
+        "qat_agreement": round(metrics["qat"]["vs_qat_model"]["agreement"], 4) if "qat" in metrics else "",
+        "int8_frac": graph.get("quantized_fraction", ""),
+        **speed_columns(metrics["speed"]), **ratio_columns(ratios.get(engine_key(eval_dir))),
         "engine_kb": round(metrics["engine"]["engine_bytes"] / 1024, 1), "node": eval_dir.name,
-    }
+    })
+    return row
 
 
 def framework_row(framework_dir: Path) -> Dict[str, Any]:
     metrics = read_json(framework_dir / "metrics.json")
     row = {column: "" for column in COLUMNS}
-    row.update({"model": ancestors(framework_dir)["train_model"]["id"], "precision": "tensorflow",
-                "target": metrics["target"], "device": metrics["device"], "node": framework_dir.name})
-    row.update({k: v for k, v in speed_columns(metrics["speed"], None).items() if not k.startswith("x_tf")})
+    row.update({"model": named_lineage(framework_dir, ("model", "data"))["train_model"]["id"], "precision": "tensorflow",
+                "target": metrics["target"], "ran": f"fp32 ({metrics['device']})", "node": framework_dir.name})
+    row.update(speed_columns(metrics["speed"]))
     return row
 
 
@@ -76,28 +105,47 @@ def draw_flipped(eval_dir: Path, out: Path) -> str:
     return name
 
 
-def format_table(rows: List[Dict[str, Any]]) -> str:
-    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in COLUMNS}
-    line = lambda values: "  ".join(str(v).ljust(widths[c]) for c, v in zip(COLUMNS, values)).rstrip()
-    return "\n".join([line(COLUMNS), line(["-" * widths[c] for c in COLUMNS])] + [line([r[c] for c in COLUMNS]) for r in rows])
+def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED) -> str:
+    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in columns}
+    line = lambda values: "  ".join(str(v).ljust(widths[c]) for c, v in zip(columns, values)).rstrip()
+    return "\n".join([line(columns), line(["-" * widths[c] for c in columns])] + [line([r[c] for c in columns]) for r in rows])
+
+
+def notes(rows: List[Dict[str, Any]], eval_dirs: List[Path]) -> List[str]:
+    """What a reader must know to read the table right."""
+    lines = [f"{NOISY_MARK} = spread above its flag threshold (CV of timed windows, or of the per-round ratios, > 5%): "
+             "read the figure as noisy.",
+             "x_fp32_* / x_tf_* = throughput ratios measured side by side in one job per engine (alternating rounds, "
+             "median of the rounds); absolute figures are each engine's own timing job (timed, load = 1-min load average)."]
+    for eval_dir in eval_dirs:
+        executed = read_json(eval_dir / "metrics.json")["engine"].get("executed", {})
+        if not executed.get("as_requested", True):
+            lines.append(f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision.")
+    sessions = sorted({row["timed"] for row in rows if row["timed"]})
+    if len(sessions) > 1:
+        lines.append(f"Absolute figures were taken at {len(sessions)} different times ({sessions[0]} .. {sessions[-1]}); "
+                     "compare engines through the x_* columns, which never mix jobs.")
+    return lines
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    evals, frameworks = split_inputs(inputs)
-    baselines = load_baselines(frameworks)
-    rows = [engine_row(path, baselines) for path in evals] + [framework_row(path) for path in frameworks]
+    started = time.perf_counter()
+    evals, speeds, frameworks = split_inputs(inputs)
+    ratios = ratios_by_engine(speeds)
+    rows = [engine_row(path, ratios) for path in evals] + [framework_row(path) for path in frameworks]
     rows.sort(key=lambda r: (r["model"], r["target"], r["precision"] == "tensorflow", r["precision"], r["variant"]))
     with open(out / "summary.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    table = format_table(rows)
+    table = "\n".join([format_table(rows), ""] + notes(rows, evals))
     (out / "summary.txt").write_text(table + "\n")
     plots = []
     for target in sorted({row["target"] for row in rows}):
         plots.append(f"pareto-{target}.png")
         report_pages.pareto_plot(rows, target, out / plots[-1])
     plots += [draw_flipped(path, out) for path in evals if read_json(path / "metrics.json")["flipped"]]
-    (out / "report.html").write_text(report_pages.html_page(rows, COLUMNS, plots))
+    (out / "report.html").write_text(report_pages.html_page(rows, COLUMNS, plots, notes(rows, evals)))
     print(table)
-    return {"engines": len(evals), "frameworks": len(frameworks)}
+    return {"engines": len(evals), "ratio_jobs": len(speeds), "frameworks": len(frameworks),
+            "seconds": round(time.perf_counter() - started, 3)}

@@ -1,7 +1,10 @@
-"""track_mlflow: one parent run per sweep, one child run per evaluated engine (idempotent).
+"""track_mlflow: one parent run per sweep, one child run per evaluated engine, one run per training
+or fine-tuning node -- each logged once, whatever sweeps it belongs to.
 
-Child runs carry the flattened params of every upstream node, the engine's metrics, tags naming
-the nodes, target, backend and versions and git commit, and the engine/metrics files as artifacts.
+Lineage is by node id: an int8_qat engine's run names its QAT fine-tune and QAT export as well as
+the training and the fp32 reference export, each under its own name (nodeio.named_lineage).
+A run is found again by its node tag: rerunning a sweep, or a second sweep sharing an engine,
+tags the existing run with the new sweep instead of logging a copy.
 """
 
 import hashlib
@@ -9,19 +12,28 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from precisionflow import tracking
-from precisionflow.compare import load_baselines, reference_model, speedups, split_inputs
-from precisionflow.nodeio import ancestors, read_json
+from precisionflow.compare import engine_key, ratio_values, ratios_by_engine, split_inputs
+from precisionflow.nodeio import named_lineage, node_key, read_json
+from precisionflow.quant import cache
 
 PACKAGES = ("mlflow",)
 PARAM_LIMIT = 500  # characters; longer values (long lists) are cut, MLflow stores up to 6000
+TRAINING_STAGES = ("train_model", "finetune_model")
+# Files logged with each engine's run, by the stage that wrote them.
+ARTIFACTS = {
+    "evaluate_engine": ("metrics.json", "flipped.csv"),
+    "build_engine": ("engine.json",),
+    "quantize_onnx": ("layer_error.csv", "layer_error.png"),
+    "calibrate": ("ranges.json",),
+}
 
 
 def child_params(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
-    return {key: str(value)[:PARAM_LIMIT] for stage, record in lineage.items()
-            for key, value in tracking.flatten(record["params"], stage)}
+    return {key: str(value)[:PARAM_LIMIT] for name, record in lineage.items()
+            for key, value in tracking.flatten(record["params"], name)}
 
 
-def child_metrics(metrics: Dict[str, Any]) -> Dict[str, float]:
+def child_metrics(metrics: Dict[str, Any], ratio_metrics) -> Dict[str, float]:
     values = {key: float(metrics[key]) for key in ("top1", "agreement", "flipped", "max_abs_logit_diff")}
     for batch, stats in metrics["speed"]["batch"].items():
         values.update({f"b{batch}_{name}": float(v) for name, v in stats.items() if isinstance(v, (int, float))})
@@ -29,107 +41,127 @@ def child_metrics(metrics: Dict[str, Any]) -> Dict[str, float]:
         values.update({f"streams{count}_{name}": float(v) for name, v in stats.items() if isinstance(v, (int, float))})
     engine = metrics["engine"]
     values.update({"engine_bytes": float(engine["engine_bytes"]), "build_seconds": float(engine["build_seconds"])})
+    for reference, found in metrics.get("qat", {}).items():
+        values.update({f"qat_{reference}_{key}": float(value) for key, value in found.items()})
+    for column, stats in (ratio_values(ratio_metrics) if ratio_metrics else {}).items():
+        values[column] = stats["median"]
+        values[f"{column}_cv_percent"] = stats["cv_percent"]
     return values
 
 
 def graph_metrics(lineage) -> Dict[str, float]:
     summary = lineage["quantize_onnx"]["summary"]
-    return {key: float(summary[key]) for key in ("worst_sqnr_db", "quantized_nodes") if summary.get(key) is not None}
+    keys = ("worst_sqnr_db", "quantized_nodes", "quantized_fraction")
+    return {key: float(summary[key]) for key in keys if summary.get(key) is not None}
+
+
+def version_tags(lineage, commit: str) -> Dict[str, str]:
+    """Package versions every upstream stage recorded, and the code's commit."""
+    tags = {f"version.{pkg}": ver for record in lineage.values() for pkg, ver in record["versions"].items()}
+    return {**tags, "git_commit": commit}
 
 
 def child_tags(lineage, metrics, commit: str) -> Dict[str, str]:
     engine = metrics["engine"]
-    tags = {f"node.{stage}": record["id"] for stage, record in lineage.items()}
+    executed = engine.get("executed", {})
+    tags = {f"node.{name}": node_key(record) for name, record in lineage.items()}
     tags.update({"precision": metrics["precision"], "target": metrics["target"], "backend": engine["backend"],
                  "backend_version": engine["backend_version"], "device_name": engine["device_name"],
-                 "git_commit": commit})
-    # Package versions every upstream stage recorded (one environment runs them all, normally).
-    tags.update({f"version.{pkg}": ver for record in lineage.values() for pkg, ver in record["versions"].items()})
-    return tags
-
-
-# Files logged with each engine's run, by the stage that wrote them.
-ARTIFACTS = {
-    "evaluate_engine": ("metrics.json", "flipped.csv"),
-    "build_engine": ("engine.json",),
-    "quantize_onnx": ("layer_error.csv", "layer_error.png"),
-    "calibrate": ("calibration.trt.cache", "ranges.json"),
-}
+                 "executed": executed.get("label", "unknown"), "executed_as_requested": str(executed.get("as_requested", ""))})
+    return {**tags, **version_tags(lineage, commit)}
 
 
 def artifacts(eval_dir: Path, lineage) -> List[Path]:
     results = eval_dir.parent.parent
     found = []
-    for stage, names in ARTIFACTS.items():
-        if stage in lineage:
-            folder = results / stage / lineage[stage]["id"]
-            found += [folder / name for name in names if (folder / name).exists()]
+    for name, record in lineage.items():
+        folder = results / node_key(record)
+        found += [folder / file for file in ARTIFACTS.get(record["stage"], ()) if (folder / file).exists()]
     return found
 
 
-TRAINING_STAGES = ("train_model", "finetune_model")
+def trt_caches(lineage, results: Path, out: Path, tensorrt_version: str) -> List[Path]:
+    """TensorRT's own text cache for each calibration in the lineage, with this sweep's header version."""
+    return [cache.write_trt_cache(results / node_key(record), out / "trt-caches" / record["id"] / cache.TRT_CACHE_FILE,
+                                  tensorrt_version)
+            for record in lineage.values() if record["stage"] == "calibrate"]
 
 
-def log_training(client, experiment_id: str, parent_id: str, results: Path, record: Dict[str, Any]) -> str:
+def mark_sweep(client, run, sweep_id: str) -> None:
+    client.set_tag(run.info.run_id, f"{tracking.SWEEP_TAG}.{sweep_id}", "1")
+
+
+def log_training(client, context, record: Dict[str, Any]) -> str:
     """A run per training/fine-tuning node with its per-epoch curves; returns its run id."""
-    from mlflow.entities import Metric, Param
+    from mlflow.entities import Metric, Param, RunTag
 
-    name = f"{record['stage']}-{record['id']}"
-    run, _ = tracking.get_or_create_run(client, experiment_id, {tracking.NODE_TAG: record["id"]}, name, parent_id)
-    run_id = run.info.run_id
+    name = f"{record['stage']} · {record['id']}"
+    run, _ = tracking.get_or_create_run(client, context["experiment_id"], {tracking.NODE_TAG: node_key(record)}, name,
+                                        context["parent_id"])
+    mark_sweep(client, run, context["sweep_id"])
     if run.data.tags.get(tracking.COMPLETE_TAG) == "1":
-        return run_id
-    folder = results / record["stage"] / record["id"]
+        return run.info.run_id
+    folder = context["results"] / node_key(record)
     history = read_json(folder / "history.json")
     metrics = [Metric(key, float(value), 0, step) for key, values in history.items() for step, value in enumerate(values, 1)]
     params = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in tracking.flatten(record["params"], record["stage"])]
-    client.log_batch(run_id, metrics=metrics, params=params)
-    client.log_artifact(run_id, str(folder / "curves.png"))
-    client.set_tag(run_id, tracking.COMPLETE_TAG, "1")
-    client.set_terminated(run_id)
-    return run_id
+    tags = [RunTag(k, v) for k, v in version_tags({"self": record}, context["commit"]).items()]
+    client.log_batch(run.info.run_id, metrics=metrics, params=params, tags=tags)
+    client.log_artifact(run.info.run_id, str(folder / "curves.png"))
+    client.set_tag(run.info.run_id, tracking.COMPLETE_TAG, "1")
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
 
 
-def log_child(client, experiment_id: str, parent_id: str, eval_dir: Path, commit: str, baselines) -> bool:
-    """Log one engine's run unless an earlier, complete logging of it exists; True if logged now."""
+def log_child(client, context, eval_dir: Path) -> bool:
+    """Log one engine's run unless a complete logging of it exists; True if logged now."""
     from mlflow.entities import Metric, Param, RunTag
 
-    lineage = ancestors(eval_dir)
+    lineage = named_lineage(eval_dir)
     metrics = read_json(eval_dir / "metrics.json")
-    name = f"{metrics['precision']}-{metrics['target']}-{lineage['train_model']['id']}"
-    run, _ = tracking.get_or_create_run(client, experiment_id, {tracking.NODE_TAG: eval_dir.name}, name, parent_id)
+    name = f"{metrics['precision']} · {lineage['train_model']['id']} · {metrics['target']}"
+    run, _ = tracking.get_or_create_run(client, context["experiment_id"], {tracking.NODE_TAG: node_key(lineage["evaluate_engine"])},
+                                        name, context["parent_id"])
+    mark_sweep(client, run, context["sweep_id"])
     if run.data.tags.get(tracking.COMPLETE_TAG) == "1":
         return False
     run_id = run.info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in child_params(lineage).items()])
-    values = {**child_metrics(metrics), **graph_metrics(lineage)}
-    baseline = baselines.get((reference_model(eval_dir), metrics["target"]))
-    values.update({f"speedup_vs_tf_{key}": ratio for key, ratio in (speedups(metrics["speed"], baseline) if baseline else {}).items()})
-    training_runs = {f"training_run.{stage}": log_training(client, experiment_id, parent_id, eval_dir.parent.parent, lineage[stage])
-                     for stage in TRAINING_STAGES if stage in lineage}
-    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in training_runs.items()])
+    values = {**child_metrics(metrics, context["ratios"].get(engine_key(eval_dir))), **graph_metrics(lineage)}
+    training_runs = {f"training_run.{name}": log_training(client, context, record)
+                     for name, record in lineage.items() if record["stage"] in TRAINING_STAGES}
     client.log_batch(run_id, metrics=[Metric(k, v, 0, 0) for k, v in values.items()],
-                     tags=[RunTag(k, v) for k, v in child_tags(lineage, metrics, commit).items()])
-    for artifact in artifacts(eval_dir, lineage):
+                     tags=[RunTag(k, v) for k, v in {**training_runs, **child_tags(lineage, metrics, context["commit"])}.items()])
+    for artifact in artifacts(eval_dir, lineage) + trt_caches(lineage, context["results"], context["out"], context["tensorrt_version"]):
         client.log_artifact(run_id, str(artifact))
     client.set_tag(run_id, tracking.COMPLETE_TAG, "1")
     client.set_terminated(run_id)
     return True
 
 
+def log_parent(client, experiment_id: str, sweep_id: str, params: Dict[str, Any], report_dir: Path):
+    """The sweep's run: the overrides that made it and its summary table."""
+    parent, created = tracking.get_or_create_run(client, experiment_id, {tracking.SWEEP_TAG: sweep_id}, f"sweep · {sweep_id}")
+    if created:
+        client.set_tag(parent.info.run_id, "overrides", " ".join(params["overrides"]) or "(defaults)")
+        for name in ("summary.csv", "summary.txt", "report.html"):
+            client.log_artifact(parent.info.run_id, str(report_dir / name))
+    return parent
+
+
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    eval_dirs, framework_dirs = split_inputs(inputs)
-    baselines = load_baselines(framework_dirs)
-    results_dir = eval_dirs[0].parent.parent
-    uri = tracking.resolve_uri(params["uri"], results_dir)
-    experiment_id = tracking.init_store(uri, params["experiment"], results_dir)
+    eval_dirs, speed_dirs, _ = split_inputs(inputs)
+    results = eval_dirs[0].parent.parent
+    uri = tracking.resolve_uri(params["uri"], results)
+    experiment_id = tracking.init_store(uri, params["experiment"], results)
     client = tracking.client_for(uri)
     # The sweep is identified by the set of engines it evaluated: the same sweep finds its parent run again.
     sweep_id = hashlib.sha256(" ".join(sorted(path.name for path in eval_dirs)).encode()).hexdigest()[:12]
-    parent, _ = tracking.get_or_create_run(client, experiment_id, {tracking.SWEEP_TAG: sweep_id}, f"sweep-{sweep_id}")
-    commit = tracking.git_commit()
-    logged = sum(log_child(client, experiment_id, parent.info.run_id, path, commit, baselines) for path in eval_dirs)
+    parent = log_parent(client, experiment_id, sweep_id, params, inputs["report"])
+    context = {"experiment_id": experiment_id, "parent_id": parent.info.run_id, "sweep_id": sweep_id,
+               "commit": tracking.git_commit(), "results": results, "out": out, "ratios": ratios_by_engine(speed_dirs),
+               "tensorrt_version": params["tensorrt_version"]}
+    logged = sum(log_child(client, context, path) for path in eval_dirs)
     client.set_terminated(parent.info.run_id)
-    summary = {"tracking_uri": uri, "experiment_id": experiment_id, "parent_run_id": parent.info.run_id,
-               "children": len(eval_dirs), "children_logged_now": logged}
-    return summary
+    return {"tracking_uri": uri, "experiment_id": experiment_id, "parent_run_id": parent.info.run_id,
+            "children": len(eval_dirs), "children_logged_now": logged}

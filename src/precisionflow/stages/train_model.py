@@ -16,7 +16,13 @@ from precisionflow.errors import ConfigError, StageError
 from precisionflow.nodeio import read_json, write_json_atomic
 from precisionflow.stages import prepare_dataset
 
-PACKAGES = ("tensorflow", "tf-keras", "numpy", "matplotlib")
+PACKAGES = ("tensorflow", "tf-keras", "numpy", "matplotlib", "h5py")
+
+
+def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    from precisionflow import models
+
+    return {"model": models.reads(cfg["model"]), "train": dict(cfg["train"])}
 
 
 def stop_on_nan(keras):
