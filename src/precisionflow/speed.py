@@ -19,7 +19,7 @@ from precisionflow import timing
 def conditions() -> Dict[str, Any]:
     """When, where and under what load a figure was taken: it travels with every absolute figure."""
     return {"taken_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(), "cpu_count": os.cpu_count(),
-            "loadavg_1m": round(os.getloadavg()[0], 2)}
+            "loadavg_1m": round(os.getloadavg()[0], 2), "run": os.environ.get("PRECISIONFLOW_RUN", "outside a workflow run")}
 
 
 def timing_batch(images: np.ndarray, batch_size: int) -> np.ndarray:

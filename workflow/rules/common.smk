@@ -1,6 +1,7 @@
 # Shared wiring: load (or make) the plan, and map a rule's {node} wildcard to its input files.
 import os
 import sys
+import time
 from pathlib import Path
 
 from precisionflow.plan import plan_from_overrides
@@ -59,6 +60,8 @@ def final_targets():
 # interpreter travel in the environment, not in the command text: Snakemake reruns a job whose
 # command text changed, and each sweep has its own plan file.
 os.environ["PRECISIONFLOW_PLAN"] = PLAN_FILE
+# One id per workflow run, recorded with every timing: the report says when a table mixes runs.
+os.environ.setdefault("PRECISIONFLOW_RUN", time.strftime("%Y-%m-%dT%H:%M:%S"))
 os.environ["PRECISIONFLOW_PYTHON"] = PYTHON
 STAGE_COMMAND = '"$PRECISIONFLOW_PYTHON" -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {rule}/{wildcards.node} > {log} 2>&1'
 # Training stages also show their per-epoch progress on the console (Snakemake sets pipefail).

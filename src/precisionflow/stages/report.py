@@ -45,7 +45,7 @@ def speed_columns(speed: Dict[str, Any]) -> Dict[str, Any]:
         "sps_b1": marked(batch[smallest]["throughput_sps"], 1, batch[smallest]["noisy"]),
         "sps_bmax": marked(batch[largest]["throughput_sps"], 1, batch[largest]["noisy"]), "bmax": int(largest),
         "sps_streams": round(streams[most]["throughput_sps"], 1) if most else "", "streams": most or "",
-        "timed": taken.get("taken_at", "")[5:16].replace("T", " "), "load": taken.get("loadavg_1m", ""),
+        "timed": taken.get("run", "")[5:].replace("T", " "), "load": taken.get("loadavg_1m", ""),
     }
 
 
@@ -116,15 +116,15 @@ def notes(rows: List[Dict[str, Any]], eval_dirs: List[Path]) -> List[str]:
     lines = [f"{NOISY_MARK} = spread above its flag threshold (CV of timed windows, or of the per-round ratios, > 5%): "
              "read the figure as noisy.",
              "x_fp32_* / x_tf_* = throughput ratios measured side by side in one job per engine (alternating rounds, "
-             "median of the rounds); absolute figures are each engine's own timing job (timed, load = 1-min load average)."]
+             "median of the rounds); absolute figures are each engine's own timing job (timed = start of the workflow run it ran in, load = 1-min load average)."]
     for eval_dir in eval_dirs:
         executed = read_json(eval_dir / "metrics.json")["engine"].get("executed", {})
         if not executed.get("as_requested", True):
             lines.append(f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision.")
-    sessions = sorted({row["timed"] for row in rows if row["timed"]})
-    if len(sessions) > 1:
-        lines.append(f"Absolute figures were taken at {len(sessions)} different times ({sessions[0]} .. {sessions[-1]}); "
-                     "compare engines through the x_* columns, which never mix jobs.")
+    runs = sorted({row["timed"] for row in rows if row["timed"]})
+    if len(runs) > 1:
+        lines.append(f"Absolute figures come from {len(runs)} workflow runs (timed = the run's start: {', '.join(runs)}); "
+                     "machine load differs between runs: compare engines through the x_* columns, which never mix jobs.")
     return lines
 
 

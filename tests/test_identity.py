@@ -1,0 +1,232 @@
+"""Node identity: each config key changes exactly the stages that read it.
+
+The keys are generated from the composed default configuration (every leaf of the schema as
+instantiated, target_defs included), each flipped to another valid value; the stages whose node
+ids change are compared with EXPECTED, the test's data. A new config key fails the test until
+someone writes down which stages read it.
+"""
+
+import copy
+
+import pytest
+
+from precisionflow import identity
+from precisionflow import plan as planning
+from precisionflow.config.compose import expand, validate
+
+TRAINED = {"train_model", "finetune_model", "export_onnx", "calibrate", "quantize_onnx", "build_engine",
+           "evaluate_engine", "compare_speed", "benchmark_framework", "report", "track_mlflow"}
+EVERYTHING = TRAINED | {"prepare_dataset"}
+QAT_BRANCH = {"finetune_model", "export_onnx", "calibrate", "quantize_onnx", "build_engine", "evaluate_engine",
+              "compare_speed", "report", "track_mlflow"}
+GRAPHS = {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"}
+ENGINES = {"build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"}
+TIMED_WINDOWS = {"evaluate_engine", "benchmark_framework", "report", "track_mlflow"}
+ALL_TIMING = TIMED_WINDOWS | {"compare_speed"}
+NOTHING = set()
+
+# Flips that need a particular value to stay valid (the others: numbers change, booleans negate,
+# strings and lists get another element).
+FLIP_VALUES = {
+    "dataset.name": None,  # a data set choice: see CONDITIONAL (image_folder needs a folder)
+    "model.name": "resnet_mini", "engine.backend": "tensorrt", "calibration.method": "minmax",
+    "calibration.split": "val", "int8.report_split": "train", "train.lr_schedule": "cosine", "train.optimizer": "sgd",
+    "train.precision_policy": "mixed_bfloat16", "finetune.mode": "fp32", "engine.optimization_level": "extended",
+    "precisions": ["fp32", "fp16", "int8"], "targets": ["local", "cpu"], "target_defs.local.device": "cpu",
+    "calibration.tensorrt_version": "10.13.0", "tracking.uri": "http://127.0.0.1:5000",
+    "dataset.max_samples": 700, "fp16.op_block_list": ["Softmax"], "int8.exclude_nodes": ["some_node"],
+    "finetune.exclude_layers": ["conv0"], "results_dir": "/tmp/elsewhere", "dataset.channels": 1,
+}
+
+# Which stages' node ids change when the key flips, under the default configuration
+# (small_cnn on digits, precisions fp32/fp16/int8/int8_qat, target local, ONNX Runtime).
+EXPECTED = {
+    "dataset.name": None, "dataset.path": NOTHING, "dataset.image_size": NOTHING, "dataset.channels": NOTHING,
+    "dataset.val_fraction": EVERYTHING, "dataset.test_fraction": EVERYTHING, "dataset.seed": EVERYTHING,
+    "dataset.max_samples": EVERYTHING,
+    "model.name": TRAINED, "model.width": TRAINED, "model.filters": TRAINED, "model.dense_units": TRAINED,
+    "model.dropout": TRAINED, "model.stages": NOTHING, "model.blocks_per_stage": NOTHING, "model.weights": NOTHING,
+    "model.path": NOTHING, "model.trust": NOTHING, "model.bn_momentum": NOTHING,
+    **{f"train.{key}": TRAINED for key in ("epochs", "batch_size", "learning_rate", "lr_schedule", "optimizer", "seed",
+                                           "early_stopping_patience", "precision_policy")},
+    "finetune.mode": TRAINED - {"train_model", "finetune_model"},  # a new fp32 fine-tune node joins, none changes
+    **{f"finetune.{key}": QAT_BRANCH for key in ("epochs", "batch_size", "learning_rate", "seed", "exclude_layers")},
+    "export.opset": TRAINED - {"train_model", "finetune_model", "benchmark_framework"},
+    "export.max_abs_diff": NOTHING,  # a threshold: re-checked, never re-exported
+    "precisions": {"report", "track_mlflow"},  # int8_qat's nodes leave the plan; the others keep their ids
+    "fp16.op_block_list": GRAPHS,
+    "calibration.method": {"calibrate"} | GRAPHS, "calibration.percentile": NOTHING,
+    "calibration.num_samples": {"calibrate"} | GRAPHS, "calibration.batch_size": {"calibrate"} | GRAPHS,
+    "calibration.split": {"calibrate"} | GRAPHS, "calibration.tensorrt_version": {"track_mlflow"},
+    "int8.exclude_nodes": GRAPHS, "int8.keep_output_layer": GRAPHS, "int8.mixed_keep_fp": NOTHING,
+    "int8.report_samples": GRAPHS, "int8.report_split": GRAPHS,
+    "engine.backend": ENGINES, "engine.optimization_level": ENGINES,
+    "engine.intra_op_threads": ENGINES | {"benchmark_framework"},
+    **{f"engine.{key}": NOTHING for key in ("trt_builder_optimization_level", "trt_workspace_mb", "min_batch", "opt_batch",
+                                            "max_batch", "min_spatial", "opt_spatial", "max_spatial", "sparse_weights")},
+    "targets": {"report", "track_mlflow"},  # the cpu target's nodes join; local's keep their ids
+    "target_defs.local.device": ENGINES | {"benchmark_framework"},
+    "target_defs.local.expect_device": ENGINES | {"benchmark_framework"},
+    "target_defs.local.resources": NOTHING, "target_defs.local.timing": TIMED_WINDOWS,
+    **{f"target_defs.{name}.{key}": NOTHING for name in ("cpu", "a100", "h100", "h200")
+       for key in ("device", "expect_device", "resources", "timing")},
+    "evaluate.batch_size": {"evaluate_engine", "report", "track_mlflow"},
+    "evaluate.timing_batch_sizes": ALL_TIMING, "evaluate.warmup_s": ALL_TIMING, "evaluate.duration_s": TIMED_WINDOWS,
+    "evaluate.min_iterations": TIMED_WINDOWS, "evaluate.repeats": TIMED_WINDOWS, "evaluate.streams": ALL_TIMING,
+    "evaluate.stream_batch_size": ALL_TIMING, "evaluate.ratio_rounds": {"compare_speed", "report", "track_mlflow"},
+    "evaluate.ratio_window_s": {"compare_speed", "report", "track_mlflow"},
+    "tracking.enabled": NOTHING,  # the tracking node leaves the plan; no other node changes
+    "tracking.uri": {"track_mlflow"}, "tracking.experiment": {"track_mlflow"},
+    "results_dir": NOTHING,
+}
+
+# Keys that matter only when a component reads them: (base overrides, key, flipped value, expected).
+CONDITIONAL = [
+    (["model=resnet_mini"], "model.stages", 2, TRAINED),
+    (["model=resnet_mini"], "model.blocks_per_stage", 2, TRAINED),
+    (["model=resnet_mini"], "model.bn_momentum", 0.99, TRAINED),
+    (["model=resnet_mini"], "model.filters", [8, 8], NOTHING),
+    (["calibration=percentile"], "calibration.percentile", 99.9, {"calibrate"} | GRAPHS),
+    (["engine=tensorrt"], "engine.trt_builder_optimization_level", 5, ENGINES),
+    (["engine=tensorrt"], "engine.max_batch", 128, ENGINES),
+    (["engine=tensorrt"], "engine.optimization_level", "basic", NOTHING),
+    (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_keep_fp", 2, GRAPHS),
+    (["finetune=qat"], "finetune.epochs", 5, TRAINED - {"train_model"}),
+]
+
+
+FREE_FORM = (".resources", ".timing")  # Dict[str, Any] in the schema: one leaf each
+
+
+def leaves(tree, prefix=""):
+    if isinstance(tree, dict) and tree and not prefix.endswith(FREE_FORM):
+        for key, value in tree.items():
+            yield from leaves(value, f"{prefix}.{key}" if prefix else key)
+    else:
+        yield prefix, tree
+
+
+def flipped(key, value):
+    if key in FLIP_VALUES:
+        return FLIP_VALUES[key]
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return round(value * 2, 6) if value else 0.5
+    if isinstance(value, str):
+        return value + "x" if value else "A100"
+    if isinstance(value, list):
+        return value + [value[-1] * 2] if value else [8]
+    if isinstance(value, dict):
+        return {"duration_s": 0.7} if key.endswith(".timing") else {"mem_mb": 1}
+    return "/nonexistent/file"
+
+
+def set_key(cfg, key, value):
+    tree = cfg
+    *parents, leaf = key.split(".")
+    for part in parents:
+        tree = tree[part]
+    tree[leaf] = value
+
+
+def plan_ids(points):
+    built = planning.build_plan(points, "/tmp/precisionflow-identity-test")
+    return set(built["nodes"])
+
+
+def changed_stages(base, key, value):
+    """Stages where a node was replaced by one with another id (nodes that only join or leave the
+    plan, like a new target's engines, are not changes of identity)."""
+    point = copy.deepcopy(base)
+    set_key(point, key, value)
+    validate(point)
+    before, after = plan_ids([base]), plan_ids([point])
+    stages = lambda keys: {node.split("/")[0] for node in keys}
+    return stages(before - after) & stages(after - before)
+
+
+@pytest.fixture(scope="module")
+def default_point():
+    return expand([])[0]
+
+
+def test_every_config_key_has_expected_stages(default_point):
+    keys = {key for key, _ in leaves(default_point)}
+    assert keys == set(EXPECTED), "write down which stages read the new key(s)"
+
+
+@pytest.mark.parametrize("key", sorted(k for k, v in EXPECTED.items() if v is not None))
+def test_flipping_a_key_changes_exactly_the_stages_that_read_it(default_point, key):
+    value = dict(leaves(default_point))[key]
+    assert changed_stages(default_point, key, flipped(key, value)) == EXPECTED[key]
+
+
+@pytest.mark.parametrize("base, key, value, expected", CONDITIONAL, ids=[f"{c[0][0]}:{c[1]}" for c in CONDITIONAL])
+def test_keys_of_a_selected_component(base, key, value, expected):
+    assert changed_stages(expand(base)[0], key, value) == expected
+
+
+def test_the_content_of_a_user_model_file_is_part_of_the_training_id(tmp_path):
+    model_file = tmp_path / "model.keras"
+    model_file.write_bytes(b"first")
+    base = expand(["model=keras_file", f"model.path={model_file}"])[0]
+    before = plan_ids([base])
+    model_file.write_bytes(b"second")
+    after = plan_ids([base])
+    assert {node.split("/")[0] for node in before ^ after} == TRAINED
+
+
+def test_a_package_version_changes_exactly_the_stages_that_call_it(default_point, monkeypatch):
+    before = plan_ids([default_point])
+    real = identity.installed_version
+    monkeypatch.setattr(identity, "installed_version", lambda name: "9.9" if name == "tf2onnx" else real(name))
+    after = plan_ids([default_point])
+    assert {node.split("/")[0] for node in before ^ after} == TRAINED - {"train_model", "finetune_model", "benchmark_framework"}
+
+
+def test_code_is_the_import_closure_of_the_stage():
+    closure = identity.import_closure("precisionflow.stages.evaluate_engine")
+    # imported at the top, lazily inside functions, and named in the backend registry's strings
+    for needed in ("stages/evaluate_engine.py", "speed.py", "timing.py", "backends/onnxruntime_backend.py",
+                   "backends/tensorrt_backend.py", "backends/executed.py", "stages/prepare_dataset.py",
+                   "runner.py", "identity.py", "nodeio.py"):
+        assert needed in closure
+    assert "plan.py" not in closure and "stages/train_model.py" not in closure
+
+
+def test_the_closure_covers_every_module_a_stage_really_loads(tmp_path):
+    """Run a stage for real in a fresh interpreter and compare the package modules it loaded."""
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, json, numpy as np\n"
+        "from pathlib import Path\n"
+        "from precisionflow.stages import quantize_onnx\n"
+        "from tests.conftest import make_tiny_cnn\n"
+        f"root = Path({str(tmp_path)!r}); (root / 'onnx').mkdir(); (root / 'out').mkdir()\n"
+        "make_tiny_cnn(root / 'onnx' / 'model.onnx')\n"
+        "quantize_onnx.run({'precision': 'fp16', 'fp16': {'op_block_list': []}}, {'onnx': root / 'onnx'}, root / 'out')\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('precisionflow'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    closure = set(identity.import_closure("precisionflow.stages.quantize_onnx"))
+    files = {str(identity.module_file(name).relative_to(identity.PACKAGE_DIR)) for name in loaded}
+    assert files <= closure
+
+
+def test_the_runner_refuses_a_node_planned_with_other_code(tmp_path):
+    from precisionflow import runner
+    from precisionflow.errors import StageError
+
+    built = planning.build_plan(expand(["precisions=[fp32]"]), str(tmp_path))
+    key = next(k for k in built["nodes"] if k.startswith("prepare_dataset/"))
+    built["nodes"][key]["identity"]["code"] = "0123456789ab"
+    with pytest.raises(StageError, match="planned with code 0123456789ab"):
+        runner.run_node(built, key)
+    assert not (tmp_path / key).exists()
