@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from precisionflow import timing
@@ -45,3 +46,48 @@ def test_repeated_windows_report_spread_and_flag_noise():
     stats = timing.repeated_windows(lambda: clock.sleep(next(delays)), 1, settings)
     assert len(stats["window_mean_ms"]) == 2
     assert stats["cv_percent"] > 20 and stats["noisy"] is True
+
+
+def _numpy_work(size=200_000):
+    """Fixed single-threaded numpy work (elementwise ufuncs: no BLAS thread pool, GIL released)."""
+    values = np.random.default_rng(0).random(size)
+    out = np.empty_like(values)
+    return lambda: np.sqrt(values, out=out).sum()
+
+
+def test_alternating_rounds_recover_a_known_ratio_while_another_thread_loads_the_machine():
+    import threading
+
+    work = _numpy_work()
+    twice = lambda: (work(), work())  # exactly twice the work: throughput ratio 2
+    stop = threading.Event()
+    load = _numpy_work(400_000)
+
+    def background():
+        while not stop.is_set():
+            load()
+
+    loader = threading.Thread(target=background, daemon=True)
+    loader.start()
+    try:
+        sides = {"once": lambda s: timing.window_throughput(work, 1, s), "twice": lambda s: timing.window_throughput(twice, 1, s)}
+        measured = timing.alternating_rounds(sides, rounds=10, window_s=0.05)
+    finally:
+        stop.set()
+        loader.join()
+    stats = timing.ratio_stats(measured["once"], measured["twice"])
+    assert len(stats["rounds"]) == 10
+    assert abs(stats["median"] - 2.0) <= 0.2, stats
+
+
+def test_rounds_alternate_their_order():
+    calls = []
+    sides = {name: (lambda s, name=name: calls.append(name) or 1.0) for name in ("a", "b", "c")}
+    timing.alternating_rounds(sides, rounds=2, window_s=0.0)
+    assert calls == ["a", "b", "c", "c", "b", "a"]
+
+
+def test_ratio_stats_flag_a_spread_above_the_threshold():
+    assert not timing.ratio_stats([2.0, 2.0, 2.02], [1.0, 1.0, 1.0])["noisy"]
+    noisy = timing.ratio_stats([2.0, 3.0, 1.5], [1.0, 1.0, 1.0])
+    assert noisy["noisy"] and noisy["median"] == 2.0 and noisy["min"] == 1.5

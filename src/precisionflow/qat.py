@@ -10,6 +10,7 @@ After fine-tuning, the fake-quant wrappers are stripped (the fp32 weights are co
 plain architecture) and the learned ranges are read out per layer, as TLT did.
 """
 
+import contextlib
 from typing import Dict, Iterable, Tuple
 
 INPUT_KEY = "__input__"
@@ -57,8 +58,29 @@ def quantize_model(keras, model, exclude: Iterable[str]):
         return layer if layer.name in skip or isinstance(layer, keras.layers.InputLayer) else annotate(layer)
 
     annotated = keras.models.clone_model(model, clone_function=clone)
-    with tfmot.quantization.keras.quantize_scope():
+    with tfmot.quantization.keras.quantize_scope(), _symmetric_input_quantizer():
         return tfmot.quantization.keras.quantize_apply(annotated, scheme=_symmetric_scheme())
+
+
+@contextlib.contextmanager
+def _symmetric_input_quantizer():
+    """tfmot quantizes the model input asymmetrically (uint8-style [min, max]); the deployed graph's
+    first Q is symmetric int8. Its input transform has no option for that, so for the duration of
+    quantize_apply it builds the input quantizer symmetric, and training simulates what runs."""
+    from tensorflow_model_optimization.python.core.quantization.keras.default_8bit import default_8bit_transforms as transforms
+
+    original = transforms.InputLayerQuantize.replacement
+
+    def replacement(self, match_layer):
+        node = original(self, match_layer)
+        node.layer["config"]["quantizer"]["config"].update(symmetric=True, narrow_range=True)
+        return node
+
+    transforms.InputLayerQuantize.replacement = replacement
+    try:
+        yield
+    finally:
+        transforms.InputLayerQuantize.replacement = original
 
 
 def learned_ranges(qat_model) -> Dict[str, Tuple[float, float]]:

@@ -127,7 +127,7 @@ def test_checker_rejects_asymmetric_uint8_graphs(tmp_path, export_dir, data_dir)
     assert "expected int8" in text
     assert "per tensor" in text
     assert "int32 bias" in text
-    assert "output layer" in text
+    assert "output layer" in text and "quantized weights" in text
 
 
 def test_residual_add_is_quantizable_but_bias_add_is_not(tmp_path):

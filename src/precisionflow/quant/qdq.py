@@ -98,12 +98,14 @@ def check_qdq(model, output_layer_float: bool = True) -> List[str]:
     for node in model.graph.node:
         if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
             problems += _check_qdq_node(model, node, onnx)
+    constants = _initializers(model)
     for name in output_layer_nodes(model) if output_layer_float else ():
         node = next(n for n in model.graph.node if n.name == name)
+        weights = [producers.get(i) for i in node.input[1:]]
         if node.op_type in COMPUTE_OPS and any(
-            getattr(producers.get(i), "op_type", "") == "DequantizeLinear" for i in node.input
+            getattr(w, "op_type", "") == "DequantizeLinear" and w.input[0] in constants for w in weights
         ):
-            problems.append(f"output layer {name} takes quantized inputs; expected it left in floating point")
+            problems.append(f"output layer {name} has quantized weights; expected it left in floating point")
     if not any(node.op_type == "QuantizeLinear" for node in model.graph.node):
         problems.append("no QuantizeLinear node: the graph is not quantized")
     return problems
@@ -132,3 +134,61 @@ def assert_trt_legal(path: Path, output_layer_float: bool = True) -> None:
     problems = check_qdq(onnx.load(str(path)), output_layer_float)
     if problems:
         raise StageError(f"The int8 graph {path} is not TensorRT-legal: " + "; ".join(problems))
+
+
+# Ops whose output holds the same values as their input, rearranged (or a zero pad / a max):
+# a range learned on the input holds for the output, and quantization commutes with them.
+RANGE_PRESERVING = ("Reshape", "Transpose", "Flatten", "MaxPool", "Identity", "Squeeze", "Unsqueeze", "Pad")
+
+
+def activation_inputs(model, nodes: Sequence[str]) -> Dict[str, str]:
+    """{activation tensor that gets a Q/DQ: the node it feeds} for the nodes to quantize."""
+    constants = _initializers(model)
+    wanted = set(nodes)
+    found = {}
+    for node in model.graph.node:
+        if node.name in wanted:
+            inputs = node.input if node.op_type == "Add" else node.input[:1]
+            found.update({name: node.name for name in inputs if name not in constants})
+    return found
+
+
+def learned_source(model, tensor: str, learned: Dict[str, Tuple[float, float]]):
+    """The tensor with a learned range that `tensor` copies (walking back through layout ops), or None."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    while tensor not in learned:
+        node = producers.get(tensor)
+        if node is None or node.op_type not in RANGE_PRESERVING:
+            return None
+        tensor = node.input[0]
+    return tensor
+
+
+def fake_quantize_inputs(path: Path, node_names: Sequence[str], ranges: Dict[str, Tuple[float, float]]) -> List[str]:
+    """Put a symmetric int8 Q/DQ pair on the activation input of each named node (weights stay float).
+
+    For int8_qat's float output layer: QAT quantized the activation feeding it, so the deployed
+    graph rounds and clips it the same way. Returns the tensors treated."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    treated = []
+    for index, node in enumerate(list(model.graph.node)):
+        tensor = node.input[0] if node.name in node_names else None
+        if tensor is None or tensor not in ranges:
+            continue
+        scale = max(abs(ranges[tensor][0]), abs(ranges[tensor][1])) / 127.0
+        stem = f"{tensor}_qat_fq"
+        model.graph.initializer.extend([numpy_helper.from_array(np.array(scale, np.float32), f"{stem}_scale"),
+                                        numpy_helper.from_array(np.array(0, np.int8), f"{stem}_zero_point")])
+        position = list(model.graph.node).index(node)
+        model.graph.node.insert(position, helper.make_node(
+            "DequantizeLinear", [f"{stem}_q", f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_dq"], name=f"{stem}_dq"))
+        model.graph.node.insert(position, helper.make_node(
+            "QuantizeLinear", [tensor, f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_q"], name=f"{stem}_q"))
+        node.input[0] = f"{stem}_dq"
+        treated.append(tensor)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return treated

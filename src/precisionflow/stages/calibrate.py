@@ -80,7 +80,8 @@ def qat_ranges(export_dir: Path, measured):
     unknown = sorted(set(learned) - set(measured))
     ranges = dict(measured)
     ranges.update({name: tuple(bounds) for name, bounds in learned.items()})
-    return ranges, {"learned": len(learned), "measured": len(set(measured) - set(learned)), "not_in_graph": unknown}
+    return ranges, {"learned": len(learned), "measured": len(set(measured) - set(learned)), "not_measured": unknown,
+                    "learned_tensors": sorted(learned)}
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:

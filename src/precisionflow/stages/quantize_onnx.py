@@ -11,7 +11,7 @@ TensorRT 11 builds an engine exactly in the types its ONNX graph carries, so pre
 
 import shutil
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from precisionflow.errors import ConfigError
 from precisionflow.nodeio import file_hash
@@ -57,7 +57,12 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
         kept_float = layer_error.worst_nodes(fp32_model, rows, nodes, int8["mixed_keep_fp"])
         nodes = [name for name in nodes if name not in kept_float]
     refuse_empty(params, nodes, candidates, kept_float)
+    qat = {}
+    if lineage["source"] == "qat":
+        ranges, qat = learned_input_ranges(fp32_model, nodes, ranges, lineage)
     qdq.quantize_int8(source, target, ranges, nodes)
+    if lineage["source"] == "qat" and int8["keep_output_layer"]:
+        qat["qat_output_layer_input"] = fake_quantize_output_input(fp32_model, target, ranges, lineage)
     qdq.assert_trt_legal(target, int8["keep_output_layer"])
     # The per-tensor report ranks ops for int8_mixed: a decision, so it never sees the test split.
     images, _ = prepare_dataset.load(inputs["data"], int8["report_split"])
@@ -66,9 +71,50 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
     return {"quantized_nodes": len(nodes), "quantizable_ops": len(candidates),
             "quantized_fraction": round(len(nodes) / len(candidates), 4), "kept_float": kept_float,
             "calibration_source": lineage["source"], "calibration_method": lineage["method"],
-            "report_split": int8["report_split"], "calibration_split": lineage["settings"].get("split"),
+            "report_split": int8["report_split"], "calibration_split": lineage["settings"].get("split"), **qat,
             "worst_tensor": rows[0]["tensor"] if rows else None,
             "worst_sqnr_db": rows[0]["sqnr_vs_fp32_db"] if rows else None}
+
+
+def learned_input_ranges(model, nodes, ranges, lineage):
+    """int8_qat: every Q/DQ gets the range QAT learned for the tensor it quantizes -- the input of a
+    weighted layer is the output of the layer QAT put a quantizer after, possibly through layout ops
+    (the model input's range lands after the NHWC->NCHW Transpose, where the first Q really is).
+    A quantized tensor without a learned range stops the stage: no silent fallback to calibration."""
+    from precisionflow.errors import StageError
+    from precisionflow.quant import qdq
+
+    learned = {name: ranges[name] for name in lineage["ranges"]["learned_tensors"]}
+    resolved, missing = dict(ranges), []
+    for tensor, node in sorted(qdq.activation_inputs(model, nodes).items()):
+        source = qdq.learned_source(model, tensor, learned)
+        if source is None:
+            missing.append(f"{tensor} (input of {node})")
+        else:
+            resolved[tensor] = learned[source]
+    if missing:
+        raise StageError(
+            f"int8_qat: {len(missing)} quantized tensor(s) have no range learned by QAT: {', '.join(missing)}. "
+            "Expected every Q/DQ of an int8_qat graph to use a learned range. Quantize that layer during QAT, or keep "
+            "the node in float with int8.exclude_nodes=[<node>] (or the Keras layer with finetune.exclude_layers)."
+        )
+    total = len(qdq.activation_inputs(model, nodes))
+    return resolved, {"qat_learned_inputs": total, "qat_coverage": 1.0 if total else 0.0}
+
+
+def fake_quantize_output_input(model, target: Path, ranges, lineage) -> List[str]:
+    """The float output layer's input: QAT quantized it (it is the previous layer's activation), so
+    the deployed graph rounds it with the learned range too; the layer's weights stay float."""
+    from precisionflow.quant import qdq
+
+    learned = {name: ranges[name] for name in lineage["ranges"]["learned_tensors"]}
+    compute = [n for n in model.graph.node if n.name in qdq.output_layer_nodes(model) and n.op_type in qdq.COMPUTE_OPS]
+    found = {}
+    for node in compute:
+        source = qdq.learned_source(model, node.input[0], learned)
+        if source is not None:
+            found[node.input[0]] = learned[source]
+    return qdq.fake_quantize_inputs(target, [n.name for n in compute], found)
 
 
 def refuse_empty(params: Dict[str, Any], nodes, candidates, kept_float) -> None:
