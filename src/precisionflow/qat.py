@@ -11,6 +11,7 @@ plain architecture) and the learned ranges are read out per layer, as TLT did.
 """
 
 import contextlib
+import re
 from typing import Dict, Iterable, Tuple
 
 INPUT_KEY = "__input__"
@@ -48,10 +49,31 @@ def _symmetric_scheme():
 
 
 def quantize_model(keras, model, exclude: Iterable[str]):
-    """The QAT model: every supported layer wrapped, except `exclude` and the output layer."""
+    """(QAT model, layers left in float): every layer tfmot can quantize is wrapped, except
+    `exclude` and the output layer. A layer tfmot has no quantize config for (e.g. Rescaling in a
+    user's EfficientNet) stays in float and is reported, instead of failing with tfmot's traceback.
+    tfmot decides support itself (BatchNorm, say, only through its Conv-BN patterns), so a layer
+    it refuses is found from its refusal and left out, one at a time."""
+    skip = set(exclude) | {OUTPUT_LAYER}
+    left_float = []
+    for _ in range(len(model.layers)):
+        try:
+            return _quantize_all_but(keras, model, skip | {name for name, _ in left_float}), [
+                f"{name} ({kind})" for name, kind in left_float]
+        except RuntimeError as err:
+            refused = _UNSUPPORTED.search(str(err))
+            if refused is None or refused.group(1) in skip | {name for name, _ in left_float}:
+                raise
+            left_float.append((refused.group(1), refused.group(2).rsplit(".", 1)[-1]))
+    raise RuntimeError(f"tfmot refused every layer of {model.name}")
+
+
+_UNSUPPORTED = re.compile(r"Layer (\S+?):<class '([^']+)'> is not supported")
+
+
+def _quantize_all_but(keras, model, skip):
     import tensorflow_model_optimization as tfmot
 
-    skip = set(exclude) | {OUTPUT_LAYER}
     annotate = tfmot.quantization.keras.quantize_annotate_layer
 
     def clone(layer):  # returning the layer itself keeps its trained weights

@@ -52,7 +52,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     meta = read_json(inputs["data"] / "meta.json")
     mode = finetune["mode"]
     model = _load(keras, inputs, params, meta, "float32" if mode in ("fp32", "qat") else mode)
-    trainable = qat.quantize_model(keras, model, finetune["exclude_layers"]) if mode == "qat" else model
+    trainable, left_float = qat.quantize_model(keras, model, finetune["exclude_layers"]) if mode == "qat" else (model, [])
+    if left_float:
+        print(f"QAT: {len(left_float)} layer(s) tfmot cannot quantize stay in float: {', '.join(left_float)}")
     steps = finetune["epochs"] * math.ceil(meta["sizes"]["train"] / finetune["batch_size"])
     opt = train_model.optimizer(keras, "adam", finetune["learning_rate"], "constant", steps)
     history, seconds = train_model.fit(keras, trainable, inputs["data"], _settings(finetune), opt)
@@ -66,7 +68,8 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
                                                     "ranges": {k: list(v) for k, v in ranges.items()}})
         model = qat.strip(trainable, _load(keras, inputs, params, meta, "float32"))
         activations = [bounds for layer, bounds in ranges.items() if layer != qat.INPUT_KEY]
-        extra = {"learned_ranges": len(ranges), "activations_symmetric": all(math.isclose(-lo, hi, rel_tol=1e-5) for lo, hi in activations)}
+        extra = {"learned_ranges": len(ranges), "layers_left_float": left_float,
+                 "activations_symmetric": all(math.isclose(-lo, hi, rel_tol=1e-5) for lo, hi in activations)}
     else:
         model = train_model.rebuild_fp32(keras, params["model"], model, meta)
     summary = train_model.save_outputs(out, model, history, seconds, inputs["data"], f"fine-tune ({mode})")

@@ -46,6 +46,27 @@ def stop_on_nan(keras):
     return StopOnNaN()
 
 
+def inference_mode_watch(keras, num_classes: int):
+    class InferenceModeWatch(keras.callbacks.Callback):
+        """Per epoch: validation top-1 in inference mode (BatchNorm's moving statistics, as deployed)
+        next to training accuracy (batch statistics). A model whose moving statistics lag -- Keras
+        applications' BatchNorm momentum of 0.99-0.999 on a short training -- trains well and scores
+        chance in inference; this says so at the epoch it happens, not after export."""
+
+        def on_epoch_end(self, epoch, logs=None):
+            logs = logs or {}
+            chance = 1.0 / num_classes
+            val = logs.get("val_accuracy")
+            if val is None:
+                return
+            line = f"epoch {epoch + 1}: validation top-1 in inference mode {val:.4f} (train, batch statistics: {logs.get('accuracy', float('nan')):.4f}; chance {chance:.4f})"
+            if val <= 1.5 * chance and logs.get("accuracy", 0) > 2 * chance:
+                line += " -- WARNING: inference mode at chance while training learns; check model.bn_momentum"
+            print(line, flush=True)
+
+    return InferenceModeWatch()
+
+
 def optimizer(keras, name: str, learning_rate: float, schedule: str, total_steps: int):
     rate = learning_rate
     if schedule == "cosine":
@@ -63,7 +84,7 @@ def fit(keras, model, data_dir: Path, settings: Dict[str, Any], opt):
     x_train, y_train = prepare_dataset.load(data_dir, "train")
     x_val, y_val = prepare_dataset.load(data_dir, "val")
     model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-    callbacks = [stop_on_nan(keras)]
+    callbacks = [stop_on_nan(keras), inference_mode_watch(keras, int(np.max(y_train)) + 1)]
     if settings.get("early_stopping_patience"):
         callbacks.append(keras.callbacks.EarlyStopping(monitor="val_accuracy", patience=settings["early_stopping_patience"],
                                                        restore_best_weights=True))

@@ -1,0 +1,77 @@
+"""QAT end to end on every built-in architecture (slow): train, QAT fine-tune, export, learned-range
+cache, int8_qat graph -- and the graph computes what the QAT model computed in TensorFlow."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from precisionflow.config.compose import expand
+from precisionflow.nodeio import write_json_atomic
+from precisionflow.runner import run_node
+from precisionflow.stages import calibrate, export_onnx, finetune_model, quantize_onnx, train_model
+
+pytestmark = pytest.mark.slow
+CLASSES = 4
+
+
+def quadrant_images(count: int, seed: int):
+    """Class k: a bright square in quadrant k on noise -- learnable in one epoch."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(count) % CLASSES
+    images = rng.random((count, 32, 32, 3), dtype=np.float32) * 0.3
+    for index, label in enumerate(labels):
+        row, col = divmod(int(label), 2)
+        images[index, row * 16 + 4:row * 16 + 12, col * 16 + 4:col * 16 + 12, :] += 0.7
+    return images, labels.astype(np.int64)
+
+
+@pytest.fixture(scope="module")
+def data_plan(tmp_path_factory):
+    results = tmp_path_factory.mktemp("qat-models") / "results"
+    folder = results / "prepare_dataset" / "quadrants"
+    splits = {"train": quadrant_images(192, 0), "val": quadrant_images(32, 1), "test": quadrant_images(64, 2)}
+    folder.mkdir(parents=True)
+    np.savez(folder / "data.npz", **{f"{k}_{s}": a for s, (x, y) in splits.items() for k, a in (("x", x), ("y", y))})
+    write_json_atomic(folder / "meta.json", {"classes": ["a", "b", "c", "d"], "input_shape": [32, 32, 3],
+                                             "sizes": {s: len(y) for s, (_, y) in splits.items()}, "fingerprint": "test"})
+    write_json_atomic(folder / "node.json", {"stage": "prepare_dataset", "id": "quadrants", "params": {}, "inputs": {}})
+    return {"results_dir": str(results), "nodes": {}}
+
+
+def run(plan, stage, name, params, inputs):
+    key = f"{stage}/{name}"
+    plan["nodes"][key] = {"stage": stage, "id": name, "params": params, "inputs": inputs}
+    return run_node(plan, key)["summary"]
+
+
+@pytest.mark.parametrize("model", ["small_cnn", "resnet_mini", "mobilenet_v2", "resnet50"])
+def test_int8_qat_graph_reproduces_the_qat_model(data_plan, model):
+    overrides = [f"model={model}", "train.epochs=1", "finetune=qat", "finetune.epochs=1", "train.batch_size=32",
+                 "calibration.num_samples=64", "int8.report_samples=16"]
+    if model == "mobilenet_v2":
+        overrides.append("model.width=0.35")
+    [cfg] = expand(overrides)
+    data = {"data": "prepare_dataset/quadrants"}
+    run(data_plan, "train_model", model, train_model.reads(cfg), data)
+    tuned = run(data_plan, "finetune_model", f"{model}-qat", finetune_model.reads(cfg, cfg["finetune"]),
+                {"model": f"train_model/{model}", **data})
+    assert tuned["activations_symmetric"] is True and tuned["learned_ranges"] > 3
+    run(data_plan, "export_onnx", f"{model}-qat", export_onnx.reads(cfg), {"model": f"finetune_model/{model}-qat", **data})
+    run(data_plan, "calibrate", f"{model}-qat", calibrate.reads(cfg, "qat"), {"onnx": f"export_onnx/{model}-qat", **data})
+    graph = run(data_plan, "quantize_onnx", f"{model}-int8_qat", quantize_onnx.reads(cfg, "int8_qat"),
+                {"onnx": f"export_onnx/{model}-qat", "calibration": f"calibrate/{model}-qat", **data})
+    assert graph["qat_coverage"] == 1.0 and graph["quantized_nodes"] >= 3
+
+    import onnxruntime as ort
+
+    results = Path(data_plan["results_dir"])
+    session = ort.InferenceSession(str(results / f"quantize_onnx/{model}-int8_qat/model.onnx"), providers=["CPUExecutionProvider"])
+    images, _ = quadrant_images(64, 2)
+    deployed = session.run(None, {session.get_inputs()[0].name: images})[0]
+    trained = np.load(results / f"finetune_model/{model}-qat/qat_logits.npy")
+    agreement = float(np.mean(deployed.argmax(1) == trained.argmax(1)))
+    print(json.dumps({"model": model, "agreement_with_qat_model": agreement,
+                      "max_abs_logit_diff": float(np.abs(deployed - trained).max())}))
+    assert agreement >= 0.95
