@@ -80,29 +80,39 @@ def _quantize_all_but(keras, model, skip):
         return layer if layer.name in skip or isinstance(layer, keras.layers.InputLayer) else annotate(layer)
 
     annotated = keras.models.clone_model(model, clone_function=clone)
-    with tfmot.quantization.keras.quantize_scope(), _symmetric_input_quantizer():
+    with tfmot.quantization.keras.quantize_scope(), _symmetric_input_and_pattern_quantizers():
         return tfmot.quantization.keras.quantize_apply(annotated, scheme=_symmetric_scheme())
 
 
 @contextlib.contextmanager
-def _symmetric_input_quantizer():
-    """tfmot quantizes the model input asymmetrically (uint8-style [min, max]); the deployed graph's
-    first Q is symmetric int8. Its input transform has no option for that, so for the duration of
-    quantize_apply it builds the input quantizer symmetric, and training simulates what runs."""
+def _symmetric_input_and_pattern_quantizers():
+    """The quantizers tfmot builds outside its registry, made symmetric like the deployed graph:
+    the model input's (uint8-style [min, max] by default) and the output quantizer its Conv-BN
+    patterns put after a BatchNorm with no activation (asymmetric moving average by default).
+    tfmot has no option for either, so they are swapped for the duration of quantize_apply."""
+    from tensorflow_model_optimization.python.core.quantization.keras import quantizers
+    from tensorflow_model_optimization.python.core.quantization.keras.default_8bit import default_8bit_quantize_configs as configs
     from tensorflow_model_optimization.python.core.quantization.keras.default_8bit import default_8bit_transforms as transforms
 
-    original = transforms.InputLayerQuantize.replacement
+    input_replacement = transforms.InputLayerQuantize.replacement
+    output_quantizers = configs.Default8BitOutputQuantizeConfig.get_output_quantizers
 
     def replacement(self, match_layer):
-        node = original(self, match_layer)
+        node = input_replacement(self, match_layer)
         node.layer["config"]["quantizer"]["config"].update(symmetric=True, narrow_range=True)
         return node
 
+    def symmetric_outputs(self, layer):
+        return [quantizers.MovingAverageQuantizer(num_bits=8, per_axis=False, symmetric=True, narrow_range=True)
+                for _ in output_quantizers(self, layer)]
+
     transforms.InputLayerQuantize.replacement = replacement
+    configs.Default8BitOutputQuantizeConfig.get_output_quantizers = symmetric_outputs
     try:
         yield
     finally:
-        transforms.InputLayerQuantize.replacement = original
+        transforms.InputLayerQuantize.replacement = input_replacement
+        configs.Default8BitOutputQuantizeConfig.get_output_quantizers = output_quantizers
 
 
 def learned_ranges(qat_model) -> Dict[str, Tuple[float, float]]:
@@ -111,6 +121,8 @@ def learned_ranges(qat_model) -> Dict[str, Tuple[float, float]]:
     for layer in qat_model.layers:
         values = {v.name.split("/")[-1].split(":")[0]: float(v.numpy().reshape(-1)[0]) for v in layer.weights
                   if v.name.split("/")[-1].split(":")[0].endswith(("_min", "_max")) and "kernel" not in v.name}
+        if type(layer).__name__ == "QuantizeLayer":  # its variables carry the layer's own (numbered) name
+            values = {name.replace(layer.name, "quantize_layer", 1): value for name, value in values.items()}
         target = INPUT_KEY if type(layer).__name__ == "QuantizeLayer" else getattr(getattr(layer, "layer", None), "name", None)
         for prefix in ("post_activation", "output", "quantize_layer"):
             if target and f"{prefix}_min" in values:

@@ -17,9 +17,10 @@ def layer_output_tensors(model_proto, model_name: str) -> Dict[str, str]:
     """{keras layer name: ONNX tensor holding that layer's output}."""
     layer_of_tensor = {}
     for node in model_proto.graph.node:
-        layer = _layer_of(node.name, model_name)
         for tensor in node.output:
-            layer_of_tensor[tensor] = layer
+            # A folded BatchNorm's output keeps the BatchNorm's name on a node named after the conv:
+            # the tensor's own scope says which layer's output it is.
+            layer_of_tensor[tensor] = _layer_of(tensor, model_name) or _layer_of(node.name, model_name)
     graph_outputs = {out.name for out in model_proto.graph.output}
     outputs: Dict[str, str] = {}
     for node in model_proto.graph.node:  # topological order: a later write wins
