@@ -87,7 +87,10 @@ def test_rounds_alternate_their_order():
     assert calls == ["a", "b", "c", "c", "b", "a"]
 
 
-def test_ratio_stats_flag_a_spread_above_the_threshold():
+def test_ratio_stats_flag_an_uncertain_median():
     assert not timing.ratio_stats([2.0, 2.0, 2.02], [1.0, 1.0, 1.0])["noisy"]
     noisy = timing.ratio_stats([2.0, 3.0, 1.5], [1.0, 1.0, 1.0])
     assert noisy["noisy"] and noisy["median"] == 2.0 and noisy["min"] == 1.5
+    # the same round-to-round spread over four times the rounds halves the median's uncertainty
+    few, many = timing.ratio_stats([2.0, 2.2] * 2, [1.0] * 4), timing.ratio_stats([2.0, 2.2] * 8, [1.0] * 16)
+    assert many["median_error_percent"] == pytest.approx(few["median_error_percent"] / 2, rel=0.2)

@@ -185,7 +185,7 @@ class EvaluateConf:
     stream_batch_size: int = 1
     # Ratios (engine vs fp32 engine vs TensorFlow) come from one job timing the sides in
     # alternating rounds (A B C, C B A, ...): this many rounds of one window per side and setting.
-    ratio_rounds: int = 6
+    ratio_rounds: int = 12
     ratio_window_s: float = 0.1
 
 

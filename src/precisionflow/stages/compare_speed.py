@@ -1,7 +1,7 @@
 """compare_speed: the ratios of the table, measured side by side in one job.
 
 For one engine: the engine itself, the fp32 engine of the same target and model, and the
-TensorFlow model are timed in alternating rounds (engine, fp32, TensorFlow, then the reverse, ...)
+TensorFlow model -- each in a process of its own -- are timed in alternating rounds (engine, fp32, TensorFlow, then the reverse, ...)
 at each timing batch size and stream count. Every round gives one ratio per pair; the table
 shows their median and the spread of the rounds, so drift of the machine cancels instead of
 landing in one side's figure. One node per engine: changing an engine re-times its own ratios
@@ -48,52 +48,113 @@ def keras_loader(model_dir: Path, threads: int) -> Callable[[], Any]:
     return lambda: KerasRunner(tf, keras.models.load_model(model_dir / "model.keras", compile=False))
 
 
-def side_timers(loader: Callable[[], Any], images: np.ndarray, settings: Dict[str, Any]) -> Dict[str, Callable[[float], float]]:
-    """{setting: function timing one window of this side} for every batch size and stream count."""
+def side_timers(loader: Callable[[], Any], images: np.ndarray, settings: Dict[str, Any], phase: str):
+    """{setting: function timing one turn of this side}: every batch size (phase "batch") or every
+    stream count (phase "streams").
+
+    Each turn warms the side up again before its timed window: a framework that sat idle while the
+    other sides ran (thread pools asleep, caches taken) would otherwise pay its ramp inside the window."""
     first = loader()
+    turn_warmup = min(settings["warmup_s"], settings["ratio_window_s"] / 2)
     timers = {}
-    for size in settings["timing_batch_sizes"]:
+    for size in settings["timing_batch_sizes"] if phase == "batch" else ():
         run_once = first.prepare(speed.timing_batch(images, size))
         timing.warm_up(run_once, settings["warmup_s"])
-        timers[f"b{size}"] = lambda seconds, run_once=run_once, size=size: timing.window_throughput(run_once, size, seconds)
+        timers[f"b{size}"] = lambda seconds, run_once=run_once, size=size: (
+            timing.warm_up(run_once, turn_warmup), timing.window_throughput(run_once, size, seconds))[1]
     stream_batch = speed.timing_batch(images, settings["stream_batch_size"])
-    for count in settings["streams"]:
+    for count in settings["streams"] if phase == "streams" else ():
         runners = [first.prepare(stream_batch)] + [loader().prepare(stream_batch) for _ in range(count - 1)]
         for run_once in runners:
             timing.warm_up(run_once, settings["warmup_s"])
         timers[f"s{count}"] = lambda seconds, runners=runners: timing.concurrent_streams(
-            runners, settings["stream_batch_size"], 0.0, seconds)["throughput_sps"]
+            runners, settings["stream_batch_size"], turn_warmup, seconds)["throughput_sps"]
     return timers
 
 
-def compare(loaders: Dict[str, Callable[[], Any]], images: np.ndarray, settings: Dict[str, Any]) -> Dict[str, Any]:
-    """Per setting: median throughput of each side and the per-round ratios engine/fp32, engine/tf."""
-    timers = {side: side_timers(loader, images, settings) for side, loader in loaders.items()}
-    results = {}
-    for setting in timers["engine"]:
-        measured = timing.alternating_rounds({side: timers[side][setting] for side in timers},
-                                             settings["ratio_rounds"], settings["ratio_window_s"])
-        entry: Dict[str, Any] = {"throughput_sps": {side: float(np.median(values)) for side, values in measured.items()}}
-        for reference, key in (("fp32", "vs_fp32"), ("tensorflow", "vs_tf")):
-            if reference in measured:
-                entry[key] = timing.ratio_stats(measured["engine"], measured[reference])
-        results[setting] = entry
-    return results
+def pin_to_cpus(count: int) -> list:
+    """Keep this process (and every thread it starts later) on the last `count` CPUs it may use."""
+    import os
+
+    chosen = sorted(os.sched_getaffinity(0))[-max(count, 1):]
+    os.sched_setaffinity(0, chosen)
+    return chosen
+
+
+def side_worker(conn, role: str, folder: str, data_dir: str, threads: int, settings: Dict[str, Any], phase: str) -> None:
+    """One side, in its own process: load it, warm its settings, then time a turn when asked.
+
+    Each side runs in a process of its own, as it would be deployed: TensorFlow's and ONNX Runtime's
+    thread pools, allocators and caches never share an address space (in one process they were
+    measured to shift TensorFlow's speed by 20-50% from one job to the next). For the batch settings
+    the process is pinned, before any library starts a thread, to as many CPUs as the engines'
+    thread count, the same CPUs for every side: unpinned, TensorFlow with one thread wandered
+    between the cores and its speed moved ~15% from process to process; pinned, ~4%. Stream
+    settings keep every CPU (concurrent streams are about using them). The process waits, idle,
+    while the other sides take their turns."""
+    if phase == "batch":
+        pin_to_cpus(threads)
+    loader = keras_loader(Path(folder), threads) if role == "model" else engine_loader(Path(folder))
+    images, _ = prepare_dataset.load(Path(data_dir), "test")
+    timers = side_timers(loader, images, settings, phase)
+    conn.send(sorted(timers))
+    for setting, seconds in iter(conn.recv, None):
+        conn.send(timers[setting](seconds))
+
+
+def compare(sides: Dict[str, tuple], data_dir: Path, settings: Dict[str, Any]) -> Dict[str, Any]:
+    """Per setting: median throughput of each side and the per-round ratios engine/fp32, engine/tf.
+    `sides` maps a side name to (role, node folder, threads)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    connections, workers = {}, []
+    phases = ["batch"] + (["streams"] if settings["streams"] else [])
+    for phase in phases:
+        for side, (role, folder, threads) in sides.items():
+            parent, child = context.Pipe()
+            workers.append(context.Process(target=side_worker, args=(child, role, str(folder), str(data_dir), threads,
+                                                                     settings, phase)))
+            workers[-1].start()
+            connections[(phase, side)] = parent
+    try:
+        found = {phase: connections[(phase, "engine")].recv() for phase in phases}
+        for (phase, side), conn in connections.items():
+            if side != "engine":
+                conn.recv()
+        return {setting: _compare_setting({side: conn for (p, side), conn in connections.items() if p == phase}, setting, settings)
+                for phase in phases for setting in found[phase]}
+    finally:
+        for conn in connections.values():
+            conn.send(None)
+        for worker in workers:
+            worker.join()
+
+
+def _compare_setting(connections, setting: str, settings: Dict[str, Any]) -> Dict[str, Any]:
+    def turn(conn):
+        return lambda seconds: (conn.send((setting, seconds)), conn.recv())[1]
+
+    measured = timing.alternating_rounds({side: turn(conn) for side, conn in connections.items()},
+                                         settings["ratio_rounds"], settings["ratio_window_s"])
+    entry: Dict[str, Any] = {"throughput_sps": {side: float(np.median(values)) for side, values in measured.items()}}
+    for reference, key in (("fp32", "vs_fp32"), ("tensorflow", "vs_tf")):
+        if reference in measured:
+            entry[key] = timing.ratio_stats(measured["engine"], measured[reference])
+    return entry
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    loaders = {"engine": engine_loader(inputs["engine"])}
+    sides = {"engine": ("engine", inputs["engine"], params["threads"])}
     if "fp32_engine" in inputs:
-        loaders["fp32"] = engine_loader(inputs["fp32_engine"])
-    loaders["tensorflow"] = keras_loader(inputs["model"], params["threads"])
-    images, _ = prepare_dataset.load(inputs["data"], "test")
+        sides["fp32"] = ("engine", inputs["fp32_engine"], params["threads"])
+    sides["tensorflow"] = ("model", inputs["model"], params["threads"])
     conditions = speed.conditions()
-    results = compare(loaders, images, params["ratio"])
-    metrics = {"target": params["target"], "sides": {side: inputs[role].name for side, role in
-                                                     (("engine", "engine"), ("fp32", "fp32_engine"), ("tensorflow", "model"))
-                                                     if role in inputs},
+    results = compare(sides, inputs["data"], params["ratio"])
+    metrics = {"target": params["target"], "sides": {side: folder.name for side, (_, folder, _) in sides.items()},
                "settings": results, "conditions": {**conditions, "finished_loadavg_1m": speed.conditions()["loadavg_1m"]},
-               "rounds": params["ratio"]["ratio_rounds"], "window_s": params["ratio"]["ratio_window_s"]}
+               "rounds": params["ratio"]["ratio_rounds"], "window_s": params["ratio"]["ratio_window_s"],
+               "processes": "one per side and phase; batch settings pinned to the engines' thread count of CPUs"}
     write_json_atomic(out / "metrics.json", metrics)
     return {setting: {key: round(entry[key]["median"], 3) for key in ("vs_fp32", "vs_tf") if key in entry}
             for setting, entry in results.items()}

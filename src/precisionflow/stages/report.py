@@ -113,8 +113,8 @@ def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED) -> st
 
 def notes(rows: List[Dict[str, Any]], eval_dirs: List[Path]) -> List[str]:
     """What a reader must know to read the table right."""
-    lines = [f"{NOISY_MARK} = spread above its flag threshold (CV of timed windows, or of the per-round ratios, > 5%): "
-             "read the figure as noisy.",
+    lines = [f"{NOISY_MARK} = uncertain above its flag threshold (timed windows: CV > 5%; ratios: standard error of the "
+             "median of the rounds > 5%): read the figure as noisy.",
              "x_fp32_* / x_tf_* = throughput ratios measured side by side in one job per engine (alternating rounds, "
              "median of the rounds); absolute figures are each engine's own timing job (timed = start of the workflow run it ran in, load = 1-min load average)."]
     for eval_dir in eval_dirs:
