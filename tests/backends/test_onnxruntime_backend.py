@@ -49,3 +49,20 @@ def test_unknown_backend_and_level_are_config_errors(tiny_onnx, tmp_path):
         get_backend("tensorflow-lite")
     with pytest.raises(ConfigError, match="engine.optimization_level"):
         get_backend("onnxruntime").build(tiny_onnx, tmp_path, dict(ENGINE, optimization_level="max"), LOCAL)
+
+
+def test_an_fp16_graph_on_the_cpu_provider_is_labelled_as_the_fp32_it_runs(tiny_onnx, tmp_path):
+    from precisionflow.stages import quantize_onnx
+
+    (tmp_path / "fp16").mkdir()
+    quantize_onnx.to_fp16(tiny_onnx, tmp_path / "fp16" / "model.onnx", [])
+    backend = get_backend("onnxruntime")
+    executed = backend.build(tmp_path / "fp16" / "model.onnx", tmp_path / "fp16", ENGINE, dict(LOCAL, device="cpu"), "fp16")["executed"]
+    assert executed["graph_precision"] == "fp16" and executed["executed_precision"] == "fp32"
+    assert executed["as_requested"] is False
+    assert executed["label"] == "fp16 graph, ran fp32 on CPUExecutionProvider"
+
+
+def test_an_fp32_graph_is_labelled_as_requested(tiny_onnx, tmp_path):
+    executed = get_backend("onnxruntime").build(tiny_onnx, tmp_path, ENGINE, dict(LOCAL, device="cpu"), "fp32")["executed"]
+    assert executed["as_requested"] is True and executed["compute_op_types"] == {"fp32": 2}

@@ -90,3 +90,19 @@ def test_missing_tensorrt_gives_an_actionable_error():
         pytest.skip("tensorrt imports here")
     with pytest.raises(trt_backend.TensorRTUnavailable, match="pip install tensorrt"):
         get_backend("tensorrt").describe_runtime({})
+
+
+def test_inspector_layer_types_say_what_tensorrt_runs():
+    from precisionflow.backends import executed
+
+    inspector = {"Layers": [
+        {"Name": "conv0", "Inputs": [{"Format/Datatype": "Int8 NC/32HW32"}]},
+        {"Name": "conv1", "Inputs": [{"Format/Datatype": "Int8 NC/32HW32"}]},
+        {"Name": "logits", "Inputs": [{"Format/Datatype": "Half format"}]},
+        "a layer named only",
+    ]}
+    counts = executed.trt_layer_types(inspector)
+    assert counts == {"int8": 2, "fp16": 1}
+    label = executed.label("int8", counts, "TensorRT")
+    assert label["as_requested"] and label["executed_precision"] == "int8 2 + fp16 1"
+    assert not executed.label("fp16", executed.trt_layer_types({"Layers": [{"Inputs": [{"Format/Datatype": "Float"}]}]}), "TensorRT")["as_requested"]

@@ -79,3 +79,18 @@ def test_int8_qat_graph_reproduces_the_qat_model(data_plan, model):
     ordered = np.sort(trained, axis=1)
     clear = ordered[:, -1] - ordered[:, -2] > 0.25
     assert max_diff < 0.5 and np.all(deployed.argmax(1)[clear] == trained.argmax(1)[clear])
+
+
+def test_a_layer_tfmot_cannot_quantize_stays_float_with_a_note():
+    from precisionflow import qat
+    from precisionflow.tfenv import import_tensorflow
+
+    _, keras = import_tensorflow()
+    inputs = keras.Input((16, 16, 3), name="image")
+    x = keras.layers.Rescaling(1 / 255.0, name="rescale")(inputs)
+    x = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    model = keras.Model(inputs, keras.layers.Dense(3, name="logits")(x))
+    quantized, left_float = qat.quantize_model(keras, model, [])
+    assert left_float == ["rescale (Rescaling)"]
+    assert any(type(layer).__name__ == "QuantizeWrapperV2" and layer.layer.name == "conv" for layer in quantized.layers)

@@ -51,7 +51,7 @@ def child_metrics(metrics: Dict[str, Any], ratio_metrics) -> Dict[str, float]:
 
 def graph_metrics(lineage) -> Dict[str, float]:
     summary = lineage["quantize_onnx"]["summary"]
-    keys = ("worst_sqnr_db", "quantized_nodes", "quantized_fraction")
+    keys = ("worst_sqnr_db", "quantized_nodes", "quantized_fraction", "qat_coverage")
     return {key: float(summary[key]) for key in keys if summary.get(key) is not None}
 
 
