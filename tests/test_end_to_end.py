@@ -13,7 +13,9 @@ pytestmark = pytest.mark.slow
 
 TINY = ["dataset.max_samples=700", "train.epochs=4", "precisions=[fp32,fp16,int8]", "calibration.num_samples=128",
         "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01", "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2",
-        "evaluate.streams=[2]", "evaluate.ratio_rounds=3", "evaluate.ratio_window_s=0.03"]
+        "evaluate.streams=[2]", "evaluate.ratio_rounds=3", "evaluate.ratio_window_s=0.03",
+        # ~17 test images per class here: one flipped image is a 6-point class drop
+        "evaluate.budget.max_class_drop=20", "evaluate.budget.min_agreement=0.95"]
 
 
 def run_cli(results: Path, *overrides: str) -> str:
@@ -141,6 +143,24 @@ def test_evaluation_change_reruns_only_evaluation_side(first_run):
     assert executed(run_cli(results)) == 0  # flipping back is instant
 
 
+def check(results: Path, *overrides: str):
+    command = [sys.executable, "-m", "precisionflow.cli", "check", f"results_dir={results}", *TINY, *overrides]
+    return subprocess.run(command, capture_output=True, text=True, cwd=results.parent)
+
+
+def test_check_gates_on_budgets_and_runs_nothing(first_run, tmp_path):
+    results, output = first_run
+    assert "3 of 3 engines within budget" in output  # the end of `precisionflow run`
+    passing = check(results)
+    assert passing.returncode == 0 and passing.stdout.count("PASS ") == 3
+    breached = check(results, "evaluate.budgets.fp16={max_top1_drop:-50}")
+    assert breached.returncode == 1 and "FAIL  fp16" in breached.stdout and "points below fp32" in breached.stdout
+    assert "1 of 3 engines" not in breached.stdout and "2 of 3 engines within budget; 1 broke it." in breached.stdout
+    empty = check(tmp_path / "nothing-here")
+    assert empty.returncode == 2 and "no finished evaluations" in empty.stderr
+    assert executed(run_cli(results)) == 0  # check wrote no node
+
+
 def test_a_changed_threshold_rechecks_without_rerunning(first_run):
     results, _ = first_run
     command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *TINY,
@@ -148,3 +168,60 @@ def test_a_changed_threshold_rechecks_without_rerunning(first_run):
     done = subprocess.run(command, capture_output=True, text=True, cwd=results.parent)
     assert done.returncode == 2 and "export.max_abs_diff=1e-12" in done.stderr
     assert executed(run_cli(results)) == 0
+
+
+def test_report_page_renders_in_a_real_browser(first_run, tmp_path):
+    """Headless Chromium opens report.html: every picture loads, the page fits a 1366-px window."""
+    import os
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Chromium is not installed (.ci/run installs Debian's chromium)")
+    results, _ = first_run
+    [page] = results.glob("report/*/report.html")
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1366,900", "--virtual-time-budget=5000"]
+    dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    images = re.findall(r"<img [^>]*>", dom)
+    assert len(images) >= 4 and all('data-loaded="yes"' in image for image in images), images
+    assert 'data-overflow="no"' in dom
+    for heading in ("Verdicts", "Comparison table", "Pareto plots", "Per-class top-1 change", "Flipped samples"):
+        assert heading in dom
+    artifacts = Path(os.environ.get("PRECISIONFLOW_TEST_ARTIFACTS", results.parent / "artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    shot = artifacts / "report-1366.png"
+    subprocess.run(flags + [f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
+    assert shot.stat().st_size > 10_000
+
+
+def test_report_files_hold_every_table_and_picture(first_run):
+    from html.parser import HTMLParser
+
+    results, _ = first_run
+    [folder] = [p.parent for p in results.glob("report/*/node.json")]
+
+    class Collector(HTMLParser):
+        tables, images = 0, []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table":
+                self.tables += 1
+            if tag == "img":
+                self.images.append(dict(attrs)["src"])
+
+    page = Collector()
+    page.feed((folder / "report.html").read_text())
+    assert page.tables == 2  # verdicts, comparison
+    assert sorted(page.images) == sorted(f"figures/{p.name}" for p in (folder / "figures").glob("*.png"))
+    assert (folder / "per_class.csv").read_text().count("\n") > 10
+
+
+def test_snakemake_report_registers_the_report_items(first_run, tmp_path):
+    results, _ = first_run
+    out = tmp_path / "snakemake-report.html"
+    command = [sys.executable, "-m", "precisionflow.cli", "report", "--out", str(out), f"results_dir={results}", *TINY]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=results.parent)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    text = out.read_text()
+    assert "summary.csv" in text and "report.html" in text and "pareto-local.png" in text

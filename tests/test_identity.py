@@ -36,6 +36,8 @@ FLIP_VALUES = {
     "calibration.tensorrt_version": "10.13.0", "tracking.uri": "http://127.0.0.1:5000",
     "dataset.max_samples": 700, "fp16.op_block_list": ["Softmax"], "int8.exclude_nodes": ["some_node"],
     "finetune.exclude_layers": ["conv0"], "results_dir": "/tmp/elsewhere", "dataset.channels": 1,
+    "evaluate.budget.speedup_at": "b1", "evaluate.budget.min_qat_agreement": 0.99, "evaluate.budget.min_speedup": 1.5,
+    "evaluate.budgets": {"fp16": {"min_speedup": 1.5}},
 }
 
 # Which stages' node ids change when the key flips, under the default configuration
@@ -59,7 +61,7 @@ EXPECTED = {
     "calibration.num_samples": {"calibrate"} | GRAPHS, "calibration.batch_size": {"calibrate"} | GRAPHS,
     "calibration.split": {"calibrate"} | GRAPHS, "calibration.tensorrt_version": {"track_mlflow"},
     "int8.exclude_nodes": GRAPHS, "int8.keep_output_layer": GRAPHS, "int8.mixed_keep_fp": NOTHING,
-    "int8.report_samples": GRAPHS, "int8.report_split": GRAPHS,
+    "int8.report_samples": GRAPHS, "int8.report_split": GRAPHS, "int8.mixed_max_val_drop": NOTHING,
     "engine.backend": ENGINES, "engine.optimization_level": ENGINES,
     "engine.intra_op_threads": ENGINES | {"benchmark_framework"},
     **{f"engine.{key}": NOTHING for key in ("trt_builder_optimization_level", "trt_workspace_mb", "min_batch", "opt_batch",
@@ -75,6 +77,12 @@ EXPECTED = {
     "evaluate.min_iterations": TIMED_WINDOWS, "evaluate.repeats": TIMED_WINDOWS, "evaluate.streams": ALL_TIMING,
     "evaluate.stream_batch_size": ALL_TIMING, "evaluate.ratio_rounds": {"compare_speed", "report", "track_mlflow"},
     "evaluate.ratio_window_s": {"compare_speed", "report", "track_mlflow"},
+    # budgets are thresholds: precisionflow check re-reads finished results, nothing reruns
+    # budgets are thresholds: nothing measured reruns; the report (whose page starts with the
+    # verdicts) is redrawn, and MLflow logs that page with the sweep
+    **{f"evaluate.budget.{key}": {"report", "track_mlflow"} for key in ("max_top1_drop", "min_agreement", "max_class_drop",
+                                                                       "min_qat_agreement", "min_speedup", "speedup_at")},
+    "evaluate.budgets": {"report", "track_mlflow"},
     "tracking.enabled": NOTHING,  # the tracking node leaves the plan; no other node changes
     "tracking.uri": {"track_mlflow"}, "tracking.experiment": {"track_mlflow"},
     "results_dir": NOTHING,
@@ -90,12 +98,14 @@ CONDITIONAL = [
     (["engine=tensorrt"], "engine.trt_builder_optimization_level", 5, ENGINES),
     (["engine=tensorrt"], "engine.max_batch", 128, ENGINES),
     (["engine=tensorrt"], "engine.optimization_level", "basic", NOTHING),
-    (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_keep_fp", 2, GRAPHS),
+    (["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=null"], "int8.mixed_keep_fp", 2, GRAPHS),
+    (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_keep_fp", 2, NOTHING),  # the search does not read it
+    (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_max_val_drop", 0.5, GRAPHS),
     (["finetune=qat"], "finetune.epochs", 5, TRAINED - {"train_model"}),
 ]
 
 
-FREE_FORM = (".resources", ".timing")  # Dict[str, Any] in the schema: one leaf each
+FREE_FORM = (".resources", ".timing", ".budgets")  # Dict[str, Any] in the schema: one leaf each
 
 
 def leaves(tree, prefix=""):

@@ -37,7 +37,8 @@ def test_sweep_nodes_are_deduplicated():
 
 
 def test_calibration_is_shared_and_int8_mixed_reuses_the_int8_graph():
-    nodes, _ = _plan(["precisions=[fp32,int8,int8_mixed]", "int8.mixed_keep_fp=1,3", "targets=[local]"], multirun=True)
+    nodes, _ = _plan(["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=null", "int8.mixed_keep_fp=1,3",
+                      "targets=[local]"], multirun=True)
     counts = Counter(key.split("/")[0] for key in nodes)
     assert counts["calibrate"] == 1
     assert counts["quantize_onnx"] == 4  # fp32, int8, int8_mixed keep1, int8_mixed keep3
@@ -46,8 +47,8 @@ def test_calibration_is_shared_and_int8_mixed_reuses_the_int8_graph():
 
 
 def test_changing_mixed_count_does_not_requantize_int8():
-    before, _ = _plan(["precisions=[fp32,int8,int8_mixed]"])
-    after, _ = _plan(["precisions=[fp32,int8,int8_mixed]", "int8.mixed_keep_fp=3"])
+    before, _ = _plan(["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=null"])
+    after, _ = _plan(["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=null", "int8.mixed_keep_fp=3"])
     changed = {key for key in set(after) - set(before)}
     assert {key.split("/")[0] for key in changed} == {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed"}
     assert all("int8_mixed" in key for key in changed)

@@ -3,8 +3,11 @@
   precisionflow run [-m] [-n] [--cores N] [overrides ...] [-- snakemake args]
   precisionflow plan [-m] [overrides ...]       list the planned nodes without running anything
   precisionflow config [overrides ...]          print the composed configuration
+  precisionflow check [-m] [overrides ...]      each finished engine's verdict against its budget (exit 1 on a breach)
   precisionflow doctor [overrides ...]          backends, devices, versions, and what each target would use
   precisionflow status [--results DIR]          engines under results/ and whether this machine can still run them
+  precisionflow compare [--sweep S] [--where F]  the comparison table from MLflow (several sweeps, several machines)
+  precisionflow ui [--port P]                   MLflow's UI on the project's store
 """
 
 import argparse
@@ -24,6 +27,12 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. train.epochs=4 'precisions=[fp32,fp16]'")
 
 
+def _add_store_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--uri", help="tracking URI (default: the SQLite store in --results)")
+    parser.add_argument("--results", type=Path, default=Path("results"))
+    parser.add_argument("--experiment", default="precisionflow")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="precisionflow", description="Measure what each precision costs in accuracy and buys in speed.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -38,6 +47,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(config)
     doctor = commands.add_parser("doctor", help="which backends, devices and versions this machine has, per target")
     _add_config_args(doctor)
+    check = commands.add_parser("check", help="each finished engine's verdict against its budget; exit 1 on a breach (runs nothing)")
+    _add_config_args(check)
+    compare = commands.add_parser("compare", help="the comparison table from MLflow: runs of several sweeps and machines")
+    _add_store_args(compare)
+    compare.add_argument("--sweep", action="append", default=[], help="a sweep id (tag precisionflow.sweep.<id>); repeatable")
+    compare.add_argument("--where", help="an MLflow filter, e.g. \"tags.precision = 'int8'\"")
+    compare.add_argument("--format", default="markdown", choices=["markdown", "csv"])
+    report = commands.add_parser("report", help="Snakemake's self-contained report of a finished run (report items: table, page, figures)")
+    _add_config_args(report)
+    report.add_argument("--out", type=Path, help="the HTML file to write (default: <results>/snakemake-report.html)")
+    ui = commands.add_parser("ui", help="start the MLflow UI on the project's store and print its URL")
+    _add_store_args(ui)
+    ui.add_argument("--port", type=int, default=5000)
     status = commands.add_parser("status", help="list built engines and which are stale for the installed runtime")
     status.add_argument("--results", type=Path, default=Path("results"))
     return parser
@@ -83,11 +105,26 @@ def cmd_run(args, extra: List[str]) -> int:
     after = node_mtimes(plan)
     executed = sum(1 for key, mtime in after.items() if before.get(key) != mtime)
     print(f"\nprecisionflow: {executed} of {len(plan['nodes'])} planned jobs executed (the rest were up to date).")
-    if code == 0:
-        print_summary(plan)
-    else:
+    if code != 0:
         print_failures(plan)
-    return code
+        return code
+    print_summary(plan)
+    return print_verdicts(plan)
+
+
+def print_verdicts(plan: Dict) -> int:
+    """Each engine's verdict against its budget; 1 when any engine breaks it (so CI can gate on it)."""
+    from precisionflow.budget import format_verdicts, verdicts
+
+    found = verdicts(plan)
+    if not found:
+        print(f"precisionflow check: no finished evaluations (with their fp32 baseline) under {plan['results_dir']} "
+              "for this configuration; run it first (precisionflow run ...).", file=sys.stderr)
+        return 2
+    failed = [entry for entry in found if entry["verdict"] == "FAIL"]
+    print("\nBudgets (evaluate.budget / evaluate.budgets.<precision>):\n" + format_verdicts(found))
+    print(f"\n{len(found) - len(failed)} of {len(found)} engines within budget" + (f"; {len(failed)} broke it." if failed else "."))
+    return 1 if failed else 0
 
 
 def print_failures(plan: Dict) -> None:
@@ -141,6 +178,44 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    from precisionflow.config.compose import expand
+    from precisionflow.plan import build_plan, default_results_dir
+
+    points = expand(args.overrides, args.multirun)
+    return print_verdicts(build_plan(points, default_results_dir(points), args.overrides))
+
+
+def cmd_report(args) -> int:
+    from precisionflow.nodeio import read_json
+    from precisionflow.plan import plan_from_overrides
+
+    plan_file = plan_from_overrides(args.overrides, args.multirun)
+    plan = read_json(plan_file)
+    if not (Path(plan["results_dir"]) / plan["report"] / "node.json").is_file():
+        print(f"precisionflow report: the report of this configuration has not been made yet ({plan['report']}); "
+              "run it first (precisionflow run ...).", file=sys.stderr)
+        return 2
+    out = (args.out or Path(plan["results_dir"]) / "snakemake-report.html").resolve()
+    code = subprocess.call(snakemake_command(plan_file, "1", False, ["--report", str(out)]), cwd=Path(plan["results_dir"]).parent)
+    if code == 0:
+        print(f"Snakemake report: {out}")
+    return code
+
+
+def cmd_compare(args) -> int:
+    from precisionflow.mlflow_compare import compare, default_uri
+
+    print(compare(args.uri or default_uri(args.results), args.experiment, args.sweep, args.where, args.format), end="")
+    return 0
+
+
+def cmd_ui(args) -> int:
+    from precisionflow.mlflow_compare import default_uri, ui
+
+    return ui(args.uri or default_uri(args.results), args.port)
+
+
 def cmd_config(args) -> int:
     from precisionflow.config.compose import expand
 
@@ -173,7 +248,9 @@ def main(argv=None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args, extra)
-        return {"plan": cmd_plan, "config": cmd_config, "doctor": cmd_doctor, "status": cmd_status}[args.command](args)
+        commands = {"plan": cmd_plan, "config": cmd_config, "doctor": cmd_doctor, "status": cmd_status, "check": cmd_check,
+                    "compare": cmd_compare, "ui": cmd_ui, "report": cmd_report}
+        return commands[args.command](args)
     except PrecisionflowError as err:
         print(f"precisionflow: error: {err}", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from precisionflow import identity
+from precisionflow.budget import budget_for
 
 STAGES = ("prepare_dataset", "train_model", "finetune_model", "export_onnx", "calibrate", "quantize_onnx",
           "build_engine", "evaluate_engine", "compare_speed", "benchmark_framework", "report", "track_mlflow")
@@ -186,7 +187,10 @@ class PlanBuilder:
             inputs["data"] = data
         if precision == "int8_mixed":
             inputs["int8"] = graphs.get("int8") or self._add_graph(cfg, "int8", onnx, data, graphs, trained)
-        slug = f"{precision}-keep{cfg['int8']['mixed_keep_fp']}" if precision == "int8_mixed" else precision
+        slug = precision
+        if precision == "int8_mixed":
+            drop = cfg["int8"]["mixed_max_val_drop"]
+            slug += f"-keep{cfg['int8']['mixed_keep_fp']}" if drop is None else f"-drop{drop}"
         return self.add("quantize_onnx", slug, params, inputs)
 
     def _add_engine(self, cfg, graph: Node, target: str) -> Node:
@@ -217,14 +221,18 @@ def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequen
     builder = PlanBuilder(cache_dir=Path(results_dir) / ".cache")
     measured: Dict[str, Node] = {}
     measured_by_tracking: Dict[str, Dict[str, Node]] = {}
+    budgets: Dict[str, Dict[str, Any]] = {}
     for cfg in points:
         point = {node.key: node for node in builder.add_point(cfg)}
         measured.update(point)
+        budgets.update({key: budget_for(cfg["evaluate"], node.params["precision"])
+                        for key, node in point.items() if node.stage == "evaluate_engine"})
         if cfg["tracking"]["enabled"]:
             tracking = {**{k: cfg["tracking"][k] for k in ("uri", "experiment")},
                         "tensorrt_version": cfg["calibration"]["tensorrt_version"]}
             measured_by_tracking.setdefault(json.dumps(tracking, sort_keys=True), {}).update(point)
-    report = _add_aggregate(builder, "report", "sweep", {}, measured)
+    report_params = stage_module("report").reads(dict(sorted(budgets.items())))
+    report = _add_aggregate(builder, "report", "sweep", report_params, measured)
     final = [report]
     for tracking_key, nodes in measured_by_tracking.items():
         params = {**json.loads(tracking_key), "overrides": list(overrides)}
@@ -235,6 +243,7 @@ def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequen
         "nodes": {key: node.to_json() for key, node in builder.nodes.items()},
         "final": [node.key for node in final],
         "report": report.key,
+        "budgets": budgets,  # thresholds per evaluation: checked by precisionflow check, never hashed
     }
 
 

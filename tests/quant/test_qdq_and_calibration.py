@@ -141,3 +141,24 @@ def test_residual_add_is_quantizable_but_bias_add_is_not(tmp_path):
                               [numpy_helper.from_array(np.ones(4, np.float32), "bias")])
     model = helper.make_model(graph)
     assert qdq.quantizable_nodes(model, keep_output_layer=False) == ["residual"]
+
+
+def test_accuracy_driven_int8_mixed_keeps_the_op_that_breaks_the_budget(tmp_path, export_dir):
+    """A sabotaged range on the classifier's input ruins int8 top-1; the search measures each op's
+    sensitivity, keeps exactly that op in float and reaches the budget on the validation split."""
+    import onnxruntime as ort
+
+    from precisionflow.quant import mixed
+
+    source = export_dir / "model.onnx"
+    images = np.random.default_rng(3).random((80, 8, 8, 1), dtype=np.float32)
+    session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+    labels = session.run(None, {"image": images})[0].argmax(1)  # fp32 is right by construction
+    data = tmp_path / "data"
+    data.mkdir()
+    np.savez(data / "data.npz", x_val=images, y_val=labels, x_test=images[:0], y_test=labels[:0])
+    ranges = {"nchw": (-1.0, 1.0), "flat": (-0.002, 0.002)}  # the Gemm's input clipped to nothing
+    kept, record = mixed.search(source, ranges, ["conv0", "logits"], data, {"report_split": "val", "mixed_max_val_drop": 1.0})
+    assert kept == ["logits"] and record["budget_met"] and record["drop_points"] <= 1.0
+    assert [op for op, _ in record["sensitivity"]] == ["logits", "conv0"] and record["split"] == "val"
+    assert record["trials"]["0"] > 1.0  # plain int8 broke the budget

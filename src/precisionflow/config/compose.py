@@ -192,6 +192,9 @@ def validate(cfg: Dict[str, Any]) -> None:
     if cfg["evaluate"]["ratio_rounds"] < 2 or cfg["evaluate"]["ratio_window_s"] <= 0:
         raise ConfigError(f"evaluate.ratio_rounds / ratio_window_s: expected at least 2 rounds of a positive window, "
                           f"found {cfg['evaluate']['ratio_rounds']} / {cfg['evaluate']['ratio_window_s']}.")
+    from precisionflow.budget import check_config
+
+    check_config(cfg["evaluate"])
     fractions = cfg["dataset"]["val_fraction"] + cfg["dataset"]["test_fraction"]
     if not 0 < fractions < 1:
         raise ConfigError(f"dataset.val_fraction + test_fraction: expected between 0 and 1, found {fractions}.")

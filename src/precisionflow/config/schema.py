@@ -132,7 +132,11 @@ class Int8Conf:
     exclude_nodes: List[str] = field(default_factory=list)
     # Keep the final (classifier) layer in floating point, as TensorRT/TLT recipes do.
     keep_output_layer: bool = True
-    # int8_mixed: how many of the most damaged quantized ops to leave in float.
+    # int8_mixed, accuracy-driven: keep ops in float, most sensitive first (each op's effect on the
+    # outputs measured alone), as few as bisection finds that keep top-1 on `report_split` within
+    # this many points of fp32. null: keep exactly `mixed_keep_fp` ops (ranked by per-tensor error).
+    mixed_max_val_drop: Optional[float] = 1.0
+    # int8_mixed with mixed_max_val_drop=null: how many of the most damaged quantized ops to leave in float.
     mixed_keep_fp: int = 1
     # Samples of `report_split` used for the per-tensor error report (which int8_mixed ranks by):
     # train or val, never test -- the test split only scores.
@@ -172,6 +176,19 @@ class TargetConf:
 
 
 @dataclass
+class BudgetConf:
+    """What an engine may cost against the fp32 engine of its model and target; null = not checked.
+    Thresholds, not parameters: they never enter a node id (precisionflow check re-reads results)."""
+
+    max_top1_drop: Optional[float] = None  # top-1 points (0-100 scale) below fp32
+    min_agreement: Optional[float] = None  # share of test samples predicted as fp32 predicts them
+    max_class_drop: Optional[float] = None  # the worst single class's top-1 drop, in points
+    min_qat_agreement: Optional[float] = None  # int8_qat: agreement with the QAT model itself
+    min_speedup: Optional[float] = None  # throughput over the fp32 engine, measured side by side
+    speedup_at: str = "bmax"  # b1 | bmax | streams: which setting min_speedup reads
+
+
+@dataclass
 class EvaluateConf:
     batch_size: int = 64
     timing_batch_sizes: List[int] = field(default_factory=lambda: [1, 32])
@@ -187,6 +204,10 @@ class EvaluateConf:
     # alternating rounds (A B C, C B A, ...): this many rounds of one window per side and setting.
     ratio_rounds: int = 12
     ratio_window_s: float = 0.1
+    # Release budgets per engine (precisionflow check, and the end of precisionflow run): `budget`
+    # for every precision; `budgets.<precision>` replaces the keys it sets (null switches a check off).
+    budget: BudgetConf = field(default_factory=BudgetConf)
+    budgets: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass

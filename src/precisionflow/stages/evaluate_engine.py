@@ -40,27 +40,45 @@ def predict(engine, images: np.ndarray, batch_size: int) -> np.ndarray:
     return np.concatenate(chunks).astype(np.float32)
 
 
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
+
+
 def accuracy_report(logits, reference_logits, labels, class_names) -> Dict[str, Any]:
     predicted, reference = logits.argmax(axis=1), reference_logits.argmax(axis=1)
     per_class = {name: float(np.mean(predicted[labels == index] == index))
                  for index, name in enumerate(class_names) if np.any(labels == index)}
-    return {
+    report = {
         "top1": float(np.mean(predicted == labels)),
         "reference_top1": float(np.mean(reference == labels)),
         "agreement": float(np.mean(predicted == reference)),
         "flipped": int(np.sum(predicted != reference)),
+        "flipped_to_wrong": int(np.sum((predicted != reference) & (reference == labels))),
+        "flipped_to_right": int(np.sum((predicted != reference) & (predicted == labels))),
         "max_abs_logit_diff": float(np.max(np.abs(logits - reference_logits))),
+        "non_finite_outputs": int(np.sum(~np.isfinite(logits))),
         "per_class_top1": per_class,
     }
+    if len(class_names) > 5:
+        top5 = np.argsort(-logits, axis=1)[:, :5]
+        report["top5"] = float(np.mean(np.any(top5 == labels[:, None], axis=1)))
+    return report
 
 
 def write_flipped(path: Path, logits, reference_logits, labels) -> None:
+    """Every test sample the engine decides differently from fp32, both predictions with their
+    confidence, and which side was right -- flips go both ways."""
     predicted, reference = logits.argmax(axis=1), reference_logits.argmax(axis=1)
+    confidence, reference_confidence = softmax(logits).max(axis=1), softmax(reference_logits).max(axis=1)
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["test_index", "label", "fp32_prediction", "engine_prediction"])
+        writer.writerow(["test_index", "label", "fp32_prediction", "fp32_confidence", "engine_prediction",
+                         "engine_confidence", "right"])
         for index in np.flatnonzero(predicted != reference):
-            writer.writerow([int(index), int(labels[index]), int(reference[index]), int(predicted[index])])
+            right = "fp32" if reference[index] == labels[index] else "engine" if predicted[index] == labels[index] else "neither"
+            writer.writerow([int(index), int(labels[index]), int(reference[index]), round(float(reference_confidence[index]), 4),
+                             int(predicted[index]), round(float(confidence[index]), 4), right])
 
 
 def agreement_with(logits: np.ndarray, other_logits: np.ndarray) -> Dict[str, float]:

@@ -25,7 +25,8 @@ def reads(cfg: Dict[str, Any], precision: str) -> Dict[str, Any]:
     if precision == "fp16":
         params["fp16"] = {"op_block_list": cfg["fp16"]["op_block_list"]}
     if precision.startswith("int8"):
-        keys = INT8_KEYS + (("mixed_keep_fp",) if precision == "int8_mixed" else ())
+        mixed = ("mixed_max_val_drop",) + (("mixed_keep_fp",) if cfg["int8"]["mixed_max_val_drop"] is None else ())
+        keys = INT8_KEYS + (mixed if precision == "int8_mixed" else ())
         params["int8"] = {key: cfg["int8"][key] for key in keys}
     return params
 
@@ -51,8 +52,13 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
     int8 = params["int8"]
     candidates = qdq.quantizable_nodes(fp32_model, (), keep_output_layer=False)
     nodes = qdq.quantizable_nodes(fp32_model, int8["exclude_nodes"], int8["keep_output_layer"])
-    kept_float = []
-    if params["precision"] == "int8_mixed":
+    kept_float, search = [], {}
+    if params["precision"] == "int8_mixed" and int8.get("mixed_max_val_drop") is not None:
+        from precisionflow.quant import mixed
+
+        kept_float, search = mixed.search(source, ranges, nodes, inputs["data"], int8)
+        nodes = [name for name in nodes if name not in kept_float]
+    elif params["precision"] == "int8_mixed":
         rows = _read_rows(inputs["int8"] / "layer_error.csv")
         kept_float = layer_error.worst_nodes(fp32_model, rows, nodes, int8["mixed_keep_fp"])
         nodes = [name for name in nodes if name not in kept_float]
@@ -72,6 +78,7 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
             "quantized_fraction": round(len(nodes) / len(candidates), 4), "kept_float": kept_float,
             "calibration_source": lineage["source"], "calibration_method": lineage["method"],
             "report_split": int8["report_split"], "calibration_split": lineage["settings"].get("split"), **qat,
+            **({"mixed_search": search} if search else {}),
             "worst_tensor": rows[0]["tensor"] if rows else None,
             "worst_sqnr_db": rows[0]["sqnr_vs_fp32_db"] if rows else None}
 

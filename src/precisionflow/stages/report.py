@@ -16,18 +16,29 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from precisionflow.compare import engine_key, ratio_values, ratios_by_engine, split_inputs
-from precisionflow.nodeio import named_lineage, read_json, read_node
+from precisionflow.nodeio import named_lineage, read_json, read_node, write_json_atomic
 from precisionflow.stages import report_pages
 
 PACKAGES = ("matplotlib", "numpy")
 NOISY_MARK = "*"
-COLUMNS = ["model", "precision", "variant", "target", "ran", "top1", "agreement", "flipped", "qat_agreement",
+COLUMNS = ["model", "precision", "variant", "target", "ran", "top1", "top5", "agreement", "flipped", "qat_agreement",
            "int8_frac", "p50_ms_b1", "p99_ms_b1", "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams",
            "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb",
            "timed", "load", "node"]
 PRINTED = ["model", "precision", "variant", "ran", "top1", "agreement", "flipped", "qat_agreement", "int8_frac",
            "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1",
            "x_tf_bmax", "x_tf_streams", "engine_kb", "timed", "load"]
+# The page fits a 1366-px window: node ids live in tooltips (the precision cell), models by their hash.
+HTML_COLUMNS = ["model", "precision", "variant", "target", "ran", "top1", "top5", "agreement", "flipped", "qat_agreement",
+                "int8_frac", "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams",
+                "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb"]
+FIGURES = "figures"  # pictures live in one folder of the node: Snakemake's report collects it
+
+
+def reads(budgets: Dict[str, Any]) -> Dict[str, Any]:
+    """The budgets of the engines it reports: a verdict is part of the page (a changed budget
+    redraws the report -- seconds -- and nothing upstream)."""
+    return {"budgets": budgets}
 
 
 def marked(value: float, digits: int, noisy: bool) -> str:
@@ -72,6 +83,7 @@ def engine_row(eval_dir: Path, ratios: Dict[str, Dict[str, Any]]) -> Dict[str, A
     row = {column: "" for column in COLUMNS}
     row.update({
         "model": lineage["train_model"]["id"], "precision": metrics["precision"], "variant": variant(lineage),
+        "top5": round(metrics["top5"], 4) if "top5" in metrics else "",
         "target": metrics["target"], "ran": executed.get("executed_precision", "?") + ("" if executed.get("as_requested", True) else " (!)"),
         "top1": round(metrics["top1"], 4), "agreement": round(metrics["agreement"], 4), "flipped": metrics["flipped"],
         "qat_agreement": round(metrics["qat"]["vs_qat_model"]["agreement"], 4) if "qat" in metrics else "",
@@ -91,18 +103,44 @@ def framework_row(framework_dir: Path) -> Dict[str, Any]:
     return row
 
 
-def draw_flipped(eval_dir: Path, out: Path) -> str:
+def draw_flipped(eval_dir: Path, out: Path, data_cache: Dict[str, tuple]) -> str:
     """A picture grid of the samples this engine decides differently from fp32; returns its file name."""
     from precisionflow.stages import prepare_dataset
 
     results = eval_dir.parent.parent
     data_dir = results / read_node(eval_dir)["inputs"]["data"]
-    images, _ = prepare_dataset.load(data_dir, "test")
+    if str(data_dir) not in data_cache:
+        data_cache[str(data_dir)] = (prepare_dataset.load(data_dir, "test")[0], read_json(data_dir / "meta.json")["classes"])
+    images, classes = data_cache[str(data_dir)]
     with open(eval_dir / "flipped.csv") as handle:
         flipped = list(csv.DictReader(handle))
-    name = f"flipped-{eval_dir.name}.png"
-    report_pages.flipped_grid(images, flipped, read_json(data_dir / "meta.json")["classes"], eval_dir.name, out / name)
+    name = f"{FIGURES}/flipped-{eval_dir.name}.png"
+    report_pages.flipped_grid(images, flipped, classes, eval_dir.name, out / name)
     return name
+
+
+def class_changes(eval_dirs: List[Path], out: Path) -> List[str]:
+    """per_class.csv (every engine, every class: top-1 against fp32) and one picture per target."""
+    from precisionflow.budget import verdict_inputs
+
+    rows, pictures, by_target = [], [], {}
+    for eval_dir, metrics, fp32 in verdict_inputs(eval_dirs):
+        label = f"{metrics['precision']} {variant(named_lineage(eval_dir))}".strip() + f" [{eval_dir.name[-6:]}]"
+        changes = {name: round(100 * (value - fp32["per_class_top1"][name]), 2)
+                   for name, value in metrics["per_class_top1"].items() if name in fp32["per_class_top1"]}
+        by_target.setdefault(metrics["target"], {})[label] = changes
+        rows += [{"engine": eval_dir.name, "class": name, "fp32_top1": fp32["per_class_top1"][name],
+                  "engine_top1": metrics["per_class_top1"][name], "change_points": change} for name, change in changes.items()]
+    with open(out / "per_class.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["engine", "class", "fp32_top1", "engine_top1", "change_points"])
+        writer.writeheader()
+        writer.writerows(rows)
+    for target, changes in sorted(by_target.items()):
+        classes = sorted({name for engine in changes.values() for name in engine}, key=lambda c: (len(c), c))
+        pictures.append(f"{FIGURES}/per-class-{target}.png")
+        report_pages.per_class_changes(changes, classes, f"top-1 change per class vs fp32 (points) -- target {target}",
+                                       out / pictures[-1])
+    return pictures
 
 
 def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED) -> str:
@@ -128,9 +166,19 @@ def notes(rows: List[Dict[str, Any]], eval_dirs: List[Path]) -> List[str]:
     return lines
 
 
+def verdicts_of(params: Dict[str, Any], evals: List[Path], speeds: List[Path]) -> List[Dict[str, Any]]:
+    """The budgets' verdicts on this report's engines (budget.verdicts over these nodes alone)."""
+    from precisionflow.budget import verdicts
+
+    results = evals[0].parent.parent if evals else Path(".")
+    nodes = {f"{p.parent.name}/{p.name}": read_node(p) for p in evals + speeds}
+    return verdicts({"results_dir": str(results), "nodes": nodes, "budgets": params.get("budgets", {})})
+
+
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
     started = time.perf_counter()
     evals, speeds, frameworks = split_inputs(inputs)
+    (out / FIGURES).mkdir()
     ratios = ratios_by_engine(speeds)
     rows = [engine_row(path, ratios) for path in evals] + [framework_row(path) for path in frameworks]
     rows.sort(key=lambda r: (r["model"], r["target"], r["precision"] == "tensorflow", r["precision"], r["variant"]))
@@ -140,12 +188,18 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         writer.writerows(rows)
     table = "\n".join([format_table(rows), ""] + notes(rows, evals))
     (out / "summary.txt").write_text(table + "\n")
-    plots = []
+    pareto = []
     for target in sorted({row["target"] for row in rows}):
-        plots.append(f"pareto-{target}.png")
-        report_pages.pareto_plot(rows, target, out / plots[-1])
-    plots += [draw_flipped(path, out) for path in evals if read_json(path / "metrics.json")["flipped"]]
-    (out / "report.html").write_text(report_pages.html_page(rows, COLUMNS, plots, notes(rows, evals)))
+        pareto.append(f"{FIGURES}/pareto-{target}.png")
+        report_pages.pareto_plot(rows, target, out / pareto[-1])
+    data_cache: Dict[str, tuple] = {}
+    plots = {"Pareto plots (top-1 vs batch-1 latency)": pareto,
+             "Per-class top-1 change against fp32": class_changes(evals, out),
+             "Flipped samples (prediction differs from fp32)": [
+                 draw_flipped(path, out, data_cache) for path in evals if read_json(path / "metrics.json")["flipped"]]}
+    found = verdicts_of(params, evals, speeds)
+    write_json_atomic(out / "verdicts.json", found)
+    (out / "report.html").write_text(report_pages.html_page(rows, HTML_COLUMNS, plots, notes(rows, evals), found))
     print(table)
     return {"engines": len(evals), "ratio_jobs": len(speeds), "frameworks": len(frameworks),
             "seconds": round(time.perf_counter() - started, 3)}

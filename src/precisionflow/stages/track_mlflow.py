@@ -144,8 +144,9 @@ def log_parent(client, experiment_id: str, sweep_id: str, params: Dict[str, Any]
     parent, created = tracking.get_or_create_run(client, experiment_id, {tracking.SWEEP_TAG: sweep_id}, f"sweep · {sweep_id}")
     if created:
         client.set_tag(parent.info.run_id, "overrides", " ".join(params["overrides"]) or "(defaults)")
-        for name in ("summary.csv", "summary.txt", "report.html"):
+        for name in ("summary.csv", "summary.txt", "report.html", "verdicts.json", "per_class.csv"):
             client.log_artifact(parent.info.run_id, str(report_dir / name))
+        client.log_artifacts(parent.info.run_id, str(report_dir / "figures"), "figures")
     return parent
 
 
@@ -164,4 +165,4 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     logged = sum(log_child(client, context, path) for path in eval_dirs)
     client.set_terminated(parent.info.run_id)
     return {"tracking_uri": uri, "experiment_id": experiment_id, "parent_run_id": parent.info.run_id,
-            "children": len(eval_dirs), "children_logged_now": logged}
+            "sweep_id": sweep_id, "children": len(eval_dirs), "children_logged_now": logged}

@@ -1,0 +1,87 @@
+"""Two sweeps logged to a real `mlflow server` on localhost from two results folders (standing in
+for two machines), read back as one comparison table by `precisionflow compare` (slow)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.test_end_to_end import TINY, executed
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    subprocess.run([sys.executable, "-m", "mlflow", "db", "upgrade", f"sqlite:///{root / 'mlflow.db'}"], check=True,
+                   capture_output=True)
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+         "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{uri}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise RuntimeError("mlflow server did not answer /health within 60 s")
+        yield uri
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def run_sweep(results: Path, uri: str, *overrides: str) -> str:
+    command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}",
+               f"tracking.uri={uri}", *TINY, *overrides]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=results.parent)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def sweep_id(results: Path) -> str:
+    [track] = results.glob("track_mlflow/*/node.json")
+    return json.loads(track.read_text())["summary"]["sweep_id"]
+
+
+def compare(uri: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "precisionflow.cli", "compare", "--uri", uri, *args],
+                          capture_output=True, text=True)
+
+
+def test_compare_lines_up_sweeps_logged_from_two_machines(server, tmp_path):
+    machine_a, machine_b = tmp_path / "a" / "results", tmp_path / "b" / "results"
+    machine_a.parent.mkdir()
+    machine_b.parent.mkdir()
+    assert executed(run_sweep(machine_a, server)) == 19
+    assert executed(run_sweep(machine_b, server, "evaluate.min_iterations=12")) == 19
+    both = compare(server, "--format", "csv")
+    assert both.returncode == 0, both.stderr
+    lines = both.stdout.strip().splitlines()
+    assert lines[0].startswith("precision,model,target") and len(lines) == 1 + 6  # 3 engines from each machine
+    only_a = compare(server, "--sweep", sweep_id(machine_a), "--format", "markdown")
+    assert only_a.returncode == 0 and only_a.stdout.count("\n") == 2 + 3
+    int8 = compare(server, "--where", "tags.precision = 'int8'", "--format", "csv")
+    assert int8.stdout.strip().count("\n") == 2 and all(row.startswith("int8,") for row in int8.stdout.splitlines()[1:])
+    missing = compare(server, "--experiment", "nothing")
+    assert missing.returncode == 2 and "no experiment 'nothing'" in missing.stderr
