@@ -29,8 +29,13 @@ def executed(output: str) -> int:
     return int(re.search(r"(\d+) of \d+ planned jobs executed", output).group(1))
 
 
-def summary_rows(results: Path):
-    [summary] = results.glob("report/*/summary.csv")
+def report_dir(output: str) -> Path:
+    """The report folder a run printed (later runs in this module add other report nodes)."""
+    return Path(re.search(r"^Summary table:\s+(\S+)/summary.csv$", output, re.MULTILINE).group(1))
+
+
+def summary_rows(results: Path, output: str):
+    summary = report_dir(output) / "summary.csv"
     with open(summary) as handle:
         return {row["precision"]: row for row in csv.DictReader(handle)}
 
@@ -56,7 +61,7 @@ def number(text: str) -> float:
 def test_first_run_produces_sane_table(first_run):
     results, output = first_run
     assert executed(output) == 19  # 3 engines: graph, build, evaluation and ratio job each; 7 shared nodes
-    rows = summary_rows(results)
+    rows = summary_rows(results, output)
     assert set(rows) == {"fp32", "fp16", "int8", "tensorflow"}
     assert number(rows["fp32"]["x_tf_b1"]) > 0 and float(rows["fp32"]["sps_streams"]) > 0
     assert number(rows["fp16"]["x_fp32_b1"]) > 0 and number(rows["int8"]["x_fp32_bmax"]) > 0
@@ -70,8 +75,8 @@ def test_first_run_produces_sane_table(first_run):
     assert abs(float(rows["int8"]["top1"]) - float(rows["fp32"]["top1"])) <= 0.02
     assert number(rows["fp32"]["p50_ms_b1"]) > 0 and number(rows["fp16"]["sps_bmax"]) > 0
     assert "fp16" in output and "mlflow ui --backend-store-uri" in output
-    [page] = results.glob("report/*/report.html")
-    assert (page.parent / "pareto-local.png").stat().st_size > 0 and "pareto-local.png" in page.read_text()
+    page = report_dir(output) / "report.html"
+    assert (page.parent / "figures" / "pareto-local.png").stat().st_size > 0 and "figures/pareto-local.png" in page.read_text()
 
 
 def test_mlflow_holds_one_parent_and_one_child_per_engine(first_run):
@@ -153,7 +158,7 @@ def test_check_gates_on_budgets_and_runs_nothing(first_run, tmp_path):
     assert "3 of 3 engines within budget" in output  # the end of `precisionflow run`
     passing = check(results)
     assert passing.returncode == 0 and passing.stdout.count("PASS ") == 3
-    breached = check(results, "evaluate.budgets.fp16={max_top1_drop:-50}")
+    breached = check(results, "+evaluate.budgets.fp16={max_top1_drop:-50}")
     assert breached.returncode == 1 and "FAIL  fp16" in breached.stdout and "points below fp32" in breached.stdout
     assert "1 of 3 engines" not in breached.stdout and "2 of 3 engines within budget; 1 broke it." in breached.stdout
     empty = check(tmp_path / "nothing-here")
@@ -177,14 +182,14 @@ def test_report_page_renders_in_a_real_browser(first_run, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("Chromium is not installed (.ci/run installs Debian's chromium)")
-    results, _ = first_run
-    [page] = results.glob("report/*/report.html")
+    results, output = first_run
+    page = report_dir(output) / "report.html"
     flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1366,900", "--virtual-time-budget=5000"]
     dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
     images = re.findall(r"<img [^>]*>", dom)
-    assert len(images) >= 4 and all('data-loaded="yes"' in image for image in images), images
+    assert len(images) >= 2 and all('data-loaded="yes"' in image for image in images), images  # pareto, per-class
     assert 'data-overflow="no"' in dom
     for heading in ("Verdicts", "Comparison table", "Pareto plots", "Per-class top-1 change", "Flipped samples"):
         assert heading in dom
@@ -198,8 +203,8 @@ def test_report_page_renders_in_a_real_browser(first_run, tmp_path):
 def test_report_files_hold_every_table_and_picture(first_run):
     from html.parser import HTMLParser
 
-    results, _ = first_run
-    [folder] = [p.parent for p in results.glob("report/*/node.json")]
+    results, output = first_run
+    folder = report_dir(output)
 
     class Collector(HTMLParser):
         tables, images = 0, []

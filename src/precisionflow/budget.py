@@ -121,8 +121,8 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
         worst = entry["worst_class"]
         speed = f", {entry['speedup_vs_fp32']}x fp32's throughput at {entry['speedup_at']}" if entry["speedup_vs_fp32"] else ""
         head = (f"{entry['verdict']}  {entry['precision']:<10} {entry['target']:<6} top-1 {100 * entry['top1']:.2f} "
-                f"({-entry['top1_drop_points']:+.2f} vs fp32), agreement {entry['agreement']:.4f}"
-                + (f", worst class '{worst[0]}' {-worst[1]:+.2f}" if worst else "") + speed)
+                f"({0.0 - entry['top1_drop_points']:+.2f} vs fp32), agreement {entry['agreement']:.4f}"
+                + (f", worst class '{worst[0]}' {0.0 - worst[1]:+.2f}" if worst else "") + speed)
         lines.append(head + f"  [{entry['node']}]")
         lines += [f"      broke: {reason}" for reason in entry["breaches"]]
     return "\n".join(lines)

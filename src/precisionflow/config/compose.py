@@ -77,13 +77,18 @@ def _compose(group_overrides: Tuple[str, ...]):
         raise ConfigError(f"Invalid configuration (overrides {list(group_overrides)}): {err}") from err
 
 
-def _checked_value(cfg, key: str, value: Any) -> Any:
-    """Set key=value on the structured config (the schema checks it) and return the stored value."""
-    from omegaconf import OmegaConf
+def _checked_value(cfg, key: str, value: Any, adds: set = frozenset()) -> Any:
+    """Set key=value on the structured config (the schema checks it) and return the stored value.
+    Keys given with Hydra's '+' (adding an entry to a free-form mapping, e.g. +evaluate.budgets.fp16)
+    may be new; any other unknown key is refused."""
+    import contextlib
+
+    from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        OmegaConf.update(cfg, key, value, merge=False)
+        with open_dict(cfg) if key in adds else contextlib.nullcontext():
+            OmegaConf.update(cfg, key, value, merge=False)
         node = OmegaConf.select(cfg, key)
         return OmegaConf.to_container(node, resolve=True, enum_to_str=True) if OmegaConf.is_config(node) else _plain(node)
     except (OmegaConfBaseException, ValueError) as err:
@@ -116,6 +121,7 @@ def expand(overrides: Sequence[str] = (), multirun: bool = False) -> List[Dict[s
     values = [o for o in parsed if not _is_group(o)]
     group_choices = [[f"{_override_prefix(o)}{o.key_or_group}={c}" for c in _choices(o)] for o in groups]
     value_choices = [[(o.key_or_group, v) for v in _choices(o)] for o in values]
+    adds = {o.key_or_group for o in values if _override_prefix(o) in ("+", "++")}
 
     points = []
     for group_combo in itertools.product(*group_choices):
@@ -123,7 +129,7 @@ def expand(overrides: Sequence[str] = (), multirun: bool = False) -> List[Dict[s
         base = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         checked = {}
         for key, value in {kv for choice in value_choices for kv in ((k, _freeze(v)) for k, v in choice)}:
-            checked[(key, value)] = _checked_value(cfg, key, _thaw(value))
+            checked[(key, value)] = _checked_value(cfg, key, _thaw(value), adds)
         for value_combo in itertools.product(*value_choices):
             point = copy.deepcopy(base)
             for key, value in value_combo:

@@ -111,8 +111,8 @@ def flipped_grid(images, rows: List[Dict[str, str]], class_names: List[str], tit
 
 STYLE = (
     "body{font-family:sans-serif;max-width:1330px;margin:0 auto;padding:0 12px}"
-    "table{border-collapse:collapse;font-size:11px;margin-bottom:8px}td,th{border:1px solid #ccc;padding:2px 4px}"
-    "th{background:#f0f0f0}tr.ref td{font-weight:bold;background:#eef4fb}tr.fail td{background:#fde7e7}"
+    "table{border-collapse:collapse;font-size:11px;margin-bottom:8px}td,th{border:1px solid #ccc;padding:2px 3px}"
+    "th{background:#f0f0f0;font-size:10px}tr.ref td{font-weight:bold;background:#eef4fb}tr.fail td{background:#fde7e7}"
     "td.noisy{background:#fff4c2}td.pass{color:#2e7d32;font-weight:bold}td.fail{color:#c62828;font-weight:bold}"
     "img{max-width:100%;height:auto}.note{font-size:12px;color:#333;margin:2px 0}"
 )
@@ -144,18 +144,21 @@ def verdict_table(verdicts: List[Dict[str, Any]]) -> str:
         rows.append(
             f"<tr class='{'fail' if entry['breaches'] else ''}'><td class='{entry['verdict'].lower()}'>{entry['verdict']}</td>"
             f"<td title='{html.escape(entry['node'])}'>{html.escape(entry['precision'])}</td><td>{html.escape(entry['target'])}</td>"
-            f"<td>{-entry['top1_drop_points']:+.2f} points</td><td>{entry['agreement']:.4f}</td>"
-            f"<td>{html.escape(f'{worst[0]}: {-worst[1]:+.1f}') if worst else ''}</td><td>{speed}</td>"
+            f"<td>{0.0 - entry['top1_drop_points']:+.2f} points</td><td>{entry['agreement']:.4f}</td>"
+            f"<td>{html.escape(f'{worst[0]}: {0.0 - worst[1]:+.1f}') if worst else ''}</td><td>{speed}</td>"
             f"<td>{html.escape('; '.join(entry['breaches']))}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
 
 
 def comparison_table(rows: List[Dict[str, Any]], columns: List[str], failed: set) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    # Header words may break at their underscores; models show by their hash (the full id is the tooltip).
+    head = "".join(f"<th>{html.escape(c).replace('_', '_<wbr>')}</th>" for c in columns)
     body = []
     for row in rows:
         css = "ref" if row["precision"] == "fp32" else "fail" if row["node"] in failed else ""
-        cells = "".join(_cell(row[c], row["node"] if c == "precision" else "") for c in columns)
+        shown = dict(row, model=str(row.get("model", "")).rsplit("-", 1)[-1][:8])
+        cells = "".join(_cell(shown[c], row["node"] if c == "precision" else row.get("model", "") if c == "model" else "")
+                        for c in columns)
         body.append(f"<tr class='{css}'>{cells}</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
