@@ -7,8 +7,8 @@ figures) and their side-by-side ratio jobs -- then times report.run on it in a f
     python benchmarks/report_100.py      # writes benchmarks/results/report_100.json
 """
 
-import csv
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -19,15 +19,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import OUT, save  # noqa: E402
 
 PRECISIONS = ("fp32", "fp16", "int8", "int8_qat", "int8_mixed")
+BUDGET = {"max_top1_drop": 1.0, "min_agreement": 0.99, "max_class_drop": 5.0, "min_qat_agreement": None,
+          "min_speedup": None, "speedup_at": "bmax"}
 
 
-def write_node(results: Path, key: str, inputs: dict, summary: dict = None, files: dict = None) -> Path:
+def write_node(results: Path, key: str, inputs: dict, summary: dict = None, files: dict = None, params: dict = None) -> Path:
     folder = results / key
     folder.mkdir(parents=True, exist_ok=True)
     for name, content in (files or {}).items():
         (folder / name).write_text(content if isinstance(content, str) else json.dumps(content))
     stage, node = key.split("/")
-    (folder / "node.json").write_text(json.dumps({"stage": stage, "id": node, "params": {}, "inputs": inputs,
+    (folder / "node.json").write_text(json.dumps({"stage": stage, "id": node, "params": params or {}, "inputs": inputs,
                                                  "summary": summary or {}, "versions": {}}))
     return folder
 
@@ -66,7 +68,7 @@ def generate(results: Path, engines: int = 100) -> dict:
                    "engine": {"engine_bytes": 150000, "device": "cpu", "executed": {"executed_precision": "fp32", "as_requested": True}}}
         key = f"evaluate_engine/{precision}-{target}-{index}"
         write_node(results, key, {"engine": engine, "data": "prepare_dataset/digits-0", "reference": "export_onnx/x-0"},
-                   files={"metrics.json": metrics, "flipped.csv": rows})
+                   files={"metrics.json": metrics, "flipped.csv": rows}, params={"precision": precision, "target": target})
         ratios = {"settings": {s: {"vs_fp32": {"median": 1.1, "noisy": False, "cv_percent": 2.0},
                                    "vs_tf": {"median": 10.0, "noisy": False, "cv_percent": 2.0}} for s in ("b1", "b32", "s4")}}
         write_node(results, f"compare_speed/{precision}-{index}", {"engine": engine}, files={"metrics.json": ratios})
@@ -80,21 +82,27 @@ def main() -> None:
 
     results = OUT / "report_100" / "results"
     if results.exists():
-        import shutil
-
         shutil.rmtree(results)
     inputs = generate(results)
     out = OUT / "report_100" / "out"
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (OUT / "report_100" / "inputs.json").write_text(json.dumps(inputs))
+    budgets = {f"evaluate_engine/{Path(path).name}": BUDGET for role, path in inputs.items() if role.startswith("eval")}
+    (OUT / "report_100" / "params.json").write_text(json.dumps({"budgets": budgets}))
     script = ("import json, sys, time; from pathlib import Path\n"
               "started = time.perf_counter()\n"
               "from precisionflow.stages import report\n"
-              f"inputs = {{k: Path(v) for k, v in json.loads({json.dumps(json.dumps(inputs))}).items()}}\n"
-              f"report.run({{}}, inputs, Path({str(out)!r}))\n"
+              f"root = Path({str(OUT / 'report_100')!r})\n"
+              "inputs = {k: Path(v) for k, v in json.loads((root / 'inputs.json').read_text()).items()}\n"
+              "report.run(json.loads((root / 'params.json').read_text()), inputs, root / 'out')\n"
               "print('SECONDS', time.perf_counter() - started)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
     seconds = float(done.stdout.strip().splitlines()[-1].split()[1])
-    images = len(list(out.glob("*.png")))
+    images = len(list(out.glob("figures/*.png")))
     save("report_100.json", {"engines": 100, "targets": 4, "seconds_including_imports": round(seconds, 2),
                              "pictures": images, "html_bytes": (out / "report.html").stat().st_size})
 

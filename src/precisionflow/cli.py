@@ -142,7 +142,7 @@ def print_summary(plan: Dict) -> None:
     report_dir = results / plan["report"]
     print("\n" + (report_dir / "summary.txt").read_text())
     print(f"Summary table:  {report_dir / 'summary.csv'}")
-    print(f"Report page:    {report_dir / 'report.html'} (Pareto plots: pareto-<target>.png)")
+    print(f"Report page:    {report_dir / 'report.html'} (pictures in {report_dir / 'figures'})")
     print(f"Per-engine:     {results / 'evaluate_engine'}/<node>/metrics.json and flipped.csv")
     tracked = [key for key in plan["final"] if key.startswith("track_mlflow/")]
     for key in tracked:
