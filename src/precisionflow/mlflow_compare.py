@@ -18,7 +18,7 @@ COLUMNS = [("precision", "tags.precision"), ("model", "tags.node.train_model"), 
            ("device", "tags.device_name"), ("executed", "tags.executed"), ("top1", "metrics.top1"),
            ("agreement", "metrics.agreement"), ("flipped", "metrics.flipped"), ("x_fp32_b1", "metrics.x_fp32_b1"),
            ("x_fp32_bmax", "metrics.x_fp32_bmax"), ("x_tf_b1", "metrics.x_tf_b1"), ("x_tf_bmax", "metrics.x_tf_bmax"),
-           ("commit", "tags.git_commit"), ("run", "tags.mlflow.runName")]
+           ("b1_p50_ms", "metrics.b1_p50_ms"), ("evaluation", "tags.precisionflow.node"), ("commit", "tags.git_commit")]
 
 
 def default_uri(results: Path) -> str:
