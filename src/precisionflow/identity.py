@@ -18,6 +18,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from precisionflow.nodeio import file_hash
+
 PACKAGE = "precisionflow"
 PACKAGE_DIR = Path(__file__).resolve().parent
 RUNNER_MODULE = f"{PACKAGE}.runner"
@@ -110,20 +112,12 @@ def package_versions(packages: Iterable[str]) -> Dict[str, str]:
     return {name: installed_version(name) for name in sorted(packages)}
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def path_sha256(path: Path) -> str:
     """Content hash of a file, or of every file under a folder (SavedModel), by relative name."""
     path = Path(path)
     if path.is_file():
-        return file_sha256(path)
+        return file_hash(path)
     digest = hashlib.sha256()
     for each in sorted(p for p in path.rglob("*") if p.is_file()):
-        digest.update(f"{each.relative_to(path)}:{file_sha256(each)}\n".encode())
+        digest.update(f"{each.relative_to(path)}:{file_hash(each)}\n".encode())
     return digest.hexdigest()
