@@ -104,10 +104,14 @@ def cmd_run(args, extra: List[str]) -> int:
         return code
     after = node_mtimes(plan)
     executed = sum(1 for key, mtime in after.items() if before.get(key) != mtime)
-    print(f"\nprecisionflow: {executed} of {len(plan['nodes'])} planned jobs executed (the rest were up to date).")
     if code != 0:
-        print_failures(plan)
+        failed = print_failures(plan)
+        unfinished = len(plan["nodes"]) - len(after)
+        print(f"\nprecisionflow: the run FAILED ({', '.join(failed) or 'Snakemake stopped before a job ran; see its output above'}); "
+              f"{executed} jobs finished in this run, {unfinished} of {len(plan['nodes'])} planned nodes are not done.",
+              file=sys.stderr)
         return code
+    print(f"\nprecisionflow: {executed} of {len(plan['nodes'])} planned jobs executed (the rest were up to date).")
     print_summary(plan)
     return print_verdicts(plan)
 
@@ -127,14 +131,18 @@ def print_verdicts(plan: Dict) -> int:
     return 1 if failed else 0
 
 
-def print_failures(plan: Dict) -> None:
-    """The end of each failed job's log, so the cause is on screen, not three files away."""
+def print_failures(plan: Dict) -> List[str]:
+    """The end of each failed job's log, so the cause is on screen, not three files away; returns
+    "<node> (log: <path>)" for each."""
     results = Path(plan["results_dir"])
+    failed = []
     for key in plan["nodes"]:
         log = results / "logs" / f"{key}.log"
         if not (results / key / "node.json").exists() and log.exists():
             tail = log.read_text(errors="replace").strip().splitlines()[-12:]
             print(f"\n--- {key} failed; end of {log}:\n" + "\n".join(tail), file=sys.stderr)
+            failed.append(f"{key} (log: {log})")
+    return failed
 
 
 def print_summary(plan: Dict) -> None:
