@@ -10,7 +10,6 @@ figures) and their side-by-side ratio jobs -- then times report.run on it in a f
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import numpy as np

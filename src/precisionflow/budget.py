@@ -5,12 +5,19 @@ Budgets are thresholds, so they stay out of node ids: the plan carries them besi
 configuration names now -- it runs nothing. A verdict names the number that broke it.
 """
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from precisionflow.nodeio import NODE_FILE, read_json
+from precisionflow.config.schema import BudgetConf
+from precisionflow.nodeio import NODE_FILE, named_lineage, read_json
 
-BUDGET_KEYS = ("max_top1_drop", "min_agreement", "max_class_drop", "min_qat_agreement", "min_speedup", "speedup_at")
+BUDGET_KEYS = tuple(field.name for field in fields(BudgetConf))
+
+
+def baseline_key(node: Dict[str, Any], target: str) -> tuple:
+    """What an evaluation is judged against: the fp32 evaluation of the same reference export and target."""
+    return node["inputs"]["reference"], target
 
 
 def budget_for(evaluate: Dict[str, Any], precision: str) -> Dict[str, Any]:
@@ -45,7 +52,7 @@ def _fp32_of(plan: Dict[str, Any]) -> Dict[tuple, str]:
     found = {}
     for key, spec in plan["nodes"].items():
         if spec["stage"] == "evaluate_engine" and spec["params"]["precision"] == "fp32":
-            found[(spec["inputs"]["reference"], spec["params"]["target"])] = key
+            found[baseline_key(spec, spec["params"]["target"])] = key
     return found
 
 
@@ -100,14 +107,17 @@ def verdicts(plan: Dict[str, Any]) -> List[Dict[str, Any]]:
         if spec["stage"] != "evaluate_engine":
             continue
         metrics = _finished(results, key)
-        fp32_key = baselines.get((spec["inputs"]["reference"], spec["params"]["target"]))
+        fp32_key = baselines.get(baseline_key(spec, spec["params"]["target"]))
         fp32 = _finished(results, fp32_key) if fp32_key else None
         if metrics is None or fp32 is None:
             continue
         budget = plan.get("budgets", {}).get(key) or budget_for({"budget": {}}, spec["params"]["precision"])
         broken = breaches(metrics, fp32, budget, ratios.get(spec["inputs"]["engine"], {}))
         speed = ratios.get(spec["inputs"]["engine"], {}).get(f"x_fp32_{budget['speedup_at'] or 'bmax'}")
+        lineage = named_lineage(results / key)
         found.append({"node": key, "precision": spec["params"]["precision"], "target": spec["params"]["target"],
+                      "ran": metrics["engine"].get("executed", {}).get("executed_precision", "unknown"),
+                      "model": lineage["export_onnx"]["inputs"]["model"],
                       "top1": metrics["top1"], "top1_drop_points": round(100 * (fp32["top1"] - metrics["top1"]), 2),
                       "agreement": metrics["agreement"], "worst_class": worst_class(metrics, fp32),
                       "speedup_vs_fp32": round(speed["median"], 2) if speed else None,
@@ -120,10 +130,10 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
     for entry in found:
         worst = entry["worst_class"]
         speed = f", {entry['speedup_vs_fp32']}x fp32's throughput at {entry['speedup_at']}" if entry["speedup_vs_fp32"] else ""
-        head = (f"{entry['verdict']}  {entry['precision']:<10} {entry['target']:<6} top-1 {100 * entry['top1']:.2f} "
+        head = (f"{entry['verdict']}  {entry['precision']:<10} {entry['target']:<6} (ran {entry['ran']}) top-1 {100 * entry['top1']:.2f} "
                 f"({0.0 - entry['top1_drop_points']:+.2f} vs fp32), agreement {entry['agreement']:.4f}"
                 + (f", worst class '{worst[0]}' {0.0 - worst[1]:+.2f}" if worst else "") + speed)
-        lines.append(head + f"  [{entry['node']}]")
+        lines.append(head + f"  [{entry['node']}, from {entry['model']}]")
         lines += [f"      broke: {reason}" for reason in entry["breaches"]]
     return "\n".join(lines)
 
@@ -134,7 +144,6 @@ def verdict_inputs(eval_dirs: List[Path]):
     from precisionflow.nodeio import read_node
 
     loaded = [(path, read_node(path), read_json(path / "metrics.json")) for path in eval_dirs]
-    fp32 = {(node["inputs"]["reference"], metrics["target"]): metrics for _, node, metrics in loaded
-            if metrics["precision"] == "fp32"}
-    return [(path, metrics, fp32[(node["inputs"]["reference"], metrics["target"])]) for path, node, metrics in loaded
-            if (node["inputs"]["reference"], metrics["target"]) in fp32]
+    fp32 = {baseline_key(node, metrics["target"]): metrics for _, node, metrics in loaded if metrics["precision"] == "fp32"}
+    return [(path, metrics, fp32[baseline_key(node, metrics["target"])]) for path, node, metrics in loaded
+            if baseline_key(node, metrics["target"]) in fp32]

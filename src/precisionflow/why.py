@@ -11,14 +11,10 @@ from precisionflow.nodeio import NODE_FILE, read_json
 from precisionflow.tracking import flatten
 
 
-def _leaves(tree: Any, prefix: str) -> Dict[str, Any]:
-    return {key: value for key, value in flatten(tree, prefix)}
-
-
 def differences(planned: Dict[str, Any], existing: Dict[str, Any]) -> List[str]:
     """Human-readable differences between a planned node and an existing node.json."""
     found = []
-    new, old = _leaves(planned["params"], "params"), _leaves(existing.get("params", {}), "params")
+    new, old = dict(flatten(planned["params"], "params")), dict(flatten(existing.get("params", {}), "params"))
     for key in sorted(set(new) | set(old)):
         if new.get(key, "<unset>") != old.get(key, "<unset>"):
             found.append(f"{key[len('params.'):]}: {old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r}")

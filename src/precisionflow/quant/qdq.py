@@ -7,7 +7,7 @@ symmetric weights, biases left in float, and Q/DQ on the inputs of the ops it ca
 
 import tempfile
 from pathlib import Path
-from typing import Dict, Iterable, List, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -153,15 +153,17 @@ def activation_inputs(model, nodes: Sequence[str]) -> Dict[str, str]:
     return found
 
 
-def learned_source(model, tensor: str, learned: Dict[str, Tuple[float, float]]):
-    """The tensor with a learned range that `tensor` copies (walking back through layout ops), or None."""
+def learned_ranges_of(model, tensors: Iterable[str], learned: Dict[str, Tuple[float, float]]) -> Dict[str, Optional[tuple]]:
+    """{tensor: the learned range of the tensor it copies (walking back through layout ops), or None}."""
     producers = {out: node for node in model.graph.node for out in node.output}
-    while tensor not in learned:
-        node = producers.get(tensor)
-        if node is None or node.op_type not in RANGE_PRESERVING:
-            return None
-        tensor = node.input[0]
-    return tensor
+    found = {}
+    for tensor in tensors:
+        source = tensor
+        while source is not None and source not in learned:
+            node = producers.get(source)
+            source = node.input[0] if node is not None and node.op_type in RANGE_PRESERVING else None
+        found[tensor] = learned.get(source) if source is not None else None
+    return found
 
 
 def fake_quantize_inputs(path: Path, node_names: Sequence[str], ranges: Dict[str, Tuple[float, float]]) -> List[str]:

@@ -65,10 +65,11 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
     refuse_empty(params, nodes, candidates, kept_float)
     qat = {}
     if lineage["source"] == "qat":
-        ranges, qat = learned_input_ranges(fp32_model, nodes, ranges, lineage)
+        learned = {name: ranges[name] for name in lineage["ranges"]["learned_tensors"]}
+        ranges, qat = learned_input_ranges(fp32_model, nodes, ranges, learned)
     qdq.quantize_int8(source, target, ranges, nodes)
     if lineage["source"] == "qat" and int8["keep_output_layer"]:
-        qat["qat_output_layer_input"] = fake_quantize_output_input(fp32_model, target, ranges, lineage)
+        qat["qat_output_layer_input"] = fake_quantize_output_input(fp32_model, target, learned)
     qdq.assert_trt_legal(target, int8["keep_output_layer"])
     # The per-tensor report ranks ops for int8_mixed: a decision, so it never sees the test split.
     images, _ = prepare_dataset.load(inputs["data"], int8["report_split"])
@@ -83,7 +84,7 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
             "worst_sqnr_db": rows[0]["sqnr_vs_fp32_db"] if rows else None}
 
 
-def learned_input_ranges(model, nodes, ranges, lineage):
+def learned_input_ranges(model, nodes, ranges, learned):
     """int8_qat: every Q/DQ gets the range QAT learned for the tensor it quantizes -- the input of a
     weighted layer is the output of the layer QAT put a quantizer after, possibly through layout ops
     (the model input's range lands after the NHWC->NCHW Transpose, where the first Q really is).
@@ -91,37 +92,27 @@ def learned_input_ranges(model, nodes, ranges, lineage):
     from precisionflow.errors import StageError
     from precisionflow.quant import qdq
 
-    learned = {name: ranges[name] for name in lineage["ranges"]["learned_tensors"]}
-    resolved, missing = dict(ranges), []
-    for tensor, node in sorted(qdq.activation_inputs(model, nodes).items()):
-        source = qdq.learned_source(model, tensor, learned)
-        if source is None:
-            missing.append(f"{tensor} (input of {node})")
-        else:
-            resolved[tensor] = learned[source]
+    quantized = qdq.activation_inputs(model, nodes)
+    found = qdq.learned_ranges_of(model, quantized, learned)
+    missing = [f"{tensor} (input of {node})" for tensor, node in sorted(quantized.items()) if found[tensor] is None]
     if missing:
         raise StageError(
             f"int8_qat: {len(missing)} quantized tensor(s) have no range learned by QAT: {', '.join(missing)}. "
             "Expected every Q/DQ of an int8_qat graph to use a learned range. Quantize that layer during QAT, or keep "
             "the node in float with int8.exclude_nodes=[<node>] (or the Keras layer with finetune.exclude_layers)."
         )
-    total = len(qdq.activation_inputs(model, nodes))
-    return resolved, {"qat_learned_inputs": total, "qat_coverage": 1.0 if total else 0.0}
+    return {**ranges, **found}, {"qat_learned_inputs": len(quantized), "qat_coverage": 1.0 if quantized else 0.0}
 
 
-def fake_quantize_output_input(model, target: Path, ranges, lineage) -> List[str]:
+def fake_quantize_output_input(model, target: Path, learned) -> List[str]:
     """The float output layer's input: QAT quantized it (it is the previous layer's activation), so
     the deployed graph rounds it with the learned range too; the layer's weights stay float."""
     from precisionflow.quant import qdq
 
-    learned = {name: ranges[name] for name in lineage["ranges"]["learned_tensors"]}
-    compute = [n for n in model.graph.node if n.name in qdq.output_layer_nodes(model) and n.op_type in qdq.COMPUTE_OPS]
-    found = {}
-    for node in compute:
-        source = qdq.learned_source(model, node.input[0], learned)
-        if source is not None:
-            found[node.input[0]] = learned[source]
-    return qdq.fake_quantize_inputs(target, [n.name for n in compute], found)
+    output_layer = qdq.output_layer_nodes(model)
+    compute = [n for n in model.graph.node if n.name in output_layer and n.op_type in qdq.COMPUTE_OPS]
+    found = qdq.learned_ranges_of(model, [n.input[0] for n in compute], learned)
+    return qdq.fake_quantize_inputs(target, [n.name for n in compute], {t: r for t, r in found.items() if r is not None})
 
 
 def refuse_empty(params: Dict[str, Any], nodes, candidates, kept_float) -> None:

@@ -75,8 +75,7 @@ def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
-def engine_row(eval_dir: Path, ratios: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
-    metrics = read_json(eval_dir / "metrics.json")
+def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     lineage = named_lineage(eval_dir)
     executed = metrics["engine"].get("executed", {})
     graph = lineage["quantize_onnx"]["summary"]
@@ -149,14 +148,14 @@ def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED) -> st
     return "\n".join([line(columns), line(["-" * widths[c] for c in columns])] + [line([r[c] for c in columns]) for r in rows])
 
 
-def notes(rows: List[Dict[str, Any]], eval_dirs: List[Path]) -> List[str]:
+def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     """What a reader must know to read the table right."""
     lines = [f"{NOISY_MARK} = uncertain above its flag threshold (timed windows: CV > 5%; ratios: standard error of the "
              "median of the rounds > 5%): read the figure as noisy.",
              "x_fp32_* / x_tf_* = throughput ratios measured side by side in one job per engine (alternating rounds, "
              "median of the rounds); absolute figures are each engine's own timing job (timed = start of the workflow run it ran in, load = 1-min load average)."]
-    for eval_dir in eval_dirs:
-        executed = read_json(eval_dir / "metrics.json")["engine"].get("executed", {})
+    for eval_dir, found in metrics.items():
+        executed = found["engine"].get("executed", {})
         if not executed.get("as_requested", True):
             lines.append(f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision.")
     runs = sorted({row["timed"] for row in rows if row["timed"]})
@@ -180,13 +179,15 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     evals, speeds, frameworks = split_inputs(inputs)
     (out / FIGURES).mkdir()
     ratios = ratios_by_engine(speeds)
-    rows = [engine_row(path, ratios) for path in evals] + [framework_row(path) for path in frameworks]
+    metrics = {path: read_json(path / "metrics.json") for path in evals}
+    rows = [engine_row(path, metrics[path], ratios) for path in evals] + [framework_row(path) for path in frameworks]
     rows.sort(key=lambda r: (r["model"], r["target"], r["precision"] == "tensorflow", r["precision"], r["variant"]))
     with open(out / "summary.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    table = "\n".join([format_table(rows), ""] + notes(rows, evals))
+    reading_notes = notes(rows, metrics)
+    table = "\n".join([format_table(rows), ""] + reading_notes)
     (out / "summary.txt").write_text(table + "\n")
     pareto = []
     for target in sorted({row["target"] for row in rows}):
@@ -196,10 +197,10 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     plots = {"Pareto plots (top-1 vs batch-1 latency)": pareto,
              "Per-class top-1 change against fp32": class_changes(evals, out),
              "Flipped samples (prediction differs from fp32)": [
-                 draw_flipped(path, out, data_cache) for path in evals if read_json(path / "metrics.json")["flipped"]]}
+                 draw_flipped(path, out, data_cache) for path in evals if metrics[path]["flipped"]]}
     found = verdicts_of(params, evals, speeds)
     write_json_atomic(out / "verdicts.json", found)
-    (out / "report.html").write_text(report_pages.html_page(rows, HTML_COLUMNS, plots, notes(rows, evals), found))
+    (out / "report.html").write_text(report_pages.html_page(rows, HTML_COLUMNS, plots, reading_notes, found))
     print(table)
     return {"engines": len(evals), "ratio_jobs": len(speeds), "frameworks": len(frameworks),
             "seconds": round(time.perf_counter() - started, 3)}

@@ -135,7 +135,7 @@ def _cell(value, title: str = "") -> str:
 def verdict_table(verdicts: List[Dict[str, Any]]) -> str:
     if not verdicts:
         return "<p class='note'>No budgets to check (no fp32 engine in this report).</p>"
-    head = "<tr><th>verdict</th><th>engine</th><th>target</th><th>top-1 vs fp32</th><th>agreement</th>" \
+    head = "<tr><th>verdict</th><th>engine</th><th>target</th><th>ran</th><th>top-1 vs fp32</th><th>agreement</th>" \
            "<th>worst class</th><th>speed vs fp32</th><th>what broke it</th></tr>"
     rows = []
     for entry in verdicts:
@@ -143,7 +143,8 @@ def verdict_table(verdicts: List[Dict[str, Any]]) -> str:
         speed = f"{entry['speedup_vs_fp32']}x at {entry['speedup_at']}" if entry["speedup_vs_fp32"] else ""
         rows.append(
             f"<tr class='{'fail' if entry['breaches'] else ''}'><td class='{entry['verdict'].lower()}'>{entry['verdict']}</td>"
-            f"<td title='{html.escape(entry['node'])}'>{html.escape(entry['precision'])}</td><td>{html.escape(entry['target'])}</td>"
+            f"<td title='{html.escape(entry['node'] + ' from ' + entry['model'])}'>{html.escape(entry['precision'])}</td>"
+            f"<td>{html.escape(entry['target'])}</td><td>{html.escape(entry['ran'])}</td>"
             f"<td>{0.0 - entry['top1_drop_points']:+.2f} points</td><td>{entry['agreement']:.4f}</td>"
             f"<td>{html.escape(f'{worst[0]}: {0.0 - worst[1]:+.1f}') if worst else ''}</td><td>{speed}</td>"
             f"<td>{html.escape('; '.join(entry['breaches']))}</td></tr>")
