@@ -38,6 +38,7 @@ FLIP_VALUES = {
     "finetune.exclude_layers": ["conv0"], "results_dir": "/tmp/elsewhere", "dataset.channels": 1,
     "evaluate.budget.speedup_at": "b1", "evaluate.budget.min_qat_agreement": 0.99, "evaluate.budget.min_speedup": 1.5,
     "evaluate.budgets": {"fp16": {"min_speedup": 1.5}},
+    "engine.onnxruntime.cudnn_conv_algo_search": "HEURISTIC", "target_defs.local.backend_version": "9.9.9",
 }
 
 # Which stages' node ids change when the key flips, under the default configuration
@@ -71,7 +72,13 @@ EXPECTED = {
     "target_defs.local.expect_device": ENGINES | {"benchmark_framework"},
     "target_defs.local.resources": NOTHING, "target_defs.local.timing": TIMED_WINDOWS,
     **{f"target_defs.{name}.{key}": NOTHING for name in ("cpu", "a100", "h100", "h200")
-       for key in ("device", "expect_device", "resources", "timing")},
+       for key in ("device", "expect_device", "resources", "timing", "backend_version", "framework")},
+    # The engine backend's version there: every engine and measurement of the target; TensorFlow's stays.
+    "target_defs.local.backend_version": ENGINES,
+    # No TensorFlow timed there: its baseline leaves the plan, the ratios lose their TensorFlow side.
+    "target_defs.local.framework": {"compare_speed", "report", "track_mlflow"},
+    # CUDA provider settings: read only where an engine runs on a GPU (none here; see CONDITIONAL).
+    **{f"engine.onnxruntime.{key}": NOTHING for key in ("prefer_nhwc", "cuda_graph", "cudnn_conv_algo_search", "use_tf32")},
     "evaluate.batch_size": {"evaluate_engine", "report", "track_mlflow"},
     "evaluate.timing_batch_sizes": ALL_TIMING, "evaluate.warmup_s": ALL_TIMING, "evaluate.duration_s": TIMED_WINDOWS,
     "evaluate.min_iterations": TIMED_WINDOWS, "evaluate.repeats": TIMED_WINDOWS, "evaluate.streams": ALL_TIMING,
@@ -102,6 +109,8 @@ CONDITIONAL = [
     (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_keep_fp", 2, NOTHING),  # the search does not read it
     (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_max_val_drop", 0.5, GRAPHS),
     (["finetune=qat"], "finetune.epochs", 5, TRAINED - {"train_model"}),
+    *[(["targets=[h200]"], f"engine.onnxruntime.{key}", value, ENGINES)
+      for key, value in (("prefer_nhwc", True), ("cuda_graph", True), ("cudnn_conv_algo_search", "HEURISTIC"), ("use_tf32", False))],
 ]
 
 

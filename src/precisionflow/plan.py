@@ -86,11 +86,13 @@ class PlanBuilder:
         backend or moving to another machine builds new engines instead of failing on the old ones."""
         from precisionflow.backends.devices import local_device_name
 
-        key = (backend, target_def["device"], target_def.get("expect_device") or "")
+        # A cluster/GPU-node target names its engine backend's version there; TensorFlow's is this machine's.
+        declared = target_def.get("backend_version") if backend != "tensorflow" else ""
+        key = (backend, target_def["device"], target_def.get("expect_device") or "", declared or "")
         if key not in self.runtimes:
             # A cluster target names its device; `local` means whatever this machine has.
             device = target_def.get("expect_device") or local_device_name(target_def["device"])
-            self.runtimes[key] = {"backend_version": identity.installed_version(backend), "device": device}
+            self.runtimes[key] = {"backend_version": declared or identity.installed_version(backend), "device": device}
         return self.runtimes[key]
 
     def data_params(self, cfg: Dict[str, Any]) -> Dict[str, Any]:
@@ -149,7 +151,8 @@ class PlanBuilder:
             # Every engine is compared with the same fp32 reference: the main path's exported model.
             measured.append(self._add_evaluation(cfg, precision, target, engine, graphs[precision], onnx, data))
             measured.append(self._add_comparison(cfg, target, engine, engines[("fp32", target)], model, data))
-        measured += [self._add_framework(cfg, target, model, data) for target in cfg["targets"]]
+        measured += [self._add_framework(cfg, target, model, data) for target in cfg["targets"]
+                     if cfg["target_defs"][target]["framework"]]
         return measured
 
     def _device(self, cfg, target: str, backend: str) -> Tuple[Dict[str, str], Dict[str, Any]]:
@@ -210,7 +213,9 @@ class PlanBuilder:
     def _add_comparison(self, cfg, target: str, engine: Node, fp32_engine: Node, model: Node, data: Node) -> Node:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
         params = stage_module("compare_speed").reads(cfg, target, runtime)
-        inputs = {"engine": engine, "model": model, "data": data}
+        inputs = {"engine": engine, "data": data}
+        if cfg["target_defs"][target]["framework"]:
+            inputs["model"] = model
         if fp32_engine.key != engine.key:
             inputs["fp32_engine"] = fp32_engine
         return self.add("compare_speed", engine.id.rsplit("-", 1)[0], params, inputs, resources=resources)

@@ -43,9 +43,13 @@ def check_identity(spec: Dict[str, Any], stage_module) -> Dict[str, str]:
     return sources
 
 
-def run_node(plan: Dict[str, Any], key: str) -> Dict[str, Any]:
+def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[str, Any]:
+    """`results_dir` replaces the plan's where the plan was made on another machine (a GPU node
+    given the plan and its upstream node folders: see precisionflow.remote)."""
+    if key not in plan["nodes"]:
+        raise StageError(f"Node {key} is not in this plan; `python -m precisionflow.remote nodes --plan PLAN` lists them.")
     spec = plan["nodes"][key]
-    results = Path(plan["results_dir"])
+    results = Path(results_dir or plan["results_dir"])
     inputs = {role: results / upstream for role, upstream in spec["inputs"].items()}
     for input_dir in inputs.values():
         read_node(input_dir)  # refuses unfinished upstream nodes
@@ -73,9 +77,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--plan", required=True, type=Path)
     parser.add_argument("--node", required=True, help="STAGE/ID as in the plan")
+    parser.add_argument("--results", type=Path, help="the results folder here, if not the plan's (plan made on another machine)")
     args = parser.parse_args(argv)
     try:
-        record = run_node(read_json(args.plan), args.node)
+        record = run_node(read_json(args.plan), args.node, args.results)
     except PrecisionflowError as err:
         print(f"precisionflow: {args.node}: {err}", file=sys.stderr)
         return 2

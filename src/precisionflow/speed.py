@@ -1,9 +1,10 @@
 """Speed of anything with prepare(batch) -> run-once callable: engines and the framework baseline.
 
 Per batch size: repeated timed windows (timing.repeated_windows). Per stream count: that many
-independent instances, each in its own thread (timing.concurrent_streams). On a GPU the main
-figures exclude host<->device copies (inputs already on the device, as trtexec 11 reports);
-`batch_with_copies` repeats them with the copies included.
+threads sharing one loaded engine where the backend allows it (timing.concurrent_streams). On a
+GPU the main figures exclude host<->device copies (inputs already on the device, as trtexec
+reports) and come from the device's clock where the engine has one; `batch_with_copies` repeats
+them with the copies included, on the host's clock.
 """
 
 import os
@@ -28,22 +29,34 @@ def timing_batch(images: np.ndarray, batch_size: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([images] * repeats)[:batch_size], dtype=np.float32)
 
 
+def stream_runners(engine: Any, load: Callable[[], Any], batch: np.ndarray, count: int):
+    """(callables for `count` concurrent streams, how they share the engine): one loaded engine
+    shared by the threads where the backend allows it, else one instance per stream."""
+    if hasattr(engine, "stream_runners"):
+        return engine.stream_runners(batch, count)
+    return [engine.prepare(batch)] + [load().prepare(batch) for _ in range(count - 1)], f"{count} instances, one per thread"
+
+
 def measure(load: Callable[[], Any], images: np.ndarray, settings: Dict[str, Any], engine: Any = None) -> Dict[str, Any]:
-    """`load` makes a fresh instance (one per extra stream); `engine`, if given, is the first."""
+    """`load` makes a fresh instance (one per extra stream where the backend cannot share one);
+    `engine`, if given, is the first."""
     engine = engine or load()
     copies = getattr(engine, "has_device_copies", False)
-    report: Dict[str, Any] = {"batch": {}, "streams": {}, "copies_included": not copies, "conditions": conditions()}
+    device_timed = getattr(engine, "device_timed", False)
+    report: Dict[str, Any] = {"batch": {}, "streams": {}, "copies_included": not copies, "conditions": conditions(),
+                              "clock": engine.clock_name() if hasattr(engine, "clock_name") else "host (perf_counter around each call)"}
     if copies:
         report["batch_with_copies"] = {}
     for size in settings["timing_batch_sizes"]:
         batch = timing_batch(images, size)
-        report["batch"][str(size)] = timing.repeated_windows(engine.prepare(batch), size, settings)
+        report["batch"][str(size)] = timing.repeated_windows(engine.prepare(batch), size, settings, device_timed)
         if copies:
             report["batch_with_copies"][str(size)] = timing.repeated_windows(engine.prepare(batch, include_copies=True), size, settings)
     stream_batch = timing_batch(images, settings["stream_batch_size"])
     for count in settings["streams"]:
-        runners = [engine.prepare(stream_batch)] + [load().prepare(stream_batch) for _ in range(count - 1)]
+        runners, sharing = stream_runners(engine, load, stream_batch, count)
         report["streams"][str(count)] = timing.concurrent_streams(
             runners, settings["stream_batch_size"], settings["warmup_s"], settings["duration_s"])
+        report["streams"][str(count)]["engines"] = sharing
     report["conditions"]["finished_loadavg_1m"] = conditions()["loadavg_1m"]
     return report

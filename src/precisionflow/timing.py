@@ -6,7 +6,7 @@ pXX = sorted[max(N - 1 - int((1 - XX/100) * N), 0)].
 """
 
 import time
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -29,15 +29,19 @@ def warm_up(run_once: Callable[[], object], seconds: float) -> None:
         run_once()
 
 
-def time_runs(run_once: Callable[[], object], warmup_s: float, duration_s: float, min_iterations: int) -> List[float]:
-    """Seconds per call of run_once, after a warm-up."""
+def time_runs(run_once: Callable[[], object], warmup_s: float, duration_s: float, min_iterations: int,
+              device_times: Optional[List[float]] = None) -> List[float]:
+    """Host seconds per call of run_once, after a warm-up. A device-timed run_once returns the
+    seconds the device took: those are appended to `device_times`."""
     warm_up(run_once, warmup_s)
     latencies = []
     window_end = time.perf_counter() + duration_s
     while time.perf_counter() < window_end or len(latencies) < min_iterations:
         start = time.perf_counter()
-        run_once()
+        device_seconds = run_once()
         latencies.append(time.perf_counter() - start)
+        if device_times is not None:
+            device_times.append(float(device_seconds))
     return latencies
 
 
@@ -56,17 +60,27 @@ def summarize(latencies_s: Sequence[float], batch_size: int) -> Dict[str, float]
     return stats
 
 
-def repeated_windows(run_once: Callable[[], object], batch_size: int, settings: Dict) -> Dict[str, float]:
+def repeated_windows(run_once: Callable[[], object], batch_size: int, settings: Dict,
+                     device_timed: bool = False) -> Dict[str, float]:
     """`repeats` timed windows after one warm-up: percentiles over all runs, plus the spread.
 
     cv_percent is the coefficient of variation of the windows' mean latencies; a comparison
     whose difference is within a few CVs is noise, and `noisy` flags CV above NOISY_CV_PERCENT.
+    With `device_timed` (run_once returns the device's seconds) the figures are the device's and
+    the host's own clock is kept beside them under "host" (launch and synchronisation included).
     """
-    windows = []
+    windows, host_times = [], []
     for index in range(settings["repeats"]):
         warmup = settings["warmup_s"] if index == 0 else 0.0
-        windows.append(time_runs(run_once, warmup, settings["duration_s"], settings["min_iterations"]))
+        device_times: Optional[List[float]] = [] if device_timed else None
+        host = time_runs(run_once, warmup, settings["duration_s"], settings["min_iterations"], device_times)
+        windows.append(device_times if device_timed else host)
+        host_times += host
     pooled = summarize([t for window in windows for t in window], batch_size)
+    pooled["clock"] = "device" if device_timed else "host"
+    if device_timed:
+        host_stats = summarize(host_times, batch_size)
+        pooled["host"] = {key: host_stats[key] for key in ("mean_ms", "p50_ms", "p99_ms", "throughput_sps")}
     means = np.array([np.mean(window) for window in windows])
     pooled["window_mean_ms"] = [round(1000 * float(m), 5) for m in means]
     pooled["cv_percent"] = float(100 * means.std() / means.mean()) if len(means) > 1 else 0.0

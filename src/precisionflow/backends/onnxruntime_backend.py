@@ -1,14 +1,23 @@
 """ONNX Runtime backend: CPU, or CUDA where onnxruntime-gpu is installed.
 
 "Building" an engine means letting ONNX Runtime optimise the precision graph for this device and
-saving the optimised graph (engine.onnx); loading runs that file with optimisations off, so the
-measured engine is exactly the built artifact. Imports only numpy and onnxruntime, so the GPU
-machine (no TensorFlow there) can drive it from a small script.
+saving the optimised graph (engine.onnx); loading runs that file with the same settings, so the
+measured engine is the built artifact. Imports only numpy and onnxruntime (and, on a GPU, the CUDA
+runtime through ctypes), so a lean GPU node (no TensorFlow there) runs it.
+
+On CUDA the provider options that decide speed (engine.onnxruntime: NHWC layout, CUDA graphs,
+cuDNN algorithm search, TF32) are part of the engine: recorded in engine.json and its node id.
+Inputs and outputs live in device buffers bound once per batch size (IO binding); with CUDA
+graphs, one graph is captured per batch size and replayed. Latency is timed on the device with
+CUDA events (cuda_clock.py); concurrent streams share one loaded engine, each thread with its own
+bound buffers (with CUDA graphs, one engine per stream: ONNX Runtime's graphs are per session and
+not for concurrent use).
 """
 
+import functools
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -25,9 +34,23 @@ def _ort():
     return onnxruntime
 
 
+@functools.lru_cache(maxsize=None)
+def _load_gpu_libraries() -> None:
+    """onnxruntime-gpu finds CUDA/cuDNN from pip's nvidia-* packages only after preload_dlls();
+    where they are installed system-wide (LD_LIBRARY_PATH), it finds them either way."""
+    preload = getattr(_ort(), "preload_dlls", None)
+    if preload is not None:
+        try:
+            preload()
+        except Exception:  # noqa: BLE001 -- best effort; a missing library surfaces when the session starts
+            pass
+
+
 def resolve_device(target_def: Dict[str, Any]) -> str:
     """cpu or cuda: 'auto' takes CUDA when this onnxruntime build offers it."""
     available = _ort().get_available_providers()
+    if PROVIDERS["cuda"] in available:
+        _load_gpu_libraries()
     device = target_def.get("device", "auto")
     if device == "auto":
         return "cuda" if PROVIDERS["cuda"] in available else "cpu"
@@ -47,8 +70,27 @@ def describe_runtime(target_def: Dict[str, Any]) -> Dict[str, Any]:
     return {"backend": "onnxruntime", "backend_version": _ort().__version__, "device": device, **facts}
 
 
-def _providers(device: str):
-    return [(PROVIDERS["cuda"], {"device_id": 0}), PROVIDERS["cpu"]] if device == "cuda" else [PROVIDERS["cpu"]]
+ALGO_SEARCH = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
+
+
+def cuda_provider_options(cuda: Optional[Dict[str, Any]], stream_pointer: int = 0) -> Dict[str, str]:
+    """CUDAExecutionProvider options from engine.onnxruntime (None: the provider's defaults)."""
+    options = {"device_id": "0"}
+    if cuda:
+        if cuda["cudnn_conv_algo_search"] not in ALGO_SEARCH:
+            raise ConfigError(f"engine.onnxruntime.cudnn_conv_algo_search: expected one of {list(ALGO_SEARCH)}, "
+                              f"found '{cuda['cudnn_conv_algo_search']}'.")
+        options.update(prefer_nhwc=str(int(cuda["prefer_nhwc"])), enable_cuda_graph=str(int(cuda["cuda_graph"])),
+                       cudnn_conv_algo_search=cuda["cudnn_conv_algo_search"], use_tf32=str(int(cuda["use_tf32"])))
+    if stream_pointer:
+        options.update(has_user_compute_stream="1", user_compute_stream=str(stream_pointer))
+    return options
+
+
+def _providers(device: str, cuda: Optional[Dict[str, Any]] = None, stream_pointer: int = 0):
+    if device != "cuda":
+        return [PROVIDERS["cpu"]]
+    return [(PROVIDERS["cuda"], cuda_provider_options(cuda, stream_pointer)), PROVIDERS["cpu"]]
 
 
 def _session_options(level: str, threads: int, save_to: Path = None):
@@ -77,11 +119,13 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
     engine_path = Path(out_dir) / ENGINE_FILE
     options = _session_options(engine_params["optimization_level"], engine_params["intra_op_threads"], engine_path)
     started = time.perf_counter()
-    _ort().InferenceSession(str(graph_path), options, providers=_providers(runtime["device"]))
+    cuda = engine_params.get("cuda") if runtime["device"] == "cuda" else None
+    _ort().InferenceSession(str(graph_path), options, providers=_providers(runtime["device"], cuda))
     build_seconds = time.perf_counter() - started
     return {**runtime, "engine_file": ENGINE_FILE, "engine_bytes": engine_path.stat().st_size,
             "build_seconds": round(build_seconds, 4), "optimization_level": engine_params["optimization_level"],
             "intra_op_threads": engine_params["intra_op_threads"],
+            "cuda_options": cuda_provider_options(cuda) if runtime["device"] == "cuda" else None,
             "executed": executed_types(engine_path, precision, PROVIDERS[runtime["device"]])}
 
 
@@ -107,38 +151,141 @@ def check_provenance(description: Dict[str, Any], target_def: Dict[str, Any], en
 
 
 class OrtEngine:
-    """A loaded engine: run() includes host<->device copies; prepare() times without them on GPU."""
+    """A loaded engine. run() takes and returns host arrays (accuracy); prepare() gives the
+    no-argument callable that timing calls; stream_runners() the callables of N concurrent streams."""
 
-    def __init__(self, session, description: Dict[str, Any]):
+    def __init__(self, session, description: Dict[str, Any], reload: Callable[..., Any], clock=None):
         self.session = session
         self.description = description
+        self.reload = reload  # another session on the same engine file (streams with CUDA graphs)
+        self.clock = clock  # CudaClock: latency from CUDA events on the engine's own stream
         self.input_name = session.get_inputs()[0].name
         self.output_name = session.get_outputs()[0].name
-        self.has_device_copies = description["device"] == "cuda"
+        self.on_gpu = description["device"] == "cuda"
+        self.has_device_copies = self.on_gpu
+        self.cuda_graph = self.on_gpu and (description.get("cuda_options") or {}).get("enable_cuda_graph") == "1"
+        self.slots: Dict[int, "_BoundSlot"] = {}
+        self.graph_batch: Optional[int] = None  # run() with CUDA graphs: the one batch size it captures
+
+    @property
+    def device_timed(self) -> bool:
+        return self.clock is not None
+
+    def clock_name(self) -> str:
+        return "device (CUDA events on the engine's stream)" if self.clock else "host (perf_counter around each call)"
+
+    def slot(self, batch_size: int) -> "_BoundSlot":
+        """Device buffers for one batch size, bound once (a CUDA graph replays fixed addresses)."""
+        if batch_size not in self.slots:
+            self.slots[batch_size] = _BoundSlot(self.session, batch_size, len(self.slots) + 1, self.cuda_graph)
+        return self.slots[batch_size]
 
     def run(self, batch: np.ndarray) -> np.ndarray:
-        return self.session.run([self.output_name], {self.input_name: batch})[0]
+        if not self.cuda_graph:
+            return self.session.run([self.output_name], {self.input_name: batch})[0]
+        # A captured graph has one batch size: a short last batch is padded, its padding dropped.
+        self.graph_batch = size = self.graph_batch or len(batch)
+        padded = np.zeros((size,) + batch.shape[1:], dtype=np.float32)
+        padded[:len(batch)] = batch
+        return self.slot(size).run_with_copies(padded)[:len(batch)]
 
     def prepare(self, batch: np.ndarray, include_copies: bool = False) -> Callable[[], object]:
-        """A no-argument callable running one inference on `batch`, for timing."""
-        if self.description["device"] != "cuda" or include_copies:
+        """A no-argument callable running one inference on `batch`, for timing. On a GPU the input
+        stays in device memory (trtexec's figure) unless include_copies; device-timed callables
+        return the seconds the GPU took."""
+        if not self.on_gpu:
             feeds = {self.input_name: batch}
             return lambda: self.session.run([self.output_name], feeds)
+        slot = self.slot(len(batch))
+        slot.load(batch)
+        if include_copies:
+            return lambda: slot.run_with_copies(batch)
+        if self.clock is not None:
+            return lambda: self.clock.time(slot.queue)
+        return slot.run
+
+    def stream_runners(self, batch: np.ndarray, count: int) -> Tuple[List[Callable[[], object]], str]:
+        """`count` callables for concurrent threads, and how they share the engine."""
+        if self.cuda_graph:
+            return ([self.reload(timed=False).prepare(batch) for _ in range(count)],
+                    f"{count} sessions of the engine (CUDA graphs are per session and not for concurrent use)")
+        shared = self.reload(timed=False) if self.clock is not None else self  # one stream of its own would serialise them
+        if not self.on_gpu:
+            feeds = {self.input_name: batch}
+            return ([lambda: shared.session.run([self.output_name], feeds) for _ in range(count)],
+                    f"one session shared by {count} threads")
+        slots = [_BoundSlot(shared.session, len(batch), 0, False) for _ in range(count)]
+        for each in slots:
+            each.load(batch)
+        return [each.run for each in slots], f"one session shared by {count} threads, each with its own device buffers"
+
+
+class _BoundSlot:
+    """Input and output buffers on the GPU for one batch size, bound to one IO binding."""
+
+    def __init__(self, session, batch_size: int, graph_id: int, cuda_graph: bool):
         ort = _ort()
-        binding = self.session.io_binding()
-        binding.bind_ortvalue_input(self.input_name, ort.OrtValue.ortvalue_from_numpy(batch, "cuda", 0))
-        binding.bind_output(self.output_name, "cuda", 0)
-        return lambda: self.session.run_with_iobinding(binding)
+        self.session = session
+        model_input, model_output = session.get_inputs()[0], session.get_outputs()[0]
+        input_shape = [batch_size] + [int(d) for d in model_input.shape[1:]]
+        output_shape = [batch_size] + [int(d) for d in model_output.shape[1:]]
+        self.input = ort.OrtValue.ortvalue_from_shape_and_type(input_shape, np.float32, "cuda", 0)
+        self.output = ort.OrtValue.ortvalue_from_shape_and_type(output_shape, np.float32, "cuda", 0)
+        self.binding = session.io_binding()
+        self.binding.bind_ortvalue_input(model_input.name, self.input)
+        self.binding.bind_ortvalue_output(model_output.name, self.output)
+        self.sync_options = ort.RunOptions()
+        self.queue_options = ort.RunOptions()  # returns once the work is queued (device timing)
+        self.queue_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        if cuda_graph:
+            for options in (self.sync_options, self.queue_options):
+                options.add_run_config_entry("gpu_graph_id", str(graph_id))
+
+    def load(self, batch: np.ndarray) -> None:
+        self.input.update_inplace(np.ascontiguousarray(batch, dtype=np.float32))
+
+    def run(self) -> None:
+        self.session.run_with_iobinding(self.binding, self.sync_options)
+
+    def queue(self) -> None:
+        self.session.run_with_iobinding(self.binding, self.queue_options)
+
+    def run_with_copies(self, batch: np.ndarray) -> np.ndarray:
+        self.load(batch)
+        self.run()
+        return self.output.numpy()
 
 
-def load(engine_dir: Path, description: Dict[str, Any], target_def: Dict[str, Any], threads: int = None) -> OrtEngine:
+def load(engine_dir: Path, description: Dict[str, Any], target_def: Dict[str, Any], threads: int = None,
+         timed: bool = True) -> OrtEngine:
+    """A session on the built engine file; on a GPU with `timed`, on a CUDA stream of its own with
+    event timing (where the CUDA runtime library loads; else host timing, said in the figures)."""
     check_provenance(description, target_def, engine_dir)
     threads = threads or description.get("intra_op_threads", 1)
     # The saved graph is loaded at the level it was built with: on CUDA, some fusions ONNX Runtime
     # applies are not serialisable, and a saved graph run with optimisations off was measured
     # up to 40% slower than the same graph optimised at load (benchmarks/results/engines_cuda.json).
     options = _session_options(description.get("optimization_level", "all"), threads)
+    clock = _cuda_clock() if timed and description["device"] == "cuda" else None
+    cuda = _cuda_settings(description)
     session = _ort().InferenceSession(
-        str(Path(engine_dir) / description["engine_file"]), options, providers=_providers(description["device"])
-    )
-    return OrtEngine(session, description)
+        str(Path(engine_dir) / description["engine_file"]), options,
+        providers=_providers(description["device"], cuda, clock.stream_pointer if clock else 0))
+    reload = lambda timed=True: load(engine_dir, description, target_def, threads, timed)  # noqa: E731
+    return OrtEngine(session, description, reload, clock)
+
+
+def _cuda_settings(description: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """engine.onnxruntime settings back from the provider options engine.json recorded."""
+    recorded = description.get("cuda_options")
+    if not recorded or "enable_cuda_graph" not in recorded:
+        return None
+    return {"prefer_nhwc": recorded["prefer_nhwc"] == "1", "cuda_graph": recorded["enable_cuda_graph"] == "1",
+            "cudnn_conv_algo_search": recorded["cudnn_conv_algo_search"], "use_tf32": recorded["use_tf32"] == "1"}
+
+
+def _cuda_clock():
+    from precisionflow.backends.cuda_clock import CudaClock, load_cudart
+
+    cudart = load_cudart()
+    return CudaClock(cudart) if cudart is not None else None

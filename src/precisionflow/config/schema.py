@@ -145,6 +145,18 @@ class Int8Conf:
 
 
 @dataclass
+class OrtCudaConf:
+    """ONNX Runtime's CUDA provider settings that decide speed on a GPU (ignored on a CPU target).
+    Defaults are the provider's own. Measured on an H200 (README, "Engines on a GPU"): TF32 about
+    doubles fp32 throughput, NHWC adds ~15% at batch 128, CUDA graphs halve batch-1 latency."""
+
+    prefer_nhwc: bool = False  # channels-last kernels (tensor cores want NHWC)
+    cuda_graph: bool = False  # capture one CUDA graph per batch size and replay it (static shapes)
+    cudnn_conv_algo_search: str = "EXHAUSTIVE"  # EXHAUSTIVE | HEURISTIC | DEFAULT
+    use_tf32: bool = True  # fp32 convolutions/matmuls on TF32 tensor cores: an "fp32" engine is TF32 unless off
+
+
+@dataclass
 class EngineConf:
     backend: str = "onnxruntime"  # onnxruntime | tensorrt
     # onnxruntime graph optimisation level used when the engine is built: basic | extended | all
@@ -161,6 +173,7 @@ class EngineConf:
     opt_spatial: List[int] = field(default_factory=list)
     max_spatial: List[int] = field(default_factory=list)
     sparse_weights: bool = False
+    onnxruntime: OrtCudaConf = field(default_factory=OrtCudaConf)
 
 
 @dataclass
@@ -173,6 +186,12 @@ class TargetConf:
     resources: Dict[str, Any] = field(default_factory=dict)
     # Timing settings for this target that replace `evaluate`'s (e.g. trtexec's 3 s windows on GPUs).
     timing: Dict[str, Any] = field(default_factory=dict)
+    # The engine backend's version on that target's machines, when they are not this one (a GPU
+    # node image); empty: the version installed here. Part of engine ids; a build elsewhere refuses to run.
+    backend_version: str = ""
+    # Time TensorFlow there too (benchmark_framework, and the x_tf ratios)? false for GPU nodes
+    # that carry no TensorFlow: their engines are compared with their fp32 engine only.
+    framework: bool = True
 
 
 @dataclass

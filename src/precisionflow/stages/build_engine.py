@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from precisionflow.backends import get_backend
+from precisionflow.errors import EngineMismatchError
 from precisionflow.nodeio import read_node, write_json_atomic
 
 PACKAGES = ("onnx", "numpy")  # the backend's own version is in params["runtime"]
@@ -18,9 +19,18 @@ BACKEND_SETTINGS = {
 }
 
 
-def engine_settings(engine: Dict[str, Any]) -> Dict[str, Any]:
+def engine_settings(engine: Dict[str, Any], target_def: Dict[str, Any]) -> Dict[str, Any]:
     keys = BACKEND_SETTINGS.get(engine["backend"], tuple(engine))
-    return {key: engine[key] for key in keys}
+    settings = {key: engine[key] for key in keys}
+    if engine["backend"] == "onnxruntime" and may_run_on_gpu(target_def):
+        settings["cuda"] = dict(engine["onnxruntime"])  # CUDA provider options: read only where a GPU runs it
+    return settings
+
+
+def may_run_on_gpu(target_def: Dict[str, Any]) -> bool:
+    from precisionflow.backends.devices import has_nvidia_gpu
+
+    return target_def["device"] == "cuda" or (target_def["device"] == "auto" and has_nvidia_gpu())
 
 
 def device_params(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
@@ -32,11 +42,23 @@ def device_params(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> 
 
 
 def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
-    return {"engine": engine_settings(cfg["engine"]), **device_params(cfg, target, runtime)}
+    return {"engine": engine_settings(cfg["engine"], cfg["target_defs"][target]), **device_params(cfg, target, runtime)}
+
+
+def check_runtime(planned: Dict[str, str], found: Dict[str, Any], target: str) -> None:
+    """Refuse to build with another backend version than the node's id names."""
+    if planned["backend_version"] != found["backend_version"]:
+        raise EngineMismatchError(
+            f"Target '{target}' was planned with {found['backend']} {planned['backend_version']}, this machine has "
+            f"{found['backend_version']}: the engine's id would not describe it. Plan with "
+            f"target_defs.{target}.backend_version={found['backend_version']} (the version on that target's "
+            "machines), or install the planned version here."
+        )
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
     backend = get_backend(params["engine"]["backend"])
+    check_runtime(params["runtime"], backend.describe_runtime(params["target_def"]), params["target"])
     graph_node = read_node(inputs["graph"])
     precision = graph_node["summary"]["precision"]
     description = backend.build(inputs["graph"] / "model.onnx", out, params["engine"], params["target_def"], precision)

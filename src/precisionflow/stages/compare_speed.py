@@ -18,7 +18,8 @@ from precisionflow.backends import get_backend
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
 from precisionflow.stages import prepare_dataset
 
-PACKAGES = ("numpy", "tensorflow", "tf-keras")  # the engine backend's version is in params["runtime"]
+PACKAGES = ("numpy",)  # the engine backend's version is in params["runtime"], TensorFlow's in params["framework"]
+FRAMEWORK_PACKAGES = ("tensorflow", "tf-keras")
 RATIO_KEYS = ("timing_batch_sizes", "streams", "stream_batch_size", "warmup_s", "ratio_rounds", "ratio_window_s")
 
 
@@ -26,8 +27,24 @@ def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str
     from precisionflow.stages.build_engine import device_params
     from precisionflow.stages.evaluate_engine import timing_settings
 
-    return {"ratio": timing_settings(cfg, target, RATIO_KEYS), "threads": cfg["engine"]["intra_op_threads"],
-            **device_params(cfg, target, runtime)}
+    params = {"ratio": timing_settings(cfg, target, RATIO_KEYS), "threads": cfg["engine"]["intra_op_threads"],
+              **device_params(cfg, target, runtime)}
+    if cfg["target_defs"][target]["framework"]:  # TensorFlow is timed too: its versions are read
+        from precisionflow import identity
+
+        params["framework"] = identity.package_versions(FRAMEWORK_PACKAGES)
+    return params
+
+
+def check_framework(planned: Dict[str, str]) -> None:
+    """The TensorFlow side runs with the versions the node's id names, or not at all."""
+    from precisionflow import identity
+    from precisionflow.errors import StageError
+
+    found = identity.package_versions(FRAMEWORK_PACKAGES)
+    if found != planned:
+        raise StageError(f"compare_speed was planned with {planned}, this machine has {found}. Plan again here, or "
+                         "set the target's framework=false where TensorFlow is not installed.")
 
 
 def engine_loader(engine_dir: Path) -> Callable[[], Any]:
@@ -64,7 +81,7 @@ def side_timers(loader: Callable[[], Any], images: np.ndarray, settings: Dict[st
             timing.warm_up(run_once, turn_warmup), timing.window_throughput(run_once, size, seconds))[1]
     stream_batch = speed.timing_batch(images, settings["stream_batch_size"])
     for count in settings["streams"] if phase == "streams" else ():
-        runners = [first.prepare(stream_batch)] + [loader().prepare(stream_batch) for _ in range(count - 1)]
+        runners, _ = speed.stream_runners(first, loader, stream_batch, count)
         for run_once in runners:
             timing.warm_up(run_once, settings["warmup_s"])
         timers[f"s{count}"] = lambda seconds, runners=runners: timing.concurrent_streams(
@@ -148,7 +165,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     sides = {"engine": ("engine", inputs["engine"], params["threads"])}
     if "fp32_engine" in inputs:
         sides["fp32"] = ("engine", inputs["fp32_engine"], params["threads"])
-    sides["tensorflow"] = ("model", inputs["model"], params["threads"])
+    if "model" in inputs:
+        check_framework(params["framework"])
+        sides["tensorflow"] = ("model", inputs["model"], params["threads"])
     conditions = speed.conditions()
     results = compare(sides, inputs["data"], params["ratio"])
     metrics = {"target": params["target"], "sides": {side: folder.name for side, (_, folder, _) in sides.items()},
