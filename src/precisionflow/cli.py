@@ -60,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     ui = commands.add_parser("ui", help="start the MLflow UI on the project's store and print its URL")
     _add_store_args(ui)
     ui.add_argument("--port", type=int, default=5000)
+    ship = commands.add_parser("ship", help="pack what a GPU target's engine nodes read, to run them on a GPU machine (precisionflow.remote)")
+    ship.add_argument("--target", required=True, help="the GPU target whose engine nodes run there, e.g. h200")
+    ship.add_argument("--to", dest="bundle", type=Path, required=True, help="a new folder to pack into")
+    _add_config_args(ship)
+    land = commands.add_parser("land", help="bring node folders collected on a GPU machine into results/ (never overwriting)")
+    land.add_argument("--from", dest="collected", type=Path, required=True, help="node folders collected there")
+    _add_config_args(land)
     status = commands.add_parser("status", help="list built engines and which are stale for the installed runtime")
     status.add_argument("--results", type=Path, default=Path("results"))
     return parser
@@ -111,6 +118,11 @@ def cmd_run(args, extra: List[str]) -> int:
               f"{executed} jobs finished in this run, {unfinished} of {len(plan['nodes'])} planned nodes are not done.",
               file=sys.stderr)
         return code
+    unfinished = len(plan["nodes"]) - len(after)
+    if unfinished:  # e.g. `-- --omit-from build_engine` before shipping a GPU target's nodes
+        print(f"\nprecisionflow: {executed} jobs executed; {unfinished} of {len(plan['nodes'])} planned nodes are not done "
+              "(left out of this run), so there is no report yet.")
+        return 0
     print(f"\nprecisionflow: {executed} of {len(plan['nodes'])} planned jobs executed (the rest were up to date).")
     print_summary(plan)
     return print_verdicts(plan)
@@ -250,6 +262,28 @@ def cmd_status(args) -> int:
     return 1 if any(row["state"].startswith("STALE") for row in rows) else 0
 
 
+def cmd_ship(args) -> int:
+    from precisionflow import remote
+    from precisionflow.nodeio import read_json
+    from precisionflow.plan import plan_from_overrides
+
+    manifest = remote.pack(read_json(plan_from_overrides(args.overrides, args.multirun)), args.target, args.bundle)
+    print(f"{len(manifest['nodes'])} {args.target} nodes and {len(manifest['upstream_files'])} upstream files packed in {args.bundle}.\n"
+          f"There: python -m precisionflow.remote run {args.bundle.name}; then collect the node folders and "
+          "`precisionflow land --from <folder> [same overrides]` here.")
+    return 0
+
+
+def cmd_land(args) -> int:
+    from precisionflow import remote
+    from precisionflow.nodeio import read_json
+    from precisionflow.plan import plan_from_overrides
+
+    landed = remote.land(args.collected, read_json(plan_from_overrides(args.overrides, args.multirun)))
+    print(f"{len(landed)} node folders landed in results: " + ", ".join(landed))
+    return 0
+
+
 def main(argv=None) -> int:
     own, extra = _split_passthrough(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(own)
@@ -257,7 +291,7 @@ def main(argv=None) -> int:
         if args.command == "run":
             return cmd_run(args, extra)
         commands = {"plan": cmd_plan, "config": cmd_config, "doctor": cmd_doctor, "status": cmd_status, "check": cmd_check,
-                    "compare": cmd_compare, "ui": cmd_ui, "report": cmd_report}
+                    "compare": cmd_compare, "ui": cmd_ui, "report": cmd_report, "ship": cmd_ship, "land": cmd_land}
         return commands[args.command](args)
     except PrecisionflowError as err:
         print(f"precisionflow: error: {err}", file=sys.stderr)

@@ -120,8 +120,15 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
     options = _session_options(engine_params["optimization_level"], engine_params["intra_op_threads"], engine_path)
     started = time.perf_counter()
     cuda = engine_params.get("cuda") if runtime["device"] == "cuda" else None
-    _ort().InferenceSession(str(graph_path), options, providers=_providers(runtime["device"], cuda))
+    providers = _providers(runtime["device"], cuda)
+    _ort().InferenceSession(str(graph_path), options, providers=providers)
     build_seconds = time.perf_counter() - started
+    try:  # the artifact must load as it will be measured (layout-transformed CUDA graphs included)
+        _ort().InferenceSession(str(engine_path), _session_options(engine_params["optimization_level"], 1), providers=providers)
+    except Exception as err:  # noqa: BLE001 -- onnxruntime raises its own exception types
+        raise EngineMismatchError(f"The engine ONNX Runtime saved ({engine_path}) does not load back with the same "
+                                  f"settings: {err}. Try engine.optimization_level=basic, or without "
+                                  "engine.onnxruntime.prefer_nhwc.") from err
     return {**runtime, "engine_file": ENGINE_FILE, "engine_bytes": engine_path.stat().st_size,
             "build_seconds": round(build_seconds, 4), "optimization_level": engine_params["optimization_level"],
             "intra_op_threads": engine_params["intra_op_threads"],

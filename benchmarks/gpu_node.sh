@@ -1,0 +1,47 @@
+#!/bin/bash
+# The GPU node's side of "train here, build and measure there", as run on the H200 for the README
+# table. A lean environment: the interpreter without its site-packages (python3 -S), plus only
+# numpy, onnx and onnxruntime-gpu unpacked from the payload, and the CUDA/cuDNN libraries on
+# LD_LIBRARY_PATH as a GPU node image has them. No TensorFlow, Snakemake, Hydra or MLflow.
+#
+#   bash benchmarks/gpu_node.sh STAGE_DIR ORT_BYTES [SECONDS]
+# STAGE_DIR holds the payload's parts (part??): ORT_BYTES of the xz'd lean site-packages, then the
+# xz'd bundle from `precisionflow ship`. Runs the bundle's nodes for at most SECONDS (default 420;
+# run again to continue: finished nodes are kept; FALLBACK=DIR names an alternative plan.json and
+# manifest.json, used if no engine builds at all), then the independent cross-check, and leaves
+# doctor.txt, run.log, crosscheck.json and collected.tar.xz (node folders, engine files left out) in $OUT.
+set -euo pipefail
+STAGE=$1; ORT_BYTES=$2; SECONDS_LEFT=${3:-420}
+if [ ! -d /root/bundle/results ]; then
+  mkdir -p /root/lean /root/bundle
+  cat "$STAGE"/part?? > /root/payload
+  head -c "$ORT_BYTES" /root/payload | xz -d | tar x -C /root/lean
+  tail -c +$((ORT_BYTES + 1)) /root/payload | xz -d | tar x -C /root/bundle
+  rm /root/payload
+fi
+LIBS=$(find /opt /usr/local /usr/lib -xdev \( -name 'libcudart.so.1*' -o -name 'libcudnn.so.9*' -o -name 'libcublasLt.so.1*' \
+       -o -name 'libcufft.so.1*' -o -name 'libcurand.so.1*' -o -name 'libnvrtc.so.1*' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
+export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}" PYTHONPATH="/root/lean:$PWD/src" PYTHONUNBUFFERED=1
+PY="python3 -S"
+$PY -c "import sys, numpy, onnx, onnxruntime; print(sys.version.split()[0], 'numpy', numpy.__version__, 'onnx', onnx.__version__, 'onnxruntime', onnxruntime.__version__, onnxruntime.get_available_providers())" | tee "$OUT/doctor.txt"
+$PY -c "import importlib.util as u; print('tensorflow importable:', u.find_spec('tensorflow') is not None, '| snakemake:', u.find_spec('snakemake') is not None, '| torch:', u.find_spec('torch') is not None)" | tee -a "$OUT/doctor.txt"
+$PY -m precisionflow.remote doctor /root/bundle | tee -a "$OUT/doctor.txt"
+set +e
+timeout "$SECONDS_LEFT" $PY -m precisionflow.remote run /root/bundle 2>&1 | tee -a /root/run.log
+status=${PIPESTATUS[0]}
+if [ "$status" != 0 ] && [ ! -d /root/bundle/results/build_engine ] && [ -n "${FALLBACK:-}" ]; then
+  # No engine built at all: ship's alternative plan (e.g. without NHWC) replaces the bundle's plan.
+  echo "first engine failed to build: running the fallback plan from $FALLBACK" | tee -a /root/run.log
+  cp "$FALLBACK/plan.json" "$FALLBACK/manifest.json" /root/bundle/
+  timeout "$SECONDS_LEFT" $PY -m precisionflow.remote run /root/bundle 2>&1 | tee -a /root/run.log
+  status=${PIPESTATUS[0]}
+fi
+set -e
+cp /root/run.log "$OUT/run.log"
+if [ "$status" = 0 ]; then
+  $PY benchmarks/gpu_crosscheck.py /root/bundle "$OUT/crosscheck.json" --seconds 1.5 --batches 1 128 || true
+fi
+rm -rf /root/collected
+$PY -m precisionflow.remote collect /root/bundle /root/collected --without-engine-files > /dev/null
+tar cf - -C /root/collected . | xz > "$OUT/collected.tar.xz"
+echo "run status $status"
