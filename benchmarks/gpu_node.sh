@@ -8,7 +8,7 @@
 # STAGE_DIR holds the payload's parts (part??): ORT_BYTES of the xz'd lean site-packages, then the
 # xz'd bundle from `precisionflow ship`. Runs the bundle's nodes for at most SECONDS (default 420;
 # run again to continue: finished nodes are kept; FALLBACK=DIR names an alternative plan.json and
-# manifest.json, used if no engine builds at all), then the independent cross-check, and leaves
+# manifest.json, used if no engine builds at all; PLAN=DIR replaces the bundle's own), then the independent cross-check, and leaves
 # doctor.txt, run.log, crosscheck.json and collected.tar.xz (node folders, engine files left out) in $OUT.
 set -euo pipefail
 STAGE=$1; ORT_BYTES=$2; SECONDS_LEFT=${3:-420}
@@ -18,6 +18,9 @@ if [ ! -d /root/bundle/results ]; then
   head -c "$ORT_BYTES" /root/payload | xz -d | tar x -C /root/lean
   tail -c +$((ORT_BYTES + 1)) /root/payload | xz -d | tar x -C /root/bundle
   rm /root/payload
+fi
+if [ -n "${PLAN:-}" ]; then  # a re-shipped plan (same upstream files, e.g. after a code change)
+  cp "$PLAN/plan.json" "$PLAN/manifest.json" /root/bundle/
 fi
 LIBS=$(find /opt /usr/local /usr/lib -xdev \( -name 'libcudart.so.1*' -o -name 'libcudnn.so.9*' -o -name 'libcublasLt.so.1*' \
        -o -name 'libcufft.so.1*' -o -name 'libcurand.so.1*' -o -name 'libnvrtc.so.1*' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)

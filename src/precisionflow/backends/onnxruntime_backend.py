@@ -120,8 +120,8 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
     options = _session_options(engine_params["optimization_level"], engine_params["intra_op_threads"], engine_path)
     started = time.perf_counter()
     cuda = engine_params.get("cuda") if runtime["device"] == "cuda" else None
+    cuda, graph_refused = _optimise_and_save(graph_path, options, runtime["device"], cuda)
     providers = _providers(runtime["device"], cuda)
-    _ort().InferenceSession(str(graph_path), options, providers=providers)
     build_seconds = time.perf_counter() - started
     try:  # the artifact must load as it will be measured (layout-transformed CUDA graphs included)
         _ort().InferenceSession(str(engine_path), _session_options(engine_params["optimization_level"], 1), providers=providers)
@@ -133,7 +133,25 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
             "build_seconds": round(build_seconds, 4), "optimization_level": engine_params["optimization_level"],
             "intra_op_threads": engine_params["intra_op_threads"],
             "cuda_options": cuda_provider_options(cuda) if runtime["device"] == "cuda" else None,
+            "cuda_graph_refused": graph_refused,
             "executed": executed_types(engine_path, precision, PROVIDERS[runtime["device"]])}
+
+
+def _optimise_and_save(graph_path: Path, options, device: str, cuda: Optional[Dict[str, Any]]):
+    """Let ONNX Runtime optimise the graph and save it; (the CUDA settings the engine really has,
+    why CUDA graphs were refused or None). A graph with nodes left to the CPU provider (e.g. Q/DQ
+    pairs the CUDA provider has no kernel for) cannot be captured: that engine is built without
+    a CUDA graph and says so in engine.json and the table, instead of failing the sweep."""
+    try:
+        _ort().InferenceSession(str(graph_path), options, providers=_providers(device, cuda))
+        return cuda, None
+    except Exception as err:  # noqa: BLE001 -- onnxruntime raises its own exception types
+        if not (cuda and cuda["cuda_graph"] and "graph capture" in str(err)):
+            raise
+        reason = str(err).split(" : ")[-1].strip()
+        cuda = dict(cuda, cuda_graph=False)
+        _ort().InferenceSession(str(graph_path), options, providers=_providers(device, cuda))
+        return cuda, reason
 
 
 def executed_types(engine_path: Path, precision: str, provider: str) -> Dict[str, Any]:
