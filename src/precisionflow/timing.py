@@ -100,25 +100,38 @@ def concurrent_streams(run_fns: List[Callable[[], object]], batch_size: int, war
     latencies: List[List[float]] = [[] for _ in run_fns]
     barrier = threading.Barrier(len(run_fns) + 1)
 
+    failures: List[BaseException] = []
+
     def stream(index: int) -> None:
         run_once = run_fns[index]
-        warm_up(run_once, warmup_s)
-        barrier.wait()
-        window_end = time.perf_counter() + duration_s
-        while time.perf_counter() < window_end:
-            start = time.perf_counter()
-            run_once()
-            latencies[index].append(time.perf_counter() - start)
-            counts[index] += 1
+        try:
+            warm_up(run_once, warmup_s)
+            barrier.wait()
+            window_end = time.perf_counter() + duration_s
+            while time.perf_counter() < window_end:
+                start = time.perf_counter()
+                run_once()
+                latencies[index].append(time.perf_counter() - start)
+                counts[index] += 1
+        except threading.BrokenBarrierError:
+            pass
+        except Exception as err:  # noqa: BLE001 -- re-raised below: a failed stream must not hang the others
+            failures.append(err)
+            barrier.abort()
 
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(len(run_fns))]
     for thread in threads:
         thread.start()
-    barrier.wait()
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass
     started = time.perf_counter()
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - started
+    if failures:
+        raise failures[0]
     every = sorted(t for stream_latencies in latencies for t in stream_latencies)
     return {"streams": len(run_fns), "throughput_sps": batch_size * sum(counts) / wall,
             "p50_ms": 1000 * percentile(every, 50), "p99_ms": 1000 * percentile(every, 99), "iterations": sum(counts)}

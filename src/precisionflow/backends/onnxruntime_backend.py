@@ -10,8 +10,7 @@ cuDNN algorithm search, TF32) are part of the engine: recorded in engine.json an
 Inputs and outputs live in device buffers bound once per batch size (IO binding); with CUDA
 graphs, one graph is captured per batch size and replayed. Latency is timed on the device with
 CUDA events (cuda_clock.py); concurrent streams share one loaded engine, each thread with its own
-bound buffers (with CUDA graphs, one engine per stream: ONNX Runtime's graphs are per session and
-not for concurrent use).
+bound buffers (without CUDA graphs there: ONNX Runtime's graphs are not for concurrent use).
 """
 
 import functools
@@ -231,18 +230,19 @@ class OrtEngine:
 
     def stream_runners(self, batch: np.ndarray, count: int) -> Tuple[List[Callable[[], object]], str]:
         """`count` callables for concurrent threads, and how they share the engine."""
-        if self.cuda_graph:
-            return ([self.reload(timed=False).prepare(batch) for _ in range(count)],
-                    f"{count} sessions of the engine (CUDA graphs are per session and not for concurrent use)")
-        shared = self.reload(timed=False) if self.clock is not None else self  # one stream of its own would serialise them
         if not self.on_gpu:
             feeds = {self.input_name: batch}
-            return ([lambda: shared.session.run([self.output_name], feeds) for _ in range(count)],
+            return ([lambda: self.session.run([self.output_name], feeds) for _ in range(count)],
                     f"one session shared by {count} threads")
+        # A session of its own for the threads: the timing session's single stream would serialise
+        # them, and ONNX Runtime's CUDA graphs are neither shareable between threads nor safe to
+        # capture while other threads launch work, so the streams run the engine without one.
+        shared = self.reload(timed=False, cuda_graph=False)
         slots = [_BoundSlot(shared.session, len(batch), 0, False) for _ in range(count)]
         for each in slots:
             each.load(batch)
-        return [each.run for each in slots], f"one session shared by {count} threads, each with its own device buffers"
+        without = " (without CUDA graphs)" if self.cuda_graph else ""
+        return [each.run for each in slots], f"one session shared by {count} threads, each with its own device buffers{without}"
 
 
 class _BoundSlot:
@@ -282,7 +282,7 @@ class _BoundSlot:
 
 
 def load(engine_dir: Path, description: Dict[str, Any], target_def: Dict[str, Any], threads: int = None,
-         timed: bool = True) -> OrtEngine:
+         timed: bool = True, cuda_graph: bool = True) -> OrtEngine:
     """A session on the built engine file; on a GPU with `timed`, on a CUDA stream of its own with
     event timing (where the CUDA runtime library loads; else host timing, said in the figures)."""
     check_provenance(description, target_def, engine_dir)
@@ -293,11 +293,15 @@ def load(engine_dir: Path, description: Dict[str, Any], target_def: Dict[str, An
     options = _session_options(description.get("optimization_level", "all"), threads)
     clock = _cuda_clock() if timed and description["device"] == "cuda" else None
     cuda = _cuda_settings(description)
+    if cuda and not cuda_graph:
+        cuda = dict(cuda, cuda_graph=False)
     session = _ort().InferenceSession(
         str(Path(engine_dir) / description["engine_file"]), options,
         providers=_providers(description["device"], cuda, clock.stream_pointer if clock else 0))
-    reload = lambda timed=True: load(engine_dir, description, target_def, threads, timed)  # noqa: E731
-    return OrtEngine(session, description, reload, clock)
+    reload = lambda timed=True, cuda_graph=True: load(engine_dir, description, target_def, threads, timed, cuda_graph)  # noqa: E731
+    engine = OrtEngine(session, description, reload, clock)
+    engine.cuda_graph = engine.cuda_graph and bool(cuda and cuda["cuda_graph"])
+    return engine
 
 
 def _cuda_settings(description: Dict[str, Any]) -> Optional[Dict[str, Any]]:
