@@ -30,7 +30,7 @@ $PY -c "import sys, numpy, onnx, onnxruntime; print(sys.version.split()[0], 'num
 $PY -c "import importlib.util as u; print('tensorflow importable:', u.find_spec('tensorflow') is not None, '| snakemake:', u.find_spec('snakemake') is not None, '| torch:', u.find_spec('torch') is not None)" | tee -a "$OUT/doctor.txt"
 $PY -m precisionflow.remote doctor /root/bundle | tee -a "$OUT/doctor.txt"
 set +e
-timeout "$SECONDS_LEFT" $PY -m precisionflow.remote run /root/bundle 2>&1 | tee -a /root/run.log
+timeout "$SECONDS_LEFT" $PY -m precisionflow.remote run /root/bundle ${KEEP_GOING:+--keep-going} 2>&1 | tee -a /root/run.log
 status=${PIPESTATUS[0]}
 if [ "$status" != 0 ] && [ ! -d /root/bundle/results/build_engine ] && [ -n "${FALLBACK:-}" ]; then
   # No engine built at all: ship's alternative plan (e.g. without NHWC) replaces the bundle's plan.
@@ -41,9 +41,7 @@ if [ "$status" != 0 ] && [ ! -d /root/bundle/results/build_engine ] && [ -n "${F
 fi
 set -e
 cp /root/run.log "$OUT/run.log"
-if [ "$status" = 0 ]; then
-  $PY benchmarks/gpu_crosscheck.py /root/bundle "$OUT/crosscheck.json" --seconds 1.5 --batches 1 128 || true
-fi
+$PY benchmarks/gpu_crosscheck.py /root/bundle "$OUT/crosscheck.json" --seconds 1.5 --batches 1 128 || true
 rm -rf /root/collected
 $PY -m precisionflow.remote collect /root/bundle /root/collected --without-engine-files > /dev/null
 tar cf - -C /root/collected . | xz > "$OUT/collected.tar.xz"

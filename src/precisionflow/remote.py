@@ -91,19 +91,34 @@ def pack(plan: Dict[str, Any], target: str, bundle: Path) -> Dict[str, Any]:
     return manifest
 
 
-def run_bundle(bundle: Path) -> List[Dict[str, Any]]:
-    """Run every node of the bundle not finished yet, in order, through the runner."""
+def run_bundle(bundle: Path, keep_going: bool = False) -> List[Dict[str, Any]]:
+    """Run every node of the bundle not finished yet, in order, through the runner. With
+    keep_going, a failed node does not stop the others (those reading it fail on their own)."""
     from precisionflow.runner import run_node
+
+    import os
+    import time
 
     bundle = Path(bundle)
     plan, manifest = read_json(bundle / "plan.json"), read_json(bundle / "manifest.json")
-    done = []
+    # One run id for the figures of this invocation, as Snakemake's onstart gives a local run.
+    os.environ.setdefault("PRECISIONFLOW_RUN", time.strftime("%Y-%m-%dT%H:%M:%S"))
+    done, failed = [], []
     for key in manifest["nodes"]:
         if (bundle / "results" / key / NODE_FILE).is_file():
             continue
-        record = run_node(plan, key, bundle / "results")
+        try:
+            record = run_node(plan, key, bundle / "results")
+        except Exception as err:  # noqa: BLE001 -- reported with the node; nothing half-written is published
+            if not keep_going:
+                raise
+            print(f"{key}: FAILED: {str(err).splitlines()[0][:300]}", flush=True)
+            failed.append(key)
+            continue
         print(f"{key}: done in {record['timings']['seconds']} s", flush=True)
         done.append(record)
+    if failed:
+        raise StageError(f"{len(failed)} nodes failed: {failed}")
     return done
 
 
@@ -171,8 +186,10 @@ def doctor(bundle: Path) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("run", "doctor"):
-        commands.add_parser(name).add_argument("bundle", type=Path)
+    commands.add_parser("doctor").add_argument("bundle", type=Path)
+    run_parser = commands.add_parser("run")
+    run_parser.add_argument("bundle", type=Path)
+    run_parser.add_argument("--keep-going", action="store_true", help="run the other nodes when one fails")
     collect_parser = commands.add_parser("collect")
     collect_parser.add_argument("bundle", type=Path)
     collect_parser.add_argument("out", type=Path)
@@ -180,7 +197,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
-            run_bundle(args.bundle)
+            run_bundle(args.bundle, args.keep_going)
         elif args.command == "doctor":
             print(doctor(args.bundle))
         else:

@@ -21,15 +21,15 @@ from precisionflow.stages import report_pages
 
 PACKAGES = ("matplotlib", "numpy")
 NOISY_MARK = "*"
-COLUMNS = ["model", "precision", "variant", "target", "ran", "top1", "top5", "agreement", "flipped", "qat_agreement",
+COLUMNS = ["model", "precision", "variant", "options", "target", "ran", "top1", "top5", "agreement", "flipped", "qat_agreement",
            "int8_frac", "p50_ms_b1", "p99_ms_b1", "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams",
            "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb",
            "timed", "load", "node"]
-PRINTED = ["model", "precision", "variant", "ran", "top1", "agreement", "flipped", "qat_agreement", "int8_frac",
+PRINTED = ["model", "precision", "variant", "options", "ran", "top1", "agreement", "flipped", "qat_agreement", "int8_frac",
            "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1",
            "x_tf_bmax", "x_tf_streams", "engine_kb", "timed", "load"]
 # The page fits a 1366-px window: node ids live in tooltips (the precision cell), models by their hash.
-HTML_COLUMNS = ["model", "precision", "variant", "target", "ran", "top1", "top5", "agreement", "flipped", "qat_agreement",
+HTML_COLUMNS = ["model", "precision", "variant", "options", "target", "ran", "top1", "top5", "agreement", "flipped", "qat_agreement",
                 "int8_frac", "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams",
                 "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb"]
 FIGURES = "figures"  # pictures live in one folder of the node: Snakemake's report collects it
@@ -56,8 +56,30 @@ def speed_columns(speed: Dict[str, Any]) -> Dict[str, Any]:
         "sps_b1": marked(batch[smallest]["throughput_sps"], 1, batch[smallest]["noisy"]),
         "sps_bmax": marked(batch[largest]["throughput_sps"], 1, batch[largest]["noisy"]), "bmax": int(largest),
         "sps_streams": round(streams[most]["throughput_sps"], 1) if most else "", "streams": most or "",
-        "timed": taken.get("run", "")[5:].replace("T", " "), "load": taken.get("loadavg_1m", ""),
+        "timed": timed(taken), "load": taken.get("loadavg_1m", ""),
     }
+
+
+def timed(taken: Dict[str, Any]) -> str:
+    """The workflow run a figure comes from (its start), or when it was taken outside one."""
+    run = str(taken.get("run", ""))
+    if run[:4].isdigit():
+        return run[5:].replace("T", " ")
+    return f"{str(taken.get('taken_at', ''))[5:16].replace('T', ' ')} (no run id)"
+
+
+def engine_options(description: Dict[str, Any]) -> str:
+    """The CUDA provider settings an engine ran with (TF32, NHWC, CUDA graph); empty on a CPU."""
+    cuda = description.get("cuda_options") or {}
+    if "use_tf32" not in cuda:
+        return ""
+    parts = ["TF32" if cuda["use_tf32"] == "1" else "no TF32"]
+    parts += ["NHWC"] if cuda.get("prefer_nhwc") == "1" else []
+    if cuda.get("enable_cuda_graph") == "1":
+        parts.append("CUDA graph")
+    elif description.get("cuda_graph_refused"):
+        parts.append("no CUDA graph (nodes on CPU)")
+    return ", ".join(parts)
 
 
 def ratio_columns(ratio_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -82,6 +104,7 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
     row = {column: "" for column in COLUMNS}
     row.update({
         "model": lineage["train_model"]["id"], "precision": metrics["precision"], "variant": variant(lineage),
+        "options": engine_options(metrics["engine"]),
         "top5": round(metrics["top5"], 4) if "top5" in metrics else "",
         "target": metrics["target"], "ran": executed.get("executed_precision", "?") + ("" if executed.get("as_requested", True) else " (!)"),
         "top1": round(metrics["top1"], 4), "agreement": round(metrics["agreement"], 4), "flipped": metrics["flipped"],
