@@ -35,6 +35,6 @@ lock:
 clean-results:
 	rm -rf results/* .snakemake
 
-# Check the TensorRT backend's use of the 10.x API against tensorrt-stubs (needs network).
+# Check the TensorRT backend's use of the 10.x API against tensorrt-stubs (needs the package registry; CI runs it).
 typecheck-tensorrt:
 	tools/typecheck_tensorrt.sh

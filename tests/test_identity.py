@@ -66,7 +66,8 @@ EXPECTED = {
     "engine.backend": ENGINES, "engine.optimization_level": ENGINES,
     "engine.intra_op_threads": ENGINES | {"benchmark_framework"},
     **{f"engine.{key}": NOTHING for key in ("trt_builder_optimization_level", "trt_workspace_mb", "min_batch", "opt_batch",
-                                            "max_batch", "min_spatial", "opt_spatial", "max_spatial", "sparse_weights")},
+                                            "max_batch", "min_spatial", "opt_spatial", "max_spatial", "sparse_weights",
+                                            "trt_int8_fp16")},
     "targets": {"report", "track_mlflow"},  # the cpu target's nodes join; local's keep their ids
     "target_defs.local.device": ENGINES | {"benchmark_framework"},
     "target_defs.local.expect_device": ENGINES | {"benchmark_framework"},
@@ -104,6 +105,7 @@ CONDITIONAL = [
     (["calibration=percentile"], "calibration.percentile", 99.9, {"calibrate"} | GRAPHS),
     (["engine=tensorrt"], "engine.trt_builder_optimization_level", 5, ENGINES),
     (["engine=tensorrt"], "engine.max_batch", 128, ENGINES),
+    (["engine=tensorrt"], "engine.trt_int8_fp16", False, ENGINES),
     (["engine=tensorrt"], "engine.optimization_level", "basic", NOTHING),
     (["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=null"], "int8.mixed_keep_fp", 2, GRAPHS),
     (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_keep_fp", 2, NOTHING),  # the search does not read it

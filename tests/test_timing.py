@@ -94,3 +94,18 @@ def test_ratio_stats_flag_an_uncertain_median():
     # the same round-to-round spread over four times the rounds halves the median's uncertainty
     few, many = timing.ratio_stats([2.0, 2.2] * 2, [1.0] * 4), timing.ratio_stats([2.0, 2.2] * 8, [1.0] * 16)
     assert many["median_error_percent"] == pytest.approx(few["median_error_percent"] / 2, rel=0.2)
+
+
+def test_a_failing_stream_fails_the_measurement_instead_of_hanging_it():
+    def broken():
+        raise RuntimeError("CUDA error 700")
+
+    with pytest.raises(RuntimeError, match="CUDA error 700"):
+        timing.concurrent_streams([lambda: None, broken, lambda: None], batch_size=1, warmup_s=0.01, duration_s=0.05)
+
+
+def test_device_timed_windows_report_the_device_clock_and_keep_the_host_one():
+    stats = timing.repeated_windows(lambda: 0.002, 4, {"repeats": 2, "warmup_s": 0.0, "duration_s": 0.0, "min_iterations": 5},
+                                    device_timed=True)
+    assert stats["clock"] == "device" and stats["mean_ms"] == pytest.approx(2.0)
+    assert stats["throughput_sps"] == pytest.approx(2000) and stats["host"]["mean_ms"] < 1.0

@@ -96,7 +96,9 @@ def clear_caches() -> None:
 
 
 # Distributions that provide the same module: whichever is installed is the one called.
-ALTERNATIVES = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu"), "tensorflow": ("tensorflow", "tensorflow-cpu")}
+# Distributions that provide one module: the version is read from whichever is installed.
+ALTERNATIVES = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu"), "tensorflow": ("tensorflow", "tensorflow-cpu"),
+                "tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu11", "tensorrt-lean", "tensorrt-dispatch")}
 
 
 def installed_version(package: str) -> str:

@@ -106,3 +106,30 @@ def test_inspector_layer_types_say_what_tensorrt_runs():
     label = executed.label("int8", counts, "TensorRT")
     assert label["as_requested"] and label["executed_precision"] == "int8 2 + fp16 1"
     assert not executed.label("fp16", executed.trt_layer_types({"Layers": [{"Inputs": [{"Format/Datatype": "Float"}]}]}), "TensorRT")["as_requested"]
+
+
+@pytest.mark.parametrize("precision, version, allow, network, builder", [
+    ("int8", "10.14.1", True, [], {"TF32": True, "INT8": True, "FP16": True}),  # trtexec --int8 --fp16
+    ("int8_qat", "10.14.1", True, [], {"TF32": True, "INT8": True, "FP16": True}),
+    ("int8", "10.14.1", False, ["STRONGLY_TYPED"], {"TF32": True}),
+    ("int8", "11.4.0", True, [], {"TF32": True}),  # 11.x: always strongly typed, no fp16 fallback
+    ("fp16", "10.14.1", True, ["STRONGLY_TYPED"], {"TF32": True}),
+])
+def test_int8_engines_may_run_unquantized_layers_in_fp16_on_tensorrt_10(precision, version, allow, network, builder):
+    params = dict(ENGINE, trt_int8_fp16=allow)
+    assert trt_backend.network_flag_names(version, precision, params) == network
+    assert trt_backend.builder_flag_changes(precision, params, version) == builder
+
+
+def test_tensorrt_version_comes_from_whichever_distribution_provides_it(monkeypatch):
+    from importlib.metadata import PackageNotFoundError
+
+    from precisionflow import identity
+
+    def version(name):
+        if name == "tensorrt-cu12":
+            return "10.14.1.48"
+        raise PackageNotFoundError(name)
+
+    monkeypatch.setattr(identity, "version", version)
+    assert identity.installed_version("tensorrt") == "10.14.1.48"

@@ -47,14 +47,28 @@ def check_version(version: str) -> Tuple[int, int, int]:
     return parsed
 
 
-def network_flag_names(version: str) -> List[str]:
-    """NetworkDefinitionCreationFlag names to set: STRONGLY_TYPED on 10.x (11.x is always strongly typed)."""
-    return ["STRONGLY_TYPED"] if check_version(version)[0] == 10 else []
+def int8_over_fp16(precision: str, engine_params: Dict[str, Any], version: str) -> bool:
+    """An int8 engine whose unquantized layers may run in fp16 (what `trtexec --int8 --fp16` builds):
+    TensorRT 10 only, in a weakly typed network; TensorRT 11 is always strongly typed, so there
+    those layers run in the graph's own types (fp32)."""
+    return (precision.startswith("int8") and bool(engine_params.get("trt_int8_fp16"))
+            and check_version(version)[0] == 10)
 
 
-def builder_flag_changes(precision: str, engine_params: Dict[str, Any]) -> Dict[str, bool]:
-    """BuilderFlag name -> set (True) / clear (False). No FP16/INT8 flags: the graph carries the types."""
+def network_flag_names(version: str, precision: str = "fp32", engine_params: Optional[Dict[str, Any]] = None) -> List[str]:
+    """NetworkDefinitionCreationFlag names to set: STRONGLY_TYPED on 10.x (11.x is always strongly
+    typed), except for an int8 engine allowed fp16 layers."""
+    if check_version(version)[0] != 10 or int8_over_fp16(precision, engine_params or {}, version):
+        return []
+    return ["STRONGLY_TYPED"]
+
+
+def builder_flag_changes(precision: str, engine_params: Dict[str, Any], version: str = "10") -> Dict[str, bool]:
+    """BuilderFlag name -> set (True) / clear (False). In a strongly typed network the graph carries
+    the types (no FP16/INT8 flags); an int8 engine allowed fp16 layers sets both."""
     changes = {"TF32": precision != "fp32"}  # TF32 is on by default; a true fp32 baseline clears it
+    if int8_over_fp16(precision, engine_params, version):
+        changes.update(INT8=True, FP16=True)
     if engine_params.get("sparse_weights"):
         changes["SPARSE_WEIGHTS"] = True
     return changes
@@ -95,7 +109,8 @@ def describe(version: str, gpu: Dict[str, str], precision: str, profiles, engine
     return {"backend": "tensorrt", "backend_version": version, "device": "cuda", **gpu, "precision": precision,
             "profiles": {name: {k: list(v) for k, v in shapes.items()} for name, shapes in profiles.items()},
             "builder_optimization_level": engine_params["trt_builder_optimization_level"],
-            "builder_flags": builder_flag_changes(precision, engine_params), "engine_file": ENGINE_FILE,
+            "builder_flags": builder_flag_changes(precision, engine_params, version),
+            "network_flags": network_flag_names(version, precision, engine_params), "engine_file": ENGINE_FILE,
             "engine_bytes": size, "build_seconds": round(seconds, 3)}
 
 
@@ -133,11 +148,11 @@ def _graph_inputs(graph_path: Path) -> Dict[str, list]:
             for i in model.graph.input}
 
 
-def _network(builder, logger, graph_path: Path, version: str):
+def _network(builder, logger, graph_path: Path, version: str, precision: str, engine_params: Dict[str, Any]):
     import tensorrt as trt
 
     flags = 0
-    for name in network_flag_names(version):
+    for name in network_flag_names(version, precision, engine_params):
         flags |= 1 << int(getattr(trt.NetworkDefinitionCreationFlag, name))
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
@@ -147,14 +162,14 @@ def _network(builder, logger, graph_path: Path, version: str):
     return network, parser
 
 
-def _config(builder, precision: str, engine_params, profiles):
+def _config(builder, precision: str, engine_params, profiles, version: str):
     import tensorrt as trt
 
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, engine_params["trt_workspace_mb"] << 20)
     config.builder_optimization_level = engine_params["trt_builder_optimization_level"]
     config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
-    for name, enable in builder_flag_changes(precision, engine_params).items():
+    for name, enable in builder_flag_changes(precision, engine_params, version).items():
         (config.set_flag if enable else config.clear_flag)(getattr(trt.BuilderFlag, name))
     profile = builder.create_optimization_profile()
     for name, shapes in profiles.items():
@@ -176,9 +191,9 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
     check_device({**gpu, "device": "cuda"}, target_def)
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    network, _parser = _network(builder, logger, graph_path, version)
+    network, _parser = _network(builder, logger, graph_path, version, precision, engine_params)
     profiles = {name: profile_shapes(shape, engine_params) for name, shape in _graph_inputs(graph_path).items()}
-    config = _config(builder, precision, engine_params, profiles)
+    config = _config(builder, precision, engine_params, profiles, version)
     cache_file = timing_cache_path(cache_root or Path(out_dir).parent.parent / ".cache", gpu["device_name"], version)
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache_file) + ".lock"):  # builds on one target share (and grow) one cache
@@ -230,35 +245,37 @@ def _check(result):
     return values[0] if len(values) == 1 else values
 
 
-class TrtEngine:
-    """A deserialized engine with one execution context and one CUDA stream (one "stream" of work)."""
+class _Context:
+    """One execution context with its own CUDA stream and device buffers, allocated once per input
+    shape and kept (a timing loop or a stream reuses them; they are freed with the context)."""
 
-    has_device_copies = True
-
-    def __init__(self, engine, description):
+    def __init__(self, engine, description: Dict[str, Any], input_name: str, output_name: str):
         import tensorrt as trt
 
-        self.cudart = _cudart()
         self.trt, self.engine, self.description = trt, engine, description
+        self.cudart = _cudart()
         self.context = engine.create_execution_context()
         self.stream = _check(self.cudart.cudaStreamCreate())
-        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
-        self.input_name = next(n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT)
-        self.output_name = next(n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT)
-        self.allocations: List[int] = []
+        self.input_name, self.output_name = input_name, output_name
+        self.buffers: Dict[Tuple[int, ...], Tuple[int, int, np.ndarray]] = {}
 
     def __del__(self):
-        for pointer in getattr(self, "allocations", []):
-            self.cudart.cudaFree(pointer)
+        for device_in, device_out, _ in getattr(self, "buffers", {}).values():
+            self.cudart.cudaFree(device_in)
+            self.cudart.cudaFree(device_out)
 
-    def _bind(self, batch: np.ndarray):
-        self.context.set_input_shape(self.input_name, tuple(batch.shape))
-        out_shape = tuple(self.context.get_tensor_shape(self.output_name))
-        out_dtype = self.trt.nptype(self.engine.get_tensor_dtype(self.output_name))
-        host_out = np.empty(out_shape, dtype=out_dtype)
-        device_in = _check(self.cudart.cudaMalloc(batch.nbytes))
-        device_out = _check(self.cudart.cudaMalloc(host_out.nbytes))
-        self.allocations += [device_in, device_out]
+    def activate(self, shape: Tuple[int, ...]) -> Tuple[int, int, np.ndarray]:
+        """Set the input shape (checked against the engine's profile) and bind that shape's buffers."""
+        if not self.context.set_input_shape(self.input_name, shape):
+            raise EngineMismatchError(
+                f"TensorRT refused input shape {shape} for '{self.input_name}': outside the engine's profile "
+                f"{self.description.get('profiles')}. Rebuild with engine.min/opt/max_batch covering it.")
+        if shape not in self.buffers:
+            out_shape = tuple(self.context.get_tensor_shape(self.output_name))
+            host_out = np.empty(out_shape, dtype=self.trt.nptype(self.engine.get_tensor_dtype(self.output_name)))
+            in_bytes = int(np.prod(shape)) * np.dtype(self.trt.nptype(self.engine.get_tensor_dtype(self.input_name))).itemsize
+            self.buffers[shape] = (_check(self.cudart.cudaMalloc(in_bytes)), _check(self.cudart.cudaMalloc(host_out.nbytes)), host_out)
+        device_in, device_out, host_out = self.buffers[shape]
         self.context.set_tensor_address(self.input_name, int(device_in))
         self.context.set_tensor_address(self.output_name, int(device_out))
         return device_in, device_out, host_out
@@ -268,14 +285,18 @@ class TrtEngine:
 
     def prepare(self, batch: np.ndarray, include_copies: bool = False):
         batch = np.ascontiguousarray(batch, dtype=self.trt.nptype(self.engine.get_tensor_dtype(self.input_name)))
-        device_in, device_out, host_out = self._bind(batch)
+        shape = tuple(batch.shape)
+        device_in, device_out, host_out = self.activate(shape)
         to_device, to_host = self.cudart.cudaMemcpyKind.cudaMemcpyHostToDevice, self.cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
         self._copy(device_in, batch.ctypes.data, batch.nbytes, to_device)
+        _check(self.cudart.cudaStreamSynchronize(self.stream))
 
         def run_once():
+            self.activate(shape)  # another batch size may have been run on this context meanwhile
             if include_copies:
                 self._copy(device_in, batch.ctypes.data, batch.nbytes, to_device)
-            self.context.execute_async_v3(self.stream)
+            if not self.context.execute_async_v3(self.stream):
+                raise EngineMismatchError(f"TensorRT could not enqueue the engine for input shape {shape}.")
             if include_copies:
                 self._copy(host_out.ctypes.data, device_out, host_out.nbytes, to_host)
             _check(self.cudart.cudaStreamSynchronize(self.stream))
@@ -283,8 +304,35 @@ class TrtEngine:
 
         return run_once
 
+
+class TrtEngine:
+    """A deserialized engine: one execution context for accuracy and batch timing, and one more
+    context per concurrent stream on the same engine (trtexec --streams), never a second engine."""
+
+    has_device_copies = True
+
+    def __init__(self, engine, description):
+        import tensorrt as trt
+
+        self.engine, self.description = engine, description
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        self.input_name = next(n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT)
+        self.output_name = next(n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT)
+        self.main = self.new_context()
+
+    def new_context(self) -> _Context:
+        return _Context(self.engine, self.description, self.input_name, self.output_name)
+
+    def prepare(self, batch: np.ndarray, include_copies: bool = False):
+        return self.main.prepare(batch, include_copies)
+
     def run(self, batch: np.ndarray) -> np.ndarray:
-        return self.prepare(batch, include_copies=True)().copy()
+        return self.main.prepare(batch, include_copies=True)().copy()
+
+    def stream_runners(self, batch: np.ndarray, count: int):
+        contexts = [self.new_context() for _ in range(count)]
+        self.stream_contexts = contexts  # kept alive (their buffers) while the streams run
+        return [context.prepare(batch) for context in contexts], f"one engine, {count} execution contexts"
 
 
 def load(engine_dir: Path, description: Dict[str, Any], target_def: Dict[str, Any], threads: Optional[int] = None) -> TrtEngine:

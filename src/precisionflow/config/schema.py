@@ -173,6 +173,8 @@ class EngineConf:
     opt_spatial: List[int] = field(default_factory=list)
     max_spatial: List[int] = field(default_factory=list)
     sparse_weights: bool = False
+    # TensorRT 10: int8 engines may run their unquantized layers in fp16 (trtexec --int8 --fp16).
+    trt_int8_fp16: bool = True
     onnxruntime: OrtCudaConf = field(default_factory=OrtCudaConf)
 
 

@@ -15,7 +15,7 @@ PACKAGES = ("onnx", "numpy")  # the backend's own version is in params["runtime"
 BACKEND_SETTINGS = {
     "onnxruntime": ("backend", "optimization_level", "intra_op_threads"),
     "tensorrt": ("backend", "intra_op_threads", "trt_builder_optimization_level", "trt_workspace_mb", "min_batch",
-                 "opt_batch", "max_batch", "min_spatial", "opt_spatial", "max_spatial", "sparse_weights"),
+                 "opt_batch", "max_batch", "min_spatial", "opt_spatial", "max_spatial", "sparse_weights", "trt_int8_fp16"),
 }
 
 

@@ -1,0 +1,78 @@
+"""Train here, build and measure there: ship a target's engine nodes, run them in another process
+with the plan's results elsewhere (as a GPU node would), land them, finish the report here."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from precisionflow import remote
+from precisionflow.errors import LineageError, StageError
+
+TINY = ["dataset.max_samples=400", "train.epochs=2", "precisions=[fp32,fp16]", "targets=[cpu]",
+        "target_defs.cpu.framework=false", "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01",
+        "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2", "evaluate.streams=[2]", "evaluate.ratio_rounds=2",
+        "evaluate.ratio_window_s=0.03", "tracking.enabled=false"]
+
+
+def cli(results: Path, *args: str, snakemake_args=()) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "precisionflow.cli", *args, f"results_dir={results}", *TINY]
+    command += ["--", *snakemake_args] if snakemake_args else []
+    return subprocess.run(command, capture_output=True, text=True, cwd=results.parent)
+
+
+def test_target_nodes_come_in_dependency_order_and_a_missing_target_is_named():
+    plan = {"nodes": {
+        "compare_speed/a": {"stage": "compare_speed", "params": {"target": "h200"}, "inputs": {}},
+        "evaluate_engine/a": {"stage": "evaluate_engine", "params": {"target": "h200"}, "inputs": {}},
+        "build_engine/a": {"stage": "build_engine", "params": {"target": "h200"}, "inputs": {}},
+        "build_engine/b": {"stage": "build_engine", "params": {"target": "local"}, "inputs": {}},
+    }}
+    assert remote.target_nodes(plan, "h200") == ["build_engine/a", "evaluate_engine/a", "compare_speed/a"]
+    with pytest.raises(StageError, match=r"no engine nodes for target 'a100'.*\['h200', 'local'\]"):
+        remote.target_nodes(plan, "a100")
+
+
+@pytest.mark.slow
+def test_ship_run_elsewhere_land_and_finish_here(tmp_path):
+    results = tmp_path / "here" / "results"
+    results.parent.mkdir()
+    upstream = cli(results, "run", "--cores", "2", snakemake_args=("--omit-from", "build_engine"))
+    assert upstream.returncode == 0, upstream.stdout[-2000:] + upstream.stderr[-2000:]
+    assert "not done" in upstream.stdout and "no report yet" in upstream.stdout
+    assert not (results / "build_engine").exists()
+
+    bundle = tmp_path / "bundle"
+    shipped = cli(results, "ship", "--target", "cpu", "--to", str(bundle))
+    assert shipped.returncode == 0, shipped.stderr
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert len(manifest["nodes"]) == 6 and any("test split only" in f for f in manifest["upstream_files"])
+    assert not any("model.keras" in f for f in manifest["upstream_files"])  # the GPU stages never open it
+
+    # There: the runner reads the bundle's copy of the plan, with the results folder moved.
+    env = dict(os.environ, PYTHONPATH=str(Path(remote.__file__).parents[1]))
+    there = subprocess.run([sys.executable, "-m", "precisionflow.remote", "run", str(bundle)], capture_output=True,
+                           text=True, env=env, cwd=tmp_path)
+    assert there.returncode == 0, there.stderr[-2000:]
+    collected = tmp_path / "collected"
+    assert len(remote.collect(bundle, collected, without_engine_files=True)) == 6
+    assert not list(collected.glob("build_engine/*/engine.onnx"))
+
+    landed = cli(results, "land", "--from", str(collected))
+    assert landed.returncode == 0 and "6 node folders landed" in landed.stdout, landed.stderr
+    again = cli(results, "land", "--from", str(collected))
+    assert "0 node folders landed" in again.stdout  # never overwritten
+    finished = cli(results, "run", "--cores", "2")
+    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-2000:]
+    assert "1 of" in finished.stdout and "planned jobs executed" in finished.stdout  # the report alone
+
+
+def test_land_refuses_folders_of_another_plan(tmp_path):
+    foreign = tmp_path / "collected" / "evaluate_engine" / "fp32-cpu-000000000000"
+    foreign.mkdir(parents=True)
+    (foreign / "node.json").write_text(json.dumps({"id": "fp32-cpu-000000000000"}))
+    with pytest.raises(LineageError, match="not a node of this plan"):
+        remote.land(tmp_path / "collected", {"results_dir": str(tmp_path / "results"), "nodes": {}})
