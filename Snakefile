@@ -2,10 +2,19 @@
 #
 #   precisionflow run [-m] [overrides...]   plans with Hydra, then runs this file with config plan=<file>
 #   snakemake --cores all                   plans the default configuration of conf/ itself
+#   precisionflow run --profile slurm ...   the same DAG, each job an sbatch (profiles/slurm)
 #
 # Each stage has one rule file in workflow/rules/ and one module in src/precisionflow/stages/.
 
 include: "workflow/rules/common.smk"
+
+# What every job needs from the submitting process (set in common.smk): declared so that remote
+# executors pass them on (the SLURM plugin exports the environment; others may not).
+envvars:
+    "PRECISIONFLOW_PLAN",
+    "PRECISIONFLOW_RUN",
+    "PRECISIONFLOW_PYTHON",
+
 include: "workflow/rules/prepare_dataset.smk"
 include: "workflow/rules/train_model.smk"
 include: "workflow/rules/finetune_model.smk"

@@ -38,6 +38,7 @@ FLIP_VALUES = {
     "finetune.exclude_layers": ["conv0"], "results_dir": "/tmp/elsewhere", "dataset.channels": 1,
     "evaluate.budget.speedup_at": "b1", "evaluate.budget.min_qat_agreement": 0.99, "evaluate.budget.min_speedup": 1.5,
     "evaluate.budgets": {"fp16": {"min_speedup": 1.5}},
+    "stage_resources": {"train_model": {"slurm_partition": "gpu", "gpu": 1}},
     "engine.onnxruntime.cudnn_conv_algo_search": "HEURISTIC", "target_defs.local.backend_version": "9.9.9",
 }
 
@@ -94,6 +95,7 @@ EXPECTED = {
     "tracking.enabled": NOTHING,  # the tracking node leaves the plan; no other node changes
     "tracking.uri": {"track_mlflow"}, "tracking.experiment": {"track_mlflow"},
     "results_dir": NOTHING,
+    "stage_resources": NOTHING,  # where jobs run (scheduler), never what they compute
 }
 
 # Keys that matter only when a component reads them: (base overrides, key, flipped value, expected).
@@ -116,7 +118,7 @@ CONDITIONAL = [
 ]
 
 
-FREE_FORM = (".resources", ".timing", ".budgets")  # Dict[str, Any] in the schema: one leaf each
+FREE_FORM = (".resources", ".timing", ".budgets", "stage_resources")  # Dict[str, Any] in the schema: one leaf each
 
 
 def leaves(tree, prefix=""):

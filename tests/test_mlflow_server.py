@@ -85,3 +85,43 @@ def test_compare_lines_up_sweeps_logged_from_two_machines(server, tmp_path):
     assert int8.stdout.strip().count("\n") == 2 and all(row.startswith("int8,") for row in int8.stdout.splitlines()[1:])
     missing = compare(server, "--experiment", "nothing")
     assert missing.returncode == 2 and "no experiment 'nothing'" in missing.stderr
+
+
+def log_one_sweep(uri: str, sweep: int, children: int, steps: int) -> None:
+    """What one track_mlflow job does to the store: a parent run, its children, metric histories."""
+    from precisionflow import tracking
+
+    client = tracking.client_for(uri)
+    experiment_id = tracking.init_store(uri, "concurrent", Path("."))
+    parent, _ = tracking.get_or_create_run(client, experiment_id, {"precisionflow.sweep": f"s{sweep}"}, f"sweep {sweep}")
+    for child in range(children):
+        run, _ = tracking.get_or_create_run(client, experiment_id, {"node.id": f"s{sweep}-c{child}"}, f"c{child}",
+                                            parent.info.run_id)
+        for step in range(steps):
+            client.log_metric(run.info.run_id, "loss", 1.0 / (step + 1), step=step)
+        client.set_terminated(run.info.run_id)
+    client.set_terminated(parent.info.run_id)
+
+
+def test_concurrent_writers_to_one_server_lose_and_duplicate_nothing(server):
+    import multiprocessing
+
+    from precisionflow import tracking
+
+    tracking.init_store(server, "concurrent", Path("."))  # the store is initialised once, before jobs fan out
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=log_one_sweep, args=(server, sweep, 3, 25)) for sweep in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=300)
+    assert [worker.exitcode for worker in workers] == [0] * 8
+    client = tracking.client_for(server)
+    experiment = client.get_experiment_by_name("concurrent")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 8 and len(children) == 24
+    assert len({r.data.tags["node.id"] for r in children}) == 24  # no duplicates
+    for child in children:
+        assert [m.step for m in client.get_metric_history(child.info.run_id, "loss")] == list(range(25))

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
-from precisionflow.errors import PrecisionflowError
+from precisionflow.errors import ConfigError, PrecisionflowError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="plan with Hydra and run one Snakemake DAG over the unique nodes")
     _add_config_args(run)
     run.add_argument("-n", "--dry-run", action="store_true", help="show which jobs would run and why; run nothing")
-    run.add_argument("--cores", default="all", help="cores Snakemake may use (default: all)")
+    run.add_argument("--cores", default="all", help="cores Snakemake may use (default: all; on SLURM: per job group)")
+    run.add_argument("--profile", default="local", help="Snakemake profile: local (default), slurm, or a folder")
     plan = commands.add_parser("plan", help="list the content-addressed nodes of a (swept) configuration")
     _add_config_args(plan)
     plan.add_argument("--why", action="store_true", help="for every node that would run, the key, file or version that changed")
@@ -90,9 +91,18 @@ def node_mtimes(plan: Dict) -> Dict[str, float]:
     return found
 
 
-def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[str]) -> List[str]:
+def profile_dir(name: str) -> Path:
+    """profiles/<name> of this project (local: this machine; slurm: a SLURM cluster), or a path."""
+    folder = PROJECT_ROOT / "profiles" / name if "/" not in name else Path(name)
+    if not (folder / "config.yaml").is_file():
+        choices = sorted(p.name for p in (PROJECT_ROOT / "profiles").iterdir() if (p / "config.yaml").is_file())
+        raise ConfigError(f"--profile: expected one of {choices} or a folder with a config.yaml, found '{name}'.")
+    return folder
+
+
+def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[str], profile: str = "local") -> List[str]:
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(PROJECT_ROOT / "Snakefile"),
-               "--workflow-profile", str(PROJECT_ROOT / "profiles" / "default"),
+               "--workflow-profile", str(profile_dir(profile)),
                "--cores", str(cores), "--config", f"plan={plan_file}"]
     return command + (["--dry-run"] if dry_run else []) + extra
 
@@ -105,7 +115,8 @@ def cmd_run(args, extra: List[str]) -> int:
     plan = read_json(plan_file)
     recheck_finished(plan)  # thresholds are not in node ids: re-check finished nodes before anything runs
     before = node_mtimes(plan)
-    code = subprocess.call(snakemake_command(plan_file, args.cores, args.dry_run, extra), cwd=Path(plan["results_dir"]).parent)
+    code = subprocess.call(snakemake_command(plan_file, args.cores, args.dry_run, extra, args.profile),
+                           cwd=Path(plan["results_dir"]).parent)
     if args.dry_run:
         print_why(plan)
         return code

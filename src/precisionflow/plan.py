@@ -80,6 +80,7 @@ class PlanBuilder:
         self.fingerprints: Dict[str, str] = {}
         self.file_hashes: Dict[str, str] = {}
         self.runtimes: Dict[tuple, Dict[str, str]] = {}
+        self.stage_resources: Dict[str, Dict[str, Any]] = {}
 
     def runtime(self, backend: str, target_def: Dict[str, Any]) -> Dict[str, str]:
         """The runtime an engine is built (or a model timed) with: part of the id, so upgrading the
@@ -123,6 +124,7 @@ class PlanBuilder:
 
     def add(self, stage: str, slug: str, params: Dict[str, Any], inputs: Dict[str, Node],
             checks: Optional[Dict[str, Any]] = None, resources: Optional[Dict[str, Any]] = None) -> Node:
+        resources = {**self.stage_resources.get(stage, {}), **(resources or {})}  # never hashed
         input_keys = {role: node.key for role, node in sorted(inputs.items())}
         hashed = {"stage": stage, "params": params, "inputs": input_keys, **self.identities[stage]}
         digest = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:12]
@@ -133,6 +135,7 @@ class PlanBuilder:
 
     def add_point(self, cfg: Dict[str, Any]) -> List[Node]:
         """Add one configuration's chain; return its measured nodes (evaluations, ratios, baselines)."""
+        self.stage_resources = cfg.get("stage_resources") or {}
         data = self.add("prepare_dataset", cfg["dataset"]["name"], self.data_params(cfg), {})
         train_params = stage_module("train_model").reads(cfg)
         train_params["model"]["files"] = self.model_files(train_params["model"])

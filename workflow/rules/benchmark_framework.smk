@@ -3,8 +3,6 @@ rule benchmark_framework:
     input: upstream("benchmark_framework")
     output: node_output("benchmark_framework")
     log: node_log("benchmark_framework")
+    resources: **job_resources("benchmark_framework", mem_mb=3000, timing=True)
     threads: 1
-    resources:
-        host_share=WHOLE_HOST,
-        mem_mb=3000,
     shell: STAGE_COMMAND

@@ -3,5 +3,7 @@ rule calibrate:
     input: upstream("calibrate")
     output: node_output("calibrate")
     log: node_log("calibrate")
+    group: "graphs"  # light jobs: one SLURM submission for several (profiles/slurm)
+    resources: **job_resources("calibrate", mem_mb=2000)
     threads: 1
     shell: STAGE_COMMAND

@@ -33,11 +33,24 @@ def upstream(stage):
     return inputs
 
 
-def target_resource(stage, key, default):
-    """A Snakemake resource from the node's target (its scheduler hints are not part of its id)."""
+def node_resource(stage, key, default):
+    """A Snakemake resource from the node's plan entry: its target's scheduler hints (engine and
+    timing stages) or `stage_resources.<stage>` (e.g. the training GPU class). Not part of its id."""
     def value(wildcards):
         return PLAN["nodes"][f"{stage}/{wildcards.node}"]["resources"].get(key, default)
     return value
+
+
+def job_resources(stage, mem_mb=1000, runtime=60, timing=False):
+    """What a job asks the scheduler for. On SLURM: gpu -> --gpus, gpu_model -> --gpus=<model>:<n>,
+    slurm_partition -> -p (empty: the cluster's default), mem_mb -> --mem, runtime (minutes) -> -t.
+    Timing jobs hold the whole host locally (host_share) and a whole node on SLURM (--exclusive),
+    so what they measure never shares the machine with other work of the workflow."""
+    resources = {key: node_resource(stage, key, default) for key, default in
+                 (("gpu", 0), ("gpu_model", ""), ("slurm_partition", ""), ("mem_mb", mem_mb), ("runtime", runtime))}
+    if timing:
+        resources.update(host_share=WHOLE_HOST, slurm_extra="--exclusive")
+    return resources
 
 
 # Timing jobs have the machine to themselves. Every job holds `host_share` units (1 by default,

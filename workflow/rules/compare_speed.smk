@@ -4,10 +4,6 @@ rule compare_speed:
     input: upstream("compare_speed")
     output: node_output("compare_speed")
     log: node_log("compare_speed")
+    resources: **job_resources("compare_speed", mem_mb=3000, timing=True)
     threads: 1
-    resources:
-        host_share=WHOLE_HOST,
-        mem_mb=3000,
-        gpu=target_resource("compare_speed", "gpu", 0),
-        gpu_model=target_resource("compare_speed", "gpu_model", ""),
     shell: STAGE_COMMAND

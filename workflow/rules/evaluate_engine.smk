@@ -4,9 +4,6 @@ rule evaluate_engine:
     input: upstream("evaluate_engine")
     output: node_output("evaluate_engine")
     log: node_log("evaluate_engine")
+    resources: **job_resources("evaluate_engine", mem_mb=2000, timing=True)
     threads: 1
-    resources:
-        host_share=WHOLE_HOST,
-        gpu=target_resource("evaluate_engine", "gpu", 0),
-        gpu_model=target_resource("evaluate_engine", "gpu_model", ""),
     shell: STAGE_COMMAND

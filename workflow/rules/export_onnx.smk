@@ -2,7 +2,7 @@ rule export_onnx:
     input: upstream("export_onnx")
     output: node_output("export_onnx")
     log: node_log("export_onnx")
+    group: "graphs"  # light jobs: one SLURM submission for several (profiles/slurm)
+    resources: **job_resources("export_onnx", mem_mb=3000)
     threads: 1
-    resources:
-        mem_mb=3000,
     shell: STAGE_COMMAND

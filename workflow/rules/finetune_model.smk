@@ -3,7 +3,6 @@ rule finetune_model:
     input: upstream("finetune_model")
     output: node_output("finetune_model")
     log: node_log("finetune_model")
+    resources: **job_resources("finetune_model", mem_mb=4000, runtime=240)
     threads: 2
-    resources:
-        mem_mb=4000,
     shell: STAGE_COMMAND_SHOWN

@@ -10,5 +10,6 @@ rule report:
         report(directory(f"{RESULTS}/report/{{node}}/figures"), patterns=["{name}.png"],
                caption="../report/figures.rst", category="Figures"),
     log: node_log("report")
+    resources: **job_resources("report", mem_mb=2000)
     threads: 1
     shell: STAGE_COMMAND

@@ -253,6 +253,10 @@ class Config:
     engine: EngineConf = field(default_factory=EngineConf)
     targets: List[str] = field(default_factory=lambda: ["local"])
     target_defs: Dict[str, TargetConf] = field(default_factory=lambda: {"local": TargetConf()})
+    # Scheduler resources per stage (Snakemake `resources:`, e.g. on SLURM slurm_partition, gpu,
+    # gpu_model, mem_mb, runtime): where a job runs, never what it computes, so not in node ids.
+    # An engine stage's target resources override these.
+    stage_resources: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     evaluate: EvaluateConf = field(default_factory=EvaluateConf)
     tracking: TrackingConf = field(default_factory=TrackingConf)
     # Where results/ lives; null = ./results of the working directory.
