@@ -4,7 +4,8 @@ The network is strongly typed: the engine runs in the types of the precision gra
 has no other mode; 10.x gets the STRONGLY_TYPED flag), so fp16/int8 come from quantize_onnx, not
 from builder flags. TF32 is cleared so the fp32 engine is a true fp32 baseline. One optimisation
 profile per input (min/opt/max batch, and spatial size where the graph leaves it dynamic); a
-timing cache per (GPU, TensorRT version), shared by every build on that target under a file lock;
+timing cache per (GPU, TensorRT version), shared by every build on that target (locked to read
+and to merge, not during the build);
 the engine inspector's layer information saved as JSON.
 
 Everything above `build` is pure logic, tested without TensorRT; build/load need `tensorrt` and
@@ -196,15 +197,22 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
     config = _config(builder, precision, engine_params, profiles, version)
     cache_file = timing_cache_path(cache_root or Path(out_dir).parent.parent / ".cache", gpu["device_name"], version)
     cache_file.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cache_file) + ".lock"):  # builds on one target share (and grow) one cache
+    # Builds on one GPU model share (and grow) one cache. The lock is held to read it and to merge
+    # this build's timings back in, not for the build: parallel builds (a sweep on a cluster) do
+    # not wait for each other, and none loses the others' timings.
+    lock = FileLock(str(cache_file) + ".lock")
+    with lock:
         cache = config.create_timing_cache(cache_file.read_bytes() if cache_file.exists() else b"")
-        config.set_timing_cache(cache, ignore_mismatch=False)
-        started = time.perf_counter()
-        serialized = builder.build_serialized_network(network, config)
-        seconds = time.perf_counter() - started
-        if serialized is None:
-            raise EngineMismatchError(f"TensorRT {version} failed to build {graph_path} (see the log above).")
-        _write_atomic(cache_file, bytes(config.get_timing_cache().serialize()))
+    config.set_timing_cache(cache, ignore_mismatch=False)
+    started = time.perf_counter()
+    serialized = builder.build_serialized_network(network, config)
+    seconds = time.perf_counter() - started
+    if serialized is None:
+        raise EngineMismatchError(f"TensorRT {version} failed to build {graph_path} (see the log above).")
+    with lock:
+        merged = config.create_timing_cache(cache_file.read_bytes() if cache_file.exists() else b"")
+        merged.combine(config.get_timing_cache(), False)
+        _write_atomic(cache_file, bytes(merged.serialize()))
     engine_path = Path(out_dir) / ENGINE_FILE
     engine_path.write_bytes(bytes(serialized))
     inspector = _save_inspector(logger, bytes(serialized), Path(out_dir) / INSPECTOR_FILE)
