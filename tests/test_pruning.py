@@ -1,0 +1,114 @@
+"""Channel pruning: exact at ratio 0, equal to a hand-built smaller model, consistent across
+residual joins and depthwise convolutions, and refusing layers it does not know."""
+
+import numpy as np
+import pytest
+
+from precisionflow import pruning
+from precisionflow.pruning import PruneError
+
+SETTINGS = {"criterion": "l1", "ratio": 0.5, "threshold": None, "granularity": 1, "min_channels": 1,
+            "bn_scale": False, "exclude_layers": []}
+
+
+@pytest.fixture(scope="module")
+def keras():
+    from precisionflow.tfenv import import_tensorflow
+
+    return import_tensorflow()[1]
+
+
+def images(shape, count=4, seed=0):
+    return np.random.default_rng(seed).random((count, *shape), dtype=np.float32)
+
+
+def tiny_cnn(keras):
+    layers = keras.layers
+    inputs = keras.Input((6, 6, 2))
+    x = layers.Conv2D(4, 3, padding="same", activation="relu", name="conv0")(inputs)
+    x = layers.MaxPooling2D(2, name="pool")(x)
+    x = layers.Flatten(name="flatten")(x)
+    x = layers.Dense(3, activation="relu", name="dense")(x)
+    return keras.Model(inputs, layers.Dense(2, name="logits")(x))
+
+
+def test_ratio_zero_gives_the_same_model_exactly(keras):
+    model = tiny_cnn(keras)
+    pruned, report = pruning.prune(keras, model, dict(SETTINGS, ratio=0.0))
+    x = images((6, 6, 2))
+    assert np.array_equal(pruned(x).numpy(), model(x).numpy())
+    assert report["params_after"] == report["params_before"] and report["flops_after"] == report["flops_before"]
+
+
+def test_the_pruned_model_equals_a_hand_built_smaller_one(keras):
+    model = tiny_cnn(keras)
+    conv = model.get_layer("conv0").get_weights()
+    conv[0][..., 1] *= 0.01  # channels 1 and 3 have the smallest filters: ratio 0.5 removes them
+    conv[0][..., 3] *= 0.001
+    model.get_layer("conv0").set_weights(conv)
+    pruned, report = pruning.prune(keras, model, SETTINGS)
+    assert report["layers"]["conv0"] == {"kept": 2, "of": 4} and report["layers"]["dense"] == {"kept": 2, "of": 3}
+    assert "logits" not in report["layers"]  # the head keeps its class count
+
+    layers = keras.layers
+    inputs = keras.Input((6, 6, 2))
+    x = layers.Conv2D(2, 3, padding="same", activation="relu", name="conv0")(inputs)
+    x = layers.Flatten()(layers.MaxPooling2D(2)(x))
+    x = layers.Dense(2, activation="relu", name="dense")(x)
+    by_hand = keras.Model(inputs, layers.Dense(2, name="logits")(x))
+    kept_conv = [0, 2]
+    dense_w, dense_b = model.get_layer("dense").get_weights()
+    kept_dense = np.sort(np.argsort(-np.abs(dense_w).sum(axis=0))[:2])
+    flat_rows = (np.arange(9)[:, None] * 4 + np.array(kept_conv)[None, :]).reshape(-1)  # 3x3 positions x 4 channels
+    by_hand.get_layer("conv0").set_weights([conv[0][..., kept_conv], conv[1][kept_conv]])
+    by_hand.get_layer("dense").set_weights([dense_w[flat_rows][:, kept_dense], dense_b[kept_dense]])
+    logits_w, logits_b = model.get_layer("logits").get_weights()
+    by_hand.get_layer("logits").set_weights([logits_w[kept_dense], logits_b])
+    x = images((6, 6, 2))
+    assert np.allclose(pruned(x).numpy(), by_hand(x).numpy(), atol=1e-6)
+
+
+def test_residual_and_depthwise_models_stay_consistent_and_export(keras, tmp_path):
+    from precisionflow import models
+
+    for name, params in (("resnet_mini", {"name": "resnet_mini", "width": 1.0, "stages": 2, "blocks_per_stage": 1,
+                                          "bn_momentum": 0.9}),
+                         ("mobilenet_v2", {"name": "mobilenet_v2", "width": 0.35, "weights": None, "bn_momentum": 0.9})):
+        model = models.build(keras, params, [32, 32, 3], 10)
+        pruned, report = pruning.prune(keras, model, dict(SETTINGS, granularity=8, min_channels=8))
+        x = images((32, 32, 3))
+        assert pruned(x).shape == (4, 10), name
+        assert report["flops_after"] < report["flops_before"], name
+        assert all(entry["kept"] % 8 == 0 or entry["kept"] == entry["of"] for entry in report["layers"].values())
+        groups, _, produced = pruning.analyse(model, SETTINGS)
+        joined = [layer for layer in model.layers if type(layer).__name__ == "Add"]
+        for add in joined:  # both inputs of every residual join keep the same channels
+            widths = {pruned.get_layer(add.name).input[i].shape[-1] for i in range(len(add.input))}
+            assert len(widths) == 1, (name, add.name, widths)
+        import tf2onnx  # noqa: F401 -- exported like every model: the shapes are consistent
+
+        from precisionflow.tfenv import import_tensorflow
+
+        tf = import_tensorflow()[0]
+        spec = (tf.TensorSpec((None, 32, 32, 3), tf.float32, name="input"),)
+        onnx_model, _ = tf2onnx.convert.from_keras(pruned, input_signature=spec, opset=17)
+        assert onnx_model.graph.node
+
+
+def test_settings_and_unknown_layers_are_refused_by_name(keras):
+    with pytest.raises(PruneError, match=r"prune.ratio: expected a fraction .* found 1.2"):
+        pruning.check_settings(dict(SETTINGS, ratio=1.2))
+    layers = keras.layers
+    inputs = keras.Input((4, 4, 1))
+    x = layers.Conv2D(4, 3, name="conv")(inputs)
+    x = layers.LayerNormalization(name="norm")(x)
+    model = keras.Model(inputs, layers.Dense(2, name="logits")(layers.Flatten()(x)))
+    with pytest.raises(PruneError, match="layer 'norm' has type LayerNormalization"):
+        pruning.prune(keras, model, SETTINGS)
+
+
+def test_keep_counts_follow_granularity_and_minimum():
+    assert pruning.keep_count(64, 0.5, 8, 8) == 32
+    assert pruning.keep_count(60, 0.5, 8, 8) == 32  # 30 rounded up to a multiple of 8
+    assert pruning.keep_count(16, 0.9, 8, 8) == 8  # never below min_channels
+    assert pruning.keep_count(6, 0.5, 8, 1) == 6  # never above what there is
