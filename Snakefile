@@ -17,6 +17,7 @@ envvars:
 
 include: "workflow/rules/prepare_dataset.smk"
 include: "workflow/rules/train_model.smk"
+include: "workflow/rules/prune_model.smk"
 include: "workflow/rules/finetune_model.smk"
 include: "workflow/rules/export_onnx.smk"
 include: "workflow/rules/calibrate.smk"

@@ -95,7 +95,10 @@ EXPECTED = {
     "tracking.enabled": NOTHING,  # the tracking node leaves the plan; no other node changes
     "tracking.uri": {"track_mlflow"}, "tracking.experiment": {"track_mlflow"},
     "results_dir": NOTHING,
-    "stage_resources": NOTHING,  # where jobs run (scheduler), never what they compute
+    "stage_resources": NOTHING,
+    "prune.method": None,  # needs a fine-tune to retrain: see CONDITIONAL
+    **{f"prune.{key}": NOTHING for key in ("criterion", "ratio", "threshold", "granularity", "min_channels", "bn_scale",
+                                           "exclude_layers", "epochs", "batch_size", "learning_rate", "seed")},  # where jobs run (scheduler), never what they compute
 }
 
 # Keys that matter only when a component reads them: (base overrides, key, flipped value, expected).
@@ -113,6 +116,13 @@ CONDITIONAL = [
     (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_keep_fp", 2, NOTHING),  # the search does not read it
     (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_max_val_drop", 0.5, GRAPHS),
     (["finetune=qat"], "finetune.epochs", 5, TRAINED - {"train_model"}),
+    # Pruning: the prune node and everything downstream of it; training is untouched.
+    *[(["prune=channel", "finetune.mode=fp32"], f"prune.{key}", value, (TRAINED - {"train_model"}) | {"prune_model"})
+      for key, value in (("ratio", 0.25), ("criterion", "l2"), ("granularity", 4), ("min_channels", 4), ("bn_scale", True),
+                         ("exclude_layers", ["conv0"]), ("threshold", 0.1))],
+    (["prune=channel", "finetune.mode=fp32"], "prune.epochs", 5, NOTHING),  # sparse24's: channel pruning does not read it
+    (["prune=sparse24", "finetune.mode=fp32"], "prune.epochs", 5, (TRAINED - {"train_model"}) | {"prune_model"}),
+    (["finetune.mode=fp32"], "prune.method", "channel", TRAINED - {"train_model"}),  # the prune node joins
     *[(["targets=[h200]"], f"engine.onnxruntime.{key}", value, ENGINES)
       for key, value in (("prefer_nhwc", True), ("cuda_graph", True), ("cudnn_conv_algo_search", "HEURISTIC"), ("use_tf32", False))],
 ]

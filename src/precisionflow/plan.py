@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from precisionflow import identity
 from precisionflow.budget import budget_for
 
-STAGES = ("prepare_dataset", "train_model", "finetune_model", "export_onnx", "calibrate", "quantize_onnx",
+STAGES = ("prepare_dataset", "train_model", "prune_model", "finetune_model", "export_onnx", "calibrate", "quantize_onnx",
           "build_engine", "evaluate_engine", "compare_speed", "benchmark_framework", "report", "track_mlflow")
 MEASURED_STAGES = ("evaluate_engine", "compare_speed", "benchmark_framework")
 
@@ -142,6 +142,8 @@ class PlanBuilder:
         model = trained = self.add(
             "train_model", f"{cfg['model']['name']}-{cfg['train']['precision_policy']}-e{cfg['train']['epochs']}",
             train_params, {"data": data})
+        if cfg["prune"]["method"] != "none":  # the QAT branch starts from the pruned model too
+            model = trained = self._add_prune(cfg, model, data)
         if cfg["finetune"]["mode"] != "none":
             model = self._add_finetune(cfg, cfg["finetune"], model, data)
         onnx = self._add_export(cfg, model, data)
@@ -166,6 +168,15 @@ class PlanBuilder:
         runtime, resources = self._device(cfg, target, "tensorflow")
         params = stage_module("benchmark_framework").reads(cfg, target, runtime)
         return self.add("benchmark_framework", f"tf-{target}", params, {"model": model, "data": data}, resources=resources)
+
+    def _add_prune(self, cfg, model: Node, data: Node) -> Node:
+        module = stage_module("prune_model")
+        module.validate(cfg)
+        params = module.reads(cfg)
+        prune = params["prune"]
+        slug = prune["method"] + (f"-r{prune['ratio']}" if prune.get("threshold", None) is None and "ratio" in prune
+                                  else f"-t{prune['threshold']}" if "threshold" in prune else f"-e{prune['epochs']}")
+        return self.add("prune_model", slug, params, {"model": model, "data": data})
 
     def _add_finetune(self, cfg, finetune: Dict[str, Any], model: Node, data: Node) -> Node:
         params = stage_module("finetune_model").reads(cfg, finetune)

@@ -225,7 +225,7 @@ def prune(keras, model, settings: Dict[str, Any]):
         out_kept = kept[groups.find(produced[name])] if name in produced else None
         pruned.get_layer(name).set_weights(_sliced(kind, name, old, in_kept, out_kept))
     report = {"layers": {name: {"kept": int(len(kept[groups.find(group)])), "of": int(groups.size[groups.find(group)])}
-                         for name, group in produced.items()},
+                         for name, group in produced.items() if not groups.fixed[groups.find(group)]},
               "params_before": int(model.count_params()), "params_after": int(pruned.count_params()),
               "flops_before": flops(model), "flops_after": flops(pruned)}
     return pruned, report

@@ -144,6 +144,32 @@ class Int8Conf:
     report_split: str = "val"
 
 
+class PruneMethod(str, Enum):
+    none = "none"  # pass-through: no node
+    channel = "channel"  # structured filter pruning: fewer channels (precisionflow/pruning.py)
+    sparse24 = "sparse24"  # 2:4 structured sparsity (tfmot), for TensorRT's sparse tensor cores
+
+
+@dataclass
+class PruneConf:
+    method: PruneMethod = PruneMethod.none
+    # channel: rank each layer's output channels by the L1/L2 norm of their filters (x |BatchNorm
+    # gamma| with bn_scale), remove `ratio` of them -- or keep those scoring >= `threshold` of the
+    # best -- in multiples of `granularity` (tensor cores like 8), never below `min_channels`.
+    criterion: str = "l1"
+    ratio: float = 0.5
+    threshold: Optional[float] = None
+    granularity: int = 8
+    min_channels: int = 8
+    bn_scale: bool = False
+    exclude_layers: List[str] = field(default_factory=list)  # left alone (the head always is)
+    # sparse24: epochs of training with the 2:4 masks before they are stripped.
+    epochs: int = 2
+    batch_size: int = 64
+    learning_rate: float = 0.0005
+    seed: int = 0
+
+
 @dataclass
 class OrtCudaConf:
     """ONNX Runtime's CUDA provider settings that decide speed on a GPU (ignored on a CPU target).
@@ -244,6 +270,7 @@ class Config:
     dataset: DatasetConf = field(default_factory=DatasetConf)
     model: ModelConf = field(default_factory=ModelConf)
     train: TrainConf = field(default_factory=TrainConf)
+    prune: PruneConf = field(default_factory=PruneConf)
     finetune: FinetuneConf = field(default_factory=FinetuneConf)
     export: ExportConf = field(default_factory=ExportConf)
     precisions: List[Precision] = field(default_factory=lambda: [Precision.fp32, Precision.fp16])

@@ -12,7 +12,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-from precisionflow.nodeio import read_json, write_json_atomic
+from precisionflow.nodeio import read_json, read_node, write_json_atomic
 from precisionflow.stages import prepare_dataset, train_model
 
 PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy", "matplotlib", "h5py")
@@ -33,9 +33,21 @@ def _load(keras, inputs, params, meta, policy: str):
 
     trained = keras.models.load_model(inputs["model"] / "model.keras", compile=False)
     keras.mixed_precision.set_global_policy(policy)
-    model = models.build(keras, params["model"], meta["input_shape"], len(meta["classes"]))
+    if read_node(inputs["model"])["stage"] == "prune_model":  # its own (smaller) architecture
+        model = rebuilt_under_policy(keras, trained, policy)
+    else:
+        model = models.build(keras, params["model"], meta["input_shape"], len(meta["classes"]))
     model.set_weights(trained.get_weights())
     return model
+
+
+def rebuilt_under_policy(keras, trained, policy: str):
+    """The model's own architecture with every layer under `policy`, the logits kept float32."""
+    config = trained.get_config()
+    for layer in config["layers"]:
+        if layer["class_name"] != "InputLayer" and layer["name"] != "logits":
+            layer["config"]["dtype"] = policy
+    return keras.Model.from_config(config)
 
 
 def _settings(finetune: Dict[str, Any]) -> Dict[str, Any]:
@@ -70,7 +82,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         activations = [bounds for layer, bounds in ranges.items() if layer != qat.INPUT_KEY]
         extra = {"learned_ranges": len(ranges), "layers_left_float": left_float,
                  "activations_symmetric": all(math.isclose(-lo, hi, rel_tol=1e-5) for lo, hi in activations)}
-    else:
-        model = train_model.rebuild_fp32(keras, params["model"], model, meta)
+    else:  # the same architecture (pruned or not) under the float32 policy, with the fine-tuned weights
+        fp32_model = _load(keras, inputs, params, meta, "float32")
+        fp32_model.set_weights(model.get_weights())
+        model = fp32_model
     summary = train_model.save_outputs(out, model, history, seconds, inputs["data"], f"fine-tune ({mode})")
     return {**summary, "mode": mode, **extra}

@@ -27,12 +27,16 @@ def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
     return {"prune": {key: prune[key] for key in (CHANNEL_KEYS if prune["method"] == "channel" else SPARSE_KEYS)}}
 
 
-def checks(cfg: Dict[str, Any]) -> None:
+def validate(cfg: Dict[str, Any]) -> None:
     """Settings checked when the plan is made, before anything runs."""
     from precisionflow import pruning
+    from precisionflow.errors import ConfigError
 
     if cfg["prune"]["method"] == "channel":
         pruning.check_settings(cfg["prune"])
+    if cfg["finetune"]["mode"] == "none":
+        raise ConfigError(f"prune={cfg['prune']['method']}: a pruned model must be retrained before export (as TLT "
+                          "does); choose finetune.mode=fp32, finetune=mixed_float16 or finetune=qat.")
 
 
 def sparse24_eligible(layer) -> bool:

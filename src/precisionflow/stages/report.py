@@ -21,15 +21,15 @@ from precisionflow.stages import report_pages
 
 PACKAGES = ("matplotlib", "numpy")
 NOISY_MARK = "*"
-COLUMNS = ["model", "precision", "variant", "options", "target", "ran", "top1", "top5", "agreement", "flipped", "qat_agreement",
+COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "target", "ran", "top1", "top5", "agreement", "flipped", "qat_agreement",
            "int8_frac", "p50_ms_b1", "p99_ms_b1", "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams",
            "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb",
            "timed", "load", "node"]
-PRINTED = ["model", "precision", "variant", "options", "ran", "top1", "agreement", "flipped", "qat_agreement", "int8_frac",
+PRINTED = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "ran", "top1", "agreement", "flipped", "qat_agreement", "int8_frac",
            "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1",
            "x_tf_bmax", "x_tf_streams", "engine_kb", "timed", "load"]
 # The page fits a 1366-px window: node ids live in tooltips (the precision cell), models by their hash.
-HTML_COLUMNS = ["model", "precision", "variant", "options", "target", "ran", "top1", "top5", "agreement", "flipped", "qat_agreement",
+HTML_COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "target", "ran", "top1", "top5", "agreement", "flipped", "qat_agreement",
                 "int8_frac", "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams",
                 "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb"]
 FIGURES = "figures"  # pictures live in one folder of the node: Snakemake's report collects it
@@ -68,6 +68,16 @@ def timed(taken: Dict[str, Any]) -> str:
     return f"{str(taken.get('taken_at', ''))[5:16].replace('T', ' ')} (no run id)"
 
 
+def pruning_columns(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """How the model was pruned and what is left of it (parameters, MFLOPs per image)."""
+    if "prune_model" not in lineage:
+        return {"pruned": "", "params": "", "mflops": ""}
+    prune, summary = lineage["prune_model"]["params"]["prune"], lineage["prune_model"]["summary"]
+    how = prune["method"] + (f" r{prune['ratio']}" if prune.get("threshold") is None and "ratio" in prune else
+                             f" t{prune['threshold']}" if prune.get("threshold") is not None else "")
+    return {"pruned": how, "params": summary["params_after"], "mflops": round(summary["flops_after"] / 1e6, 2)}
+
+
 def engine_options(description: Dict[str, Any]) -> str:
     """The CUDA provider settings an engine ran with (TF32, NHWC, CUDA graph); empty on a CPU."""
     cuda = description.get("cuda_options") or {}
@@ -104,7 +114,7 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
     row = {column: "" for column in COLUMNS}
     row.update({
         "model": lineage["train_model"]["id"], "precision": metrics["precision"], "variant": variant(lineage),
-        "options": engine_options(metrics["engine"]),
+        "options": engine_options(metrics["engine"]), **pruning_columns(lineage),
         "top5": round(metrics["top5"], 4) if "top5" in metrics else "",
         "target": metrics["target"], "ran": executed.get("executed_precision", "?") + ("" if executed.get("as_requested", True) else " (!)"),
         "top1": round(metrics["top1"], 4), "agreement": round(metrics["agreement"], 4), "flipped": metrics["flipped"],
@@ -119,7 +129,8 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
 def framework_row(framework_dir: Path) -> Dict[str, Any]:
     metrics = read_json(framework_dir / "metrics.json")
     row = {column: "" for column in COLUMNS}
-    row.update({"model": named_lineage(framework_dir, ("model", "data"))["train_model"]["id"], "precision": "tensorflow",
+    lineage = named_lineage(framework_dir, ("model", "data"))
+    row.update({"model": lineage["train_model"]["id"], "precision": "tensorflow", **pruning_columns(lineage),
                 "target": metrics["target"], "ran": f"fp32 ({metrics['device']})", "node": framework_dir.name})
     row.update(speed_columns(metrics["speed"]))
     return row
@@ -204,7 +215,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     ratios = ratios_by_engine(speeds)
     metrics = {path: read_json(path / "metrics.json") for path in evals}
     rows = [engine_row(path, metrics[path], ratios) for path in evals] + [framework_row(path) for path in frameworks]
-    rows.sort(key=lambda r: (r["model"], r["target"], r["precision"] == "tensorflow", r["precision"], r["variant"]))
+    rows.sort(key=lambda r: (r["model"], str(r["pruned"]), r["target"], r["precision"] == "tensorflow", r["precision"], r["variant"]))
     with open(out / "summary.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()

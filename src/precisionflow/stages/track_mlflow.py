@@ -25,6 +25,7 @@ ARTIFACTS = {
     "build_engine": ("engine.json",),
     "quantize_onnx": ("layer_error.csv", "layer_error.png"),
     "calibrate": ("ranges.json",),
+    "prune_model": ("prune.json",),
 }
 
 
@@ -52,7 +53,14 @@ def child_metrics(metrics: Dict[str, Any], ratio_metrics) -> Dict[str, float]:
 def graph_metrics(lineage) -> Dict[str, float]:
     summary = lineage["quantize_onnx"]["summary"]
     keys = ("worst_sqnr_db", "quantized_nodes", "quantized_fraction", "qat_coverage")
-    return {key: float(summary[key]) for key in keys if summary.get(key) is not None}
+    values = {key: float(summary[key]) for key in keys if summary.get(key) is not None}
+    if "prune_model" in lineage:  # what pruning removed, next to the engine's size and speed
+        pruned = lineage["prune_model"]["summary"]
+        values.update({f"prune_{key}": float(pruned[key]) for key in PRUNE_METRICS})
+    return values
+
+
+PRUNE_METRICS = ("params_before", "params_after", "flops_before", "flops_after", "weights_zero_fraction")
 
 
 def version_tags(lineage, commit: str) -> Dict[str, str]:
