@@ -112,3 +112,47 @@ def test_keep_counts_follow_granularity_and_minimum():
     assert pruning.keep_count(60, 0.5, 8, 8) == 32  # 30 rounded up to a multiple of 8
     assert pruning.keep_count(16, 0.9, 8, 8) == 8  # never below min_channels
     assert pruning.keep_count(6, 0.5, 8, 1) == 6  # never above what there is
+
+
+@pytest.mark.slow
+def test_sparse24_leaves_at_most_2_nonzeros_in_every_4_input_channels_after_strip_and_export(keras, tmp_path):
+    import tf2onnx
+    from onnx import numpy_helper
+
+    from precisionflow.stages import prune_model
+    from precisionflow.tfenv import import_tensorflow
+
+    tf = import_tensorflow()[0]
+    layers = keras.layers
+    inputs = keras.Input((8, 8, 4))
+    x = layers.Conv2D(8, 3, padding="same", activation="relu", name="conv0")(inputs)  # 4 input channels: eligible
+    x = layers.DepthwiseConv2D(3, padding="same", name="dw")(x)  # depthwise: left dense
+    x = layers.Conv2D(8, 1, name="conv1")(x)
+    x = layers.Dense(8, activation="relu", name="dense")(layers.Flatten()(x))
+    model = keras.Model(inputs, layers.Dense(3, name="logits")(x))
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "data.npz", x_train=rng.random((64, 8, 8, 4), dtype=np.float32), y_train=rng.integers(0, 3, 64))
+    params = {"prune": {"method": "sparse24", "epochs": 1, "batch_size": 16, "learning_rate": 1e-3, "seed": 0,
+                        "exclude_layers": []}}
+    stripped, report, dense = prune_model.prune_sparse24(tf, keras, model, params, tmp_path)
+    assert set(report) == {"conv0", "conv1", "dense"} and "dw" in dense and "logits" in dense
+    for name in report:
+        assert prune_model.m_by_n_sparsity(stripped.get_layer(name).get_weights()[0]) <= 0.5, name
+    onnx_model, _ = tf2onnx.convert.from_keras(stripped, input_signature=(tf.TensorSpec((None, 8, 8, 4), tf.float32),),
+                                               opset=17)
+    weights = {init.name: numpy_helper.to_array(init) for init in onnx_model.graph.initializer}
+    checked = 0
+    for node in onnx_model.graph.node:
+        if node.op_type == "Conv" and dict((a.name, a.i) for a in node.attribute).get("group", 1) == 1:
+            kernel = weights[node.input[1]]  # OIHW: input channels on axis 1
+            per_4 = np.moveaxis(kernel, 1, -1).reshape(-1, kernel.shape[1] // 4, 4)
+        elif node.op_type == "MatMul" and node.input[1] in weights and weights[node.input[1]].shape[0] % 4 == 0:
+            kernel = weights[node.input[1]]  # (in, out): input channels on axis 0
+            if kernel.shape[1] == 3:
+                continue  # the head stays dense
+            per_4 = np.moveaxis(kernel, 0, -1).reshape(-1, kernel.shape[0] // 4, 4)
+        else:
+            continue
+        assert (per_4 != 0).sum(axis=-1).max() <= 2, node.name
+        checked += 1
+    assert checked == 3

@@ -42,7 +42,10 @@ def device_params(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> 
 
 
 def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
-    return {"engine": engine_settings(cfg["engine"], cfg["target_defs"][target]), **device_params(cfg, target, runtime)}
+    settings = engine_settings(cfg["engine"], cfg["target_defs"][target])
+    if settings["backend"] == "tensorrt" and cfg.get("prune", {}).get("method") == "sparse24":
+        settings["sparse_weights"] = True  # 2:4-sparse weights: let TensorRT pick its sparse tensor-core kernels
+    return {"engine": settings, **device_params(cfg, target, runtime)}
 
 
 def check_runtime(planned: Dict[str, str], found: Dict[str, Any], target: str) -> None:

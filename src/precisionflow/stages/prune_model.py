@@ -73,8 +73,7 @@ def prune_sparse24(tf, keras, model, params: Dict[str, Any], data_dir: Path):
         return layer
 
     keras.utils.set_random_seed(prune["seed"])
-    wrapped = keras.models.clone_model(model, clone_function=wrap)
-    wrapped.set_weights(model.get_weights())
+    wrapped = keras.models.clone_model(model, clone_function=wrap)  # wrappers hold the trained layers themselves
     x, y = prepare_dataset.load(data_dir, "train")
     wrapped.compile(optimizer=keras.optimizers.Adam(prune["learning_rate"]),
                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
