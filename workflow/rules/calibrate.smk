@@ -5,5 +5,6 @@ rule calibrate:
     log: node_log("calibrate")
     group: "graphs"  # light jobs: one SLURM submission for several (profiles/slurm)
     resources: **job_resources("calibrate", mem_mb=2000)
+    params: node=node_key("calibrate")
     threads: 1
     shell: STAGE_COMMAND

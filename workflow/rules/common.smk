@@ -65,6 +65,11 @@ def _host_share_total():
 WHOLE_HOST = _host_share_total()
 
 
+def node_key(stage):
+    """The params value naming the job's node (STAGE/ID) for the runner."""
+    return lambda wildcards: f"{stage}/{wildcards.node}"
+
+
 def final_targets():
     return [f"{RESULTS}/{key}/node.json" for key in PLAN["final"]]
 
@@ -76,9 +81,9 @@ os.environ["PRECISIONFLOW_PLAN"] = PLAN_FILE
 # One id per workflow run, recorded with every timing: the report says when a table mixes runs.
 os.environ.setdefault("PRECISIONFLOW_RUN", time.strftime("%Y-%m-%dT%H:%M:%S"))
 os.environ["PRECISIONFLOW_PYTHON"] = PYTHON
-STAGE_COMMAND = '"$PRECISIONFLOW_PYTHON" -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {rule}/{wildcards.node} > {log} 2>&1'
+STAGE_COMMAND = '"$PRECISIONFLOW_PYTHON" -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node} > {log} 2>&1'
 # Training stages also show their per-epoch progress on the console (Snakemake sets pipefail).
-STAGE_COMMAND_SHOWN = '"$PRECISIONFLOW_PYTHON" -u -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {rule}/{wildcards.node} 2>&1 | tee {log}'
+STAGE_COMMAND_SHOWN = '"$PRECISIONFLOW_PYTHON" -u -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node} 2>&1 | tee {log}'
 
 
 onstart:

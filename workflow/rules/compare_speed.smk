@@ -5,5 +5,6 @@ rule compare_speed:
     output: node_output("compare_speed")
     log: node_log("compare_speed")
     resources: **job_resources("compare_speed", mem_mb=3000, timing=True)
+    params: node=node_key("compare_speed")
     threads: 1
     shell: STAGE_COMMAND

@@ -5,5 +5,6 @@ rule evaluate_engine:
     output: node_output("evaluate_engine")
     log: node_log("evaluate_engine")
     resources: **job_resources("evaluate_engine", mem_mb=2000, timing=True)
+    params: node=node_key("evaluate_engine")
     threads: 1
     shell: STAGE_COMMAND

@@ -11,5 +11,6 @@ rule report:
                caption="../report/figures.rst", category="Figures"),
     log: node_log("report")
     resources: **job_resources("report", mem_mb=2000)
+    params: node=node_key("report")
     threads: 1
     shell: STAGE_COMMAND
