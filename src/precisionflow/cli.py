@@ -107,6 +107,19 @@ def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[st
     return command + (["--dry-run"] if dry_run else []) + extra
 
 
+def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
+    """Snakemake under precisionflow's run lock: a second run on this results folder fails at once,
+    and what a run that died left (its lock, staging folders, half-made outputs) is cleared first."""
+    from precisionflow import runlock
+
+    results = Path(plan["results_dir"])
+    with runlock.exclusive_run(results):
+        for note in runlock.recover(results, results.parent):
+            print(f"precisionflow: {note}.")
+        command = snakemake_command(plan_file, args.cores, False, ["--rerun-incomplete", *extra], args.profile)
+        return subprocess.call(command, cwd=results.parent)
+
+
 def cmd_run(args, extra: List[str]) -> int:
     from precisionflow.nodeio import read_json
     from precisionflow.plan import plan_from_overrides, recheck_finished
@@ -115,11 +128,12 @@ def cmd_run(args, extra: List[str]) -> int:
     plan = read_json(plan_file)
     recheck_finished(plan)  # thresholds are not in node ids: re-check finished nodes before anything runs
     before = node_mtimes(plan)
-    code = subprocess.call(snakemake_command(plan_file, args.cores, args.dry_run, extra, args.profile),
-                           cwd=Path(plan["results_dir"]).parent)
     if args.dry_run:
+        code = subprocess.call(snakemake_command(plan_file, args.cores, True, extra, args.profile),
+                               cwd=Path(plan["results_dir"]).parent)
         print_why(plan)
         return code
+    code = run_exclusively(plan, plan_file, args, extra)
     after = node_mtimes(plan)
     executed = sum(1 for key, mtime in after.items() if before.get(key) != mtime)
     if code != 0:

@@ -1,0 +1,79 @@
+"""A run killed with SIGKILL mid-way is resumed by a plain `precisionflow run` (stale locks and
+staging folders cleared, half-made outputs rerun, nothing duplicated in MLflow); a second run on a
+live run's folder fails at once with a clear message."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from precisionflow import runlock
+from precisionflow.runlock import RunLockedError
+
+TINY = ["dataset.max_samples=400", "train.epochs=40", "precisions=[fp32,fp16]", "evaluate.duration_s=0.05",
+        "evaluate.warmup_s=0.01", "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2", "evaluate.streams=[2]",
+        "evaluate.ratio_rounds=2", "evaluate.ratio_window_s=0.03"]
+
+
+def test_a_second_run_on_a_live_run_s_folder_fails_at_once(tmp_path):
+    with runlock.exclusive_run(tmp_path):
+        child = subprocess.run([sys.executable, "-c", "from precisionflow import runlock; import sys\n"
+                                f"with runlock.exclusive_run(sys.argv[1]): pass", str(tmp_path)],
+                               capture_output=True, text=True)
+        assert child.returncode != 0 and "Another precisionflow run is using" in child.stderr
+        assert f"pid {os.getpid()}" in child.stderr
+    with runlock.exclusive_run(tmp_path):  # released when the holder is done (or dies)
+        pass
+
+
+def test_what_a_dead_run_left_is_cleared(tmp_path):
+    results, workdir = tmp_path / "results", tmp_path
+    (results / "train_model" / ".small-abc.tmp-x1").mkdir(parents=True)
+    (workdir / ".snakemake" / "locks").mkdir(parents=True)
+    (workdir / ".snakemake" / "locks" / "0.input.lock").write_text("x")
+    notes = runlock.recover(results, workdir)
+    assert len(notes) == 2 and not list(results.glob("*/.*.tmp-*"))
+    assert not list((workdir / ".snakemake" / "locks").iterdir())
+    assert runlock.recover(results, workdir) == []
+
+
+def start_run(results: Path):
+    command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *TINY]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=results.parent, start_new_session=True)
+
+
+@pytest.mark.slow
+def test_kill_9_mid_training_then_a_plain_run_completes(tmp_path):
+    import mlflow
+
+    results = tmp_path / "results"
+    first = start_run(results)
+    deadline = time.time() + 300
+    while time.time() < deadline:  # wait until training is under way
+        logs = list(results.glob("logs/train_model/*.log"))
+        if logs and "Epoch 2" in logs[0].read_text(errors="replace"):
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("training never started")
+    second = subprocess.run([sys.executable, "-m", "precisionflow.cli", "run", f"results_dir={results}", *TINY],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert second.returncode != 0 and "Another precisionflow run is using" in second.stderr  # the live run is respected
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert not list(results.glob("train_model/*/node.json"))  # killed before training finished
+
+    resumed = subprocess.run([sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}",
+                              *TINY], capture_output=True, text=True, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "cleared the directory lock" in resumed.stdout
+    assert not list(results.glob("*/.*.tmp-*"))
+    mlflow.set_tracking_uri(f"sqlite:///{results / 'mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=["precisionflow"])
+    nodes = runs["tags.precisionflow.node"].dropna()
+    assert len(nodes) == len(set(nodes)) > 0  # no duplicated runs
