@@ -39,7 +39,7 @@ FLIP_VALUES = {
     "evaluate.budget.speedup_at": "b1", "evaluate.budget.min_qat_agreement": 0.99, "evaluate.budget.min_speedup": 1.5,
     "evaluate.budgets": {"fp16": {"min_speedup": 1.5}},
     "stage_resources": {"train_model": {"slurm_partition": "gpu", "gpu": 1}},
-    "engine.onnxruntime.cudnn_conv_algo_search": "HEURISTIC", "target_defs.local.backend_version": "9.9.9",
+    "engine.onnxruntime.cudnn_conv_algo_search": "HEURISTIC", "train.at_chance": "stop", "target_defs.local.backend_version": "9.9.9",
 }
 
 # Which stages' node ids change when the key flips, under the default configuration
@@ -95,7 +95,8 @@ EXPECTED = {
     "tracking.enabled": NOTHING,  # the tracking node leaves the plan; no other node changes
     "tracking.uri": {"track_mlflow"}, "tracking.experiment": {"track_mlflow"},
     "results_dir": NOTHING,
-    "stage_resources": NOTHING,
+    "stage_resources": NOTHING,  # where jobs run (scheduler), never what they compute
+    "train.at_chance": NOTHING,  # a threshold: the finished training is re-checked, never retrained
     "prune.method": None,  # needs a fine-tune to retrain: see CONDITIONAL
     **{f"prune.{key}": NOTHING for key in ("criterion", "ratio", "threshold", "granularity", "min_channels", "bn_scale",
                                            "exclude_layers", "epochs", "batch_size", "learning_rate", "seed")},  # where jobs run (scheduler), never what they compute
@@ -203,11 +204,18 @@ def test_keys_of_a_selected_component(base, key, value, expected):
 
 
 def test_the_content_of_a_user_model_file_is_part_of_the_training_id(tmp_path):
+    import zipfile
+
     model_file = tmp_path / "model.keras"
-    model_file.write_bytes(b"first")
+
+    def write(content: str):
+        with zipfile.ZipFile(model_file, "w") as archive:
+            archive.writestr("config.json", content)
+
+    write('{"class_name": "Functional", "version": 1}')
     base = expand(["model=keras_file", f"model.path={model_file}"])[0]
     before = plan_ids([base])
-    model_file.write_bytes(b"second")
+    write('{"class_name": "Functional", "version": 2}')
     after = plan_ids([base])
     assert {node.split("/")[0] for node in before ^ after} == TRAINED
 

@@ -112,6 +112,32 @@ def load_user_model(keras, params: Dict[str, Any]):
     return keras.models.load_model(path, compile=False)
 
 
+def check_user_model_file(params: Dict[str, Any]) -> None:
+    """Before anything runs: the user model exists, is a Keras file, and holds no code unless trusted."""
+    import zipfile
+
+    if not params["path"]:
+        raise ConfigError("model.path: model=keras_file needs the saved model's path (.keras, .h5 or a SavedModel folder).")
+    path = Path(params["path"]).expanduser()
+    if not path.exists():
+        raise ConfigError(f"model.path: expected a saved model at {path}, found nothing.")
+    code = False
+    if path.suffix == ".keras":
+        try:
+            with zipfile.ZipFile(path) as archive:
+                code = '"Lambda"' in archive.read("config.json").decode(errors="replace")
+        except (zipfile.BadZipFile, KeyError) as err:
+            raise ConfigError(f"model.path: {path} is not a Keras .keras file (a zip archive with config.json): {err}. "
+                              "Save the model with model.save('name.keras').") from err
+    elif path.suffix == ".h5":
+        code = _h5_has_lambda(path)
+    elif not path.is_dir():
+        raise ConfigError(f"model.path: expected a .keras file, an .h5 file or a SavedModel folder, found {path}.")
+    if code and not params["trust"]:
+        raise ConfigError(f"model.path: {path} contains a Lambda layer (arbitrary Python code), refused in Keras safe "
+                          "mode. If you trust this file, set model.trust=true.")
+
+
 def _h5_has_lambda(path: Path) -> bool:
     import h5py
 

@@ -141,7 +141,7 @@ class PlanBuilder:
         train_params["model"]["files"] = self.model_files(train_params["model"])
         model = trained = self.add(
             "train_model", f"{cfg['model']['name']}-{cfg['train']['precision_policy']}-e{cfg['train']['epochs']}",
-            train_params, {"data": data})
+            train_params, {"data": data}, checks=stage_module("train_model").checks(cfg))
         if cfg["prune"]["method"] != "none":  # the QAT branch starts from the pruned model too
             model = trained = self._add_prune(cfg, model, data)
         if cfg["finetune"]["mode"] != "none":

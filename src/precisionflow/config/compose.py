@@ -180,6 +180,12 @@ def validate(cfg: Dict[str, Any]) -> None:
         raise ConfigError(f"evaluate.timing_batch_sizes: expected positive sizes, found {cfg['evaluate']['timing_batch_sizes']}.")
     if cfg["dataset"]["name"] == "image_folder" and not cfg["dataset"]["path"]:
         raise ConfigError("dataset.path: dataset=image_folder needs the folder of your images; add dataset.path=/path/to/images.")
+    if cfg["train"]["at_chance"] not in ("warn", "stop"):
+        raise ConfigError(f"train.at_chance: expected warn or stop, found '{cfg['train']['at_chance']}'.")
+    if cfg["model"]["name"] == "keras_file":
+        from precisionflow.models import check_user_model_file
+
+        check_user_model_file(cfg["model"])
     if cfg["dataset"]["channels"] not in (1, 3):
         raise ConfigError(f"dataset.channels: expected 1 (grey) or 3 (RGB), found {cfg['dataset']['channels']}.")
     engine = cfg["engine"]

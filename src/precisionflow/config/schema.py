@@ -75,6 +75,10 @@ class TrainConf:
     # Stop when validation accuracy has not improved for this many epochs (0 = never).
     early_stopping_patience: int = 0
     precision_policy: PrecisionPolicy = PrecisionPolicy.fp32
+    # A training whose validation top-1 stays below 1.5x chance learned nothing: `warn` says so
+    # loudly (console, table, report) and goes on; `stop` fails it before any engine is built.
+    # A threshold, not a parameter: changing it re-checks the finished training, never retrains.
+    at_chance: str = "warn"
 
 
 class FinetuneMode(str, Enum):

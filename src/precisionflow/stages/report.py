@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from precisionflow.compare import engine_key, ratio_values, ratios_by_engine, split_inputs
-from precisionflow.nodeio import named_lineage, read_json, read_node, write_json_atomic
+from precisionflow.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
 from precisionflow.stages import report_pages
 
 PACKAGES = ("matplotlib", "numpy")
@@ -182,6 +182,18 @@ def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED) -> st
     return "\n".join([line(columns), line(["-" * widths[c] for c in columns])] + [line([r[c] for c in columns]) for r in rows])
 
 
+def chance_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
+    """Trainings that learned nothing, once each (their engines' rows compare noise)."""
+    from precisionflow.stages.train_model import at_chance_message
+
+    found = {}
+    for eval_dir in metrics:
+        for record in lineage(eval_dir).values():
+            if record["stage"] in ("train_model", "finetune_model") and at_chance_message(record["summary"]):
+                found[node_key(record)] = at_chance_message(record["summary"])
+    return [f"(!) {key}: {message}." for key, message in sorted(found.items())]
+
+
 def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     """What a reader must know to read the table right."""
     lines = [f"{NOISY_MARK} = uncertain above its flag threshold (timed windows: CV > 5%; ratios: standard error of the "
@@ -192,6 +204,7 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> Li
         executed = found["engine"].get("executed", {})
         if not executed.get("as_requested", True):
             lines.append(f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision.")
+    lines += chance_notes(metrics)
     runs = sorted({row["timed"] for row in rows if row["timed"]})
     if len(runs) > 1:
         lines.append(f"Absolute figures come from {len(runs)} workflow runs (timed = the run's start: {', '.join(runs)}); "

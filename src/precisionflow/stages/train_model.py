@@ -22,7 +22,11 @@ PACKAGES = ("tensorflow", "tf-keras", "numpy", "matplotlib", "h5py")
 def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
     from precisionflow import models
 
-    return {"model": models.reads(cfg["model"]), "train": dict(cfg["train"])}
+    train = {key: value for key, value in cfg["train"].items() if key not in THRESHOLD_KEYS}
+    return {"model": models.reads(cfg["model"]), "train": train}
+
+
+THRESHOLD_KEYS = ("at_chance",)  # checked against the summary (checks/check), never part of the id
 
 
 def stop_on_nan(keras):
@@ -129,6 +133,32 @@ def save_curves(history: Dict[str, list], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+AT_CHANCE_FACTOR = 1.5
+
+
+def checks(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """Thresholds, not parameters (a changed one re-checks the finished training)."""
+    return {"at_chance": cfg["train"]["at_chance"]}
+
+
+def at_chance_message(summary: Dict[str, Any]) -> str:
+    """'' or why this training learned nothing (validation top-1 below 1.5x chance)."""
+    classes = summary.get("classes")
+    if not classes or summary["val_accuracy"] >= AT_CHANCE_FACTOR / classes:
+        return ""
+    return (f"validation top-1 {summary['val_accuracy']:.3f} is at chance ({1 / classes:.3f} for {classes} classes): "
+            "the model learned nothing, and its engines' accuracy and agreement compare noise. Train longer "
+            "(train.epochs), lower train.learning_rate or check the data")
+
+
+def check(limits: Dict[str, Any], summary: Dict[str, Any]) -> None:
+    message = at_chance_message(summary)
+    if message and limits["at_chance"] == "stop":
+        raise StageError(f"{message}; or set train.at_chance=warn to build engines anyway.")
+    if message:
+        print(f"\n(!) WARNING: {message}.\n", flush=True)
+
+
 def save_outputs(out: Path, model, history, seconds: float, data_dir: Path, title: str) -> Dict[str, Any]:
     model.save(out / "model.keras")
     write_json_atomic(out / "history.json", history)
@@ -136,7 +166,7 @@ def save_outputs(out: Path, model, history, seconds: float, data_dir: Path, titl
     epochs = len(history["loss"])
     return {"test_accuracy": test_accuracy(model, data_dir), "val_accuracy": history["val_accuracy"][-1],
             "epochs_run": epochs, "train_seconds": round(seconds, 3), "seconds_per_epoch": round(seconds / epochs, 3),
-            "parameters": int(model.count_params())}
+            "parameters": int(model.count_params()), "classes": int(model.output_shape[-1])}
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:

@@ -1,0 +1,41 @@
+"""Mistakes found before anything runs, with the key and the fix in the message."""
+
+import zipfile
+
+import pytest
+
+from precisionflow.config.compose import expand
+from precisionflow.errors import ConfigError, StageError
+from precisionflow.stages import train_model
+
+
+def keras_file(path, config: str):
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("config.json", config)
+    return path
+
+
+def test_a_keras_file_with_code_is_refused_at_composition_naming_the_switch(tmp_path):
+    model = keras_file(tmp_path / "m.keras", '{"layers": [{"class_name": "Lambda", "config": {}}]}')
+    with pytest.raises(ConfigError, match=r"contains a Lambda layer .* set model.trust=true"):
+        expand(["model=keras_file", f"model.path={model}"])
+    expand(["model=keras_file", f"model.path={model}", "model.trust=true"])  # trusted explicitly: accepted
+
+
+def test_a_file_that_is_not_a_keras_model_is_refused_by_path(tmp_path):
+    (tmp_path / "m.keras").write_text("not a model")
+    with pytest.raises(ConfigError, match=r"m.keras is not a Keras .keras file"):
+        expand(["model=keras_file", f"model.path={tmp_path / 'm.keras'}"])
+    with pytest.raises(ConfigError, match=r"model.path: expected a saved model at .*missing.keras, found nothing"):
+        expand(["model=keras_file", f"model.path={tmp_path / 'missing.keras'}"])
+
+
+def test_a_training_at_chance_is_flagged_and_stops_the_run_when_asked(capsys):
+    at_chance = {"val_accuracy": 0.11, "classes": 10}
+    train_model.check({"at_chance": "warn"}, at_chance)
+    assert "WARNING: validation top-1 0.110 is at chance (0.100 for 10 classes)" in capsys.readouterr().out
+    with pytest.raises(StageError, match=r"learned nothing.*set train.at_chance=warn"):
+        train_model.check({"at_chance": "stop"}, at_chance)
+    train_model.check({"at_chance": "stop"}, {"val_accuracy": 0.9, "classes": 10})  # a model that learned: silent
+    with pytest.raises(ConfigError, match="train.at_chance: expected warn or stop, found 'maybe'"):
+        expand(["train.at_chance=maybe"])
