@@ -63,3 +63,28 @@ def test_named_lineage_names_the_deployed_chain_and_the_reference_apart(tmp_path
         "calibrate": "calibrate/c", "export_onnx": "export_onnx/qat", "finetune_model": "finetune_model/q",
         "train_model": "train_model/t", "prepare_dataset": "prepare_dataset/d", "reference.export_onnx": "export_onnx/fp32",
     }
+
+
+def test_a_node_edited_after_it_finished_is_refused_and_the_advice_works(tmp_path):
+    import json
+
+    from precisionflow.errors import LineageError, StageError
+    from precisionflow.nodeio import content_hashes, verify_node
+
+    node = tmp_path / "calibrate" / "ptq-abc"
+    node.mkdir(parents=True)
+    (node / "ranges.json").write_text('{"ranges": {}}')
+    (node / "node.json").write_text(json.dumps({"stage": "calibrate", "id": "ptq-abc", "files": content_hashes(node)}))
+    verify_node(node)
+    (node / "ranges.json").write_text('{"ranges": {"copied": [0, 1]}}')  # another model's cache copied in
+    with pytest.raises(LineageError, match=r"ranges.json changed after the node finished.*delete that folder"):
+        verify_node(node)
+    (node / "ranges.json").write_text('{"ranges": {}}')
+    (node / "extra.plan").write_text("an engine copied in")
+    with pytest.raises(LineageError, match="extra.plan changed"):
+        verify_node(node)
+    import shutil
+
+    shutil.rmtree(node)  # following the advice: the node is simply missing, which a run recomputes
+    with pytest.raises(StageError, match="Run the workflow"):
+        verify_node(node)

@@ -37,6 +37,41 @@ def file_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
+def content_hashes(node_dir: Path) -> Dict[str, str]:
+    """{relative path: sha256} of every file a node wrote (node.json aside): recorded in node.json."""
+    node_dir = Path(node_dir)
+    return {str(path.relative_to(node_dir)): file_hash(path) for path in sorted(node_dir.rglob("*"))
+            if path.is_file() and path.name not in (NODE_FILE, PACKED_FILE)}
+
+
+# A node folder shipped to another machine holds only the files its readers open there, some of
+# them cut down (the data node's test split): it names them here, and only the others are checked.
+PACKED_FILE = ".packed.json"
+
+
+def verify_node(node_dir: Path) -> Dict[str, Any]:
+    """A finished node whose files are as it wrote them: one edited, replaced, added or removed since
+    (a foreign calibration cache, an engine file copied in) is refused before anything reads it."""
+    from precisionflow.errors import LineageError
+
+    record = read_node(node_dir)
+    if "files" not in record:
+        return record  # written before nodes recorded their files
+    found, recorded = content_hashes(node_dir), dict(record["files"])
+    packed = Path(node_dir) / PACKED_FILE
+    if packed.is_file():
+        rewritten = set(read_json(packed)["rewritten"])
+        recorded = {name: digest for name, digest in recorded.items() if name in found and name not in rewritten}
+        found = {name: digest for name, digest in found.items() if name not in rewritten}
+    changed = sorted(name for name in set(found) | set(recorded) if found.get(name) != recorded.get(name))
+    if changed:
+        raise LineageError(
+            f"{node_dir}: {', '.join(changed)} changed after the node finished (its node.json recorded other contents). "
+            "Results are never edited in place: delete that folder and run precisionflow run again, which recomputes it."
+        )
+    return record
+
+
 def read_json(path: Path) -> Any:
     with open(path) as handle:
         return json.load(handle)

@@ -24,7 +24,7 @@ from typing import Any, Dict, List
 import numpy as np
 
 from precisionflow.errors import LineageError, PrecisionflowError, StageError
-from precisionflow.nodeio import NODE_FILE, read_json, write_json_atomic
+from precisionflow.nodeio import NODE_FILE, PACKED_FILE, read_json, write_json_atomic
 
 GPU_STAGES = ("build_engine", "evaluate_engine", "compare_speed")
 # What the GPU stages open of each upstream node, by the role the node plays for them. The data
@@ -81,10 +81,13 @@ def pack(plan: Dict[str, Any], target: str, bundle: Path) -> Dict[str, Any]:
             for name in FILES_BY_ROLE.get(role, ()):
                 shutil.copy2(results / key / name, target_dir / name)
                 files.append(f"{key}/{name}")
+        rewritten = []
         if "data" in node_roles:
             with np.load(results / key / "data.npz") as arrays:
                 np.savez(target_dir / "data.npz", **{name: arrays[name] for name in TEST_SPLIT_ARRAYS})
             files.append(f"{key}/data.npz (test split only)")
+            rewritten.append("data.npz")
+        write_json_atomic(target_dir / PACKED_FILE, {"rewritten": rewritten})
     write_json_atomic(bundle / "plan.json", plan)
     manifest = {"target": target, "nodes": keys, "upstream_files": files}
     write_json_atomic(bundle / "manifest.json", manifest)

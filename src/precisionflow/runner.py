@@ -18,7 +18,7 @@ from typing import Any, Dict
 
 from precisionflow import identity
 from precisionflow.errors import PrecisionflowError, StageError
-from precisionflow.nodeio import NODE_FILE, read_json, read_node, staged_node_dir, write_json_atomic
+from precisionflow.nodeio import NODE_FILE, content_hashes, read_json, staged_node_dir, verify_node, write_json_atomic
 
 
 def package_versions(names) -> Dict[str, str]:
@@ -52,7 +52,7 @@ def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[s
     results = Path(results_dir or plan["results_dir"])
     inputs = {role: results / upstream for role, upstream in spec["inputs"].items()}
     for input_dir in inputs.values():
-        read_node(input_dir)  # refuses unfinished upstream nodes
+        verify_node(input_dir)  # refuses unfinished upstream nodes and ones edited since they finished
     stage = importlib.import_module(f"precisionflow.stages.{spec['stage']}")
     sources = check_identity(spec, stage)
     started = time.time()
@@ -68,6 +68,7 @@ def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[s
             "host": platform.node(),
             "timings": {"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3)},
             "summary": summary,
+            "files": content_hashes(out),
         }
         write_json_atomic(out / NODE_FILE, record)
     return record

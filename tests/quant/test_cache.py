@@ -40,4 +40,4 @@ def test_cache_of_another_model_is_refused(tmp_path):
     message = str(caught.value)
     assert "computed on graph aaaaaaaaaaaaaaaa" in message
     assert "model node opset17-111" in message
-    assert "rerun calibration" in message
+    assert f"delete {tmp_path} and run precisionflow run again" in message

@@ -89,7 +89,7 @@ def load_cache(folder: Path, graph_sha256: str) -> Tuple[Ranges, Dict]:
         raise LineageError(
             f"The calibration cache in {folder} was computed on graph {lineage.get('graph_sha256', '?')[:16]} "
             f"(model node {lineage.get('model_node', '?')}, source {lineage.get('source', '?')}), but the graph "
-            f"being quantized is {graph_sha256[:16]}. Expected a cache of this graph: rerun calibration for "
-            "this model (precisionflow run recomputes it) instead of reusing another model's cache."
+            f"being quantized is {graph_sha256[:16]}. Expected a cache of this graph: delete {folder} and run "
+            "precisionflow run again (it recalibrates this model) instead of reusing another model's cache."
         )
     return {name: (lo, hi) for name, (lo, hi) in data["ranges"].items()}, lineage
