@@ -37,5 +37,18 @@ def test_a_training_at_chance_is_flagged_and_stops_the_run_when_asked(capsys):
     with pytest.raises(StageError, match=r"learned nothing.*set train.at_chance=warn"):
         train_model.check({"at_chance": "stop"}, at_chance)
     train_model.check({"at_chance": "stop"}, {"val_accuracy": 0.9, "classes": 10})  # a model that learned: silent
-    with pytest.raises(ConfigError, match="train.at_chance: expected warn or stop, found 'maybe'"):
+    with pytest.raises(ConfigError, match=r"train.at_chance: expected one of \[.warn., .stop.\], found .maybe."):
         expand(["train.at_chance=maybe"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("engine.optimization_level=max", r"engine.optimization_level: expected one of \['disabled', 'basic', 'extended', 'all'\], found 'max'"),
+    ("train.optimizer=adamw", r"train.optimizer: .* found 'adamw'. Did you mean 'adam'\?"),
+    ("train.lr_schedule=cosin", r"Did you mean 'cosine'\?"),
+    ("engine.onnxruntime.cudnn_conv_algo_search=exhaustive", r"Did you mean 'EXHAUSTIVE'\?"),
+    ("dataset.path=/tmp/images", r"dataset.path is set, but dataset.name=digits does not read it .* dataset=image_folder"),
+    ("model.path=/tmp/m.keras", r"model.path is set, but model.name=small_cnn does not read it"),
+])
+def test_string_choices_and_keys_of_unselected_components_fail_at_composition(override, message):
+    with pytest.raises(ConfigError, match=message):
+        expand([override])

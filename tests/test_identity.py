@@ -39,18 +39,20 @@ FLIP_VALUES = {
     "evaluate.budget.speedup_at": "b1", "evaluate.budget.min_qat_agreement": 0.99, "evaluate.budget.min_speedup": 1.5,
     "evaluate.budgets": {"fp16": {"min_speedup": 1.5}},
     "stage_resources": {"train_model": {"slurm_partition": "gpu", "gpu": 1}},
-    "engine.onnxruntime.cudnn_conv_algo_search": "HEURISTIC", "train.at_chance": "stop", "target_defs.local.backend_version": "9.9.9",
+    "engine.onnxruntime.cudnn_conv_algo_search": "HEURISTIC", "train.at_chance": "stop", "prune.criterion": "l2", "target_defs.local.backend_version": "9.9.9",
 }
 
 # Which stages' node ids change when the key flips, under the default configuration
 # (small_cnn on digits, precisions fp32/fp16/int8/int8_qat, target local, ONNX Runtime).
 EXPECTED = {
-    "dataset.name": None, "dataset.path": NOTHING, "dataset.image_size": NOTHING, "dataset.channels": NOTHING,
+    "dataset.name": None, "dataset.path": None,  # read only by image_folder: set for digits it is refused
+    "dataset.image_size": NOTHING, "dataset.channels": NOTHING,
     "dataset.val_fraction": EVERYTHING, "dataset.test_fraction": EVERYTHING, "dataset.seed": EVERYTHING,
     "dataset.max_samples": EVERYTHING,
     "model.name": TRAINED, "model.width": TRAINED, "model.filters": TRAINED, "model.dense_units": TRAINED,
     "model.dropout": TRAINED, "model.stages": NOTHING, "model.blocks_per_stage": NOTHING, "model.weights": NOTHING,
-    "model.path": NOTHING, "model.trust": NOTHING, "model.bn_momentum": NOTHING,
+    "model.path": None, "model.trust": NOTHING,  # model.path: read only by keras_file (refused otherwise)
+    "model.bn_momentum": NOTHING,
     **{f"train.{key}": TRAINED for key in ("epochs", "batch_size", "learning_rate", "lr_schedule", "optimizer", "seed",
                                            "early_stopping_patience", "precision_policy")},
     "finetune.mode": TRAINED - {"train_model", "finetune_model"},  # a new fp32 fine-tune node joins, none changes

@@ -156,8 +156,44 @@ def _thaw(value: Any) -> Any:
     return value
 
 
+# Choices typed as plain strings in the schema: refused at composition, with the closest valid one.
+STRING_CHOICES = {
+    "engine.optimization_level": ("disabled", "basic", "extended", "all"),
+    "engine.onnxruntime.cudnn_conv_algo_search": ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"),
+    "train.lr_schedule": ("constant", "cosine"),
+    "train.optimizer": ("adam", "sgd", "rmsprop"),
+    "train.at_chance": ("warn", "stop"),
+    "prune.criterion": ("l1", "l2"),
+}
+# Keys read only by one choice of a component: set for another choice, they would be silently ignored.
+ONLY_WITH = {"dataset.path": ("dataset.name", ("image_folder",)), "model.path": ("model.name", ("keras_file",))}
+
+
+def _get(cfg: Dict[str, Any], key: str):
+    for part in key.split("."):
+        cfg = cfg[part]
+    return cfg
+
+
+def check_choices(cfg: Dict[str, Any]) -> None:
+    import difflib
+
+    for key, choices in STRING_CHOICES.items():
+        found = _get(cfg, key)
+        if found not in choices:
+            by_lower = {choice.lower(): choice for choice in choices}
+            close = difflib.get_close_matches(str(found).lower(), list(by_lower), n=1, cutoff=0.4)
+            hint = f" Did you mean '{by_lower[close[0]]}'?" if close else ""
+            raise ConfigError(f"{key}: expected one of {list(choices)}, found '{found}'.{hint}")
+    for key, (selector, readers) in ONLY_WITH.items():
+        if _get(cfg, key) and _get(cfg, selector) not in readers:
+            raise ConfigError(f"{key} is set, but {selector}={_get(cfg, selector)} does not read it (only "
+                              f"{' / '.join(readers)} does): choose {selector.split('.')[0]}={readers[0]}, or drop {key}.")
+
+
 def validate(cfg: Dict[str, Any]) -> None:
     """Checks across keys that a type schema cannot express."""
+    check_choices(cfg)
     if not cfg["precisions"]:
         raise ConfigError("precisions: expected at least one of fp32, fp16, int8, int8_qat, int8_mixed; found an empty list.")
     if "fp32" not in cfg["precisions"]:
@@ -180,8 +216,6 @@ def validate(cfg: Dict[str, Any]) -> None:
         raise ConfigError(f"evaluate.timing_batch_sizes: expected positive sizes, found {cfg['evaluate']['timing_batch_sizes']}.")
     if cfg["dataset"]["name"] == "image_folder" and not cfg["dataset"]["path"]:
         raise ConfigError("dataset.path: dataset=image_folder needs the folder of your images; add dataset.path=/path/to/images.")
-    if cfg["train"]["at_chance"] not in ("warn", "stop"):
-        raise ConfigError(f"train.at_chance: expected warn or stop, found '{cfg['train']['at_chance']}'.")
     if cfg["model"]["name"] == "keras_file":
         from precisionflow.models import check_user_model_file
 
