@@ -52,3 +52,15 @@ def test_a_training_at_chance_is_flagged_and_stops_the_run_when_asked(capsys):
 def test_string_choices_and_keys_of_unselected_components_fail_at_composition(override, message):
     with pytest.raises(ConfigError, match=message):
         expand([override])
+
+
+def test_a_target_this_machine_cannot_build_is_refused_before_snakemake_starts(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "precisionflow.cli", "run", "targets=[a100]",
+                           f"results_dir={tmp_path / 'results'}"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "target a100: its engines cannot be built on this machine" in done.stderr
+    assert "--profile slurm" in done.stderr and "precisionflow ship --target a100" in done.stderr
+    assert not (tmp_path / ".snakemake").exists()  # nothing ran

@@ -107,12 +107,40 @@ def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[st
     return command + (["--dry-run"] if dry_run else []) + extra
 
 
+def check_targets_buildable_here(plan: Dict) -> None:
+    """A local run builds every engine on this machine: a target it cannot serve (another GPU, another
+    runtime version) is refused before anything runs, with the ways that do work."""
+    from precisionflow.backends import get_backend
+    from precisionflow.backends.devices import check_device
+    from precisionflow.stages.build_engine import check_runtime
+
+    seen = set()
+    for spec in plan["nodes"].values():
+        params = spec["params"]
+        if spec["stage"] != "build_engine" or params["target"] in seen:
+            continue
+        seen.add(params["target"])
+        try:
+            runtime = get_backend(params["engine"]["backend"]).describe_runtime(params["target_def"])
+            check_device(runtime, params["target_def"])
+            check_runtime(params["runtime"], runtime, params["target"])
+        except (PrecisionflowError, ImportError) as err:
+            raise ConfigError(
+                f"target {params['target']}: its engines cannot be built on this machine ({err}). Run on such a "
+                f"machine: --profile slurm (jobs land where the target's resources say), or `precisionflow run ... -- "
+                f"--omit-from build_engine` here then `precisionflow ship --target {params['target']}`; or choose "
+                "targets=[local]."
+            ) from err
+
+
 def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
     """Snakemake under precisionflow's run lock: a second run on this results folder fails at once,
     and what a run that died left (its lock, staging folders, half-made outputs) is cleared first."""
     from precisionflow import runlock
 
     results = Path(plan["results_dir"])
+    if args.profile == "local" and not {"--omit-from", "--until"} & set(extra):
+        check_targets_buildable_here(plan)
     with runlock.exclusive_run(results):
         for note in runlock.recover(results, results.parent):
             print(f"precisionflow: {note}.")
