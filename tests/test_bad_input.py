@@ -64,3 +64,12 @@ def test_a_target_this_machine_cannot_build_is_refused_before_snakemake_starts(t
     assert "target a100: its engines cannot be built on this machine" in done.stderr
     assert "--profile slurm" in done.stderr and "precisionflow ship --target a100" in done.stderr
     assert not (tmp_path / ".snakemake").exists()  # nothing ran
+
+
+def test_more_calibration_samples_than_the_split_has_fails_at_planning(tmp_path):
+    from precisionflow.plan import build_plan
+
+    points = expand(["dataset.max_samples=400", "calibration.num_samples=300", "calibration.split=train"])
+    with pytest.raises(ConfigError, match=r"calibration.num_samples=300, but the train split has 260 images"):
+        build_plan(points, str(tmp_path / "results"))
+    build_plan(expand(["dataset.max_samples=400", "calibration.num_samples=260"]), str(tmp_path / "results"))

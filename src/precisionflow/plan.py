@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from precisionflow import identity
 from precisionflow.budget import budget_for
+from precisionflow.errors import ConfigError
 
 STAGES = ("prepare_dataset", "train_model", "prune_model", "finetune_model", "export_onnx", "calibrate", "quantize_onnx",
           "build_engine", "evaluate_engine", "compare_speed", "benchmark_framework", "report", "track_mlflow")
@@ -81,6 +82,7 @@ class PlanBuilder:
         self.file_hashes: Dict[str, str] = {}
         self.runtimes: Dict[tuple, Dict[str, str]] = {}
         self.stage_resources: Dict[str, Dict[str, Any]] = {}
+        self.sizes: Dict[str, Dict[str, int]] = {}
 
     def runtime(self, backend: str, target_def: Dict[str, Any]) -> Dict[str, str]:
         """The runtime an engine is built (or a model timed) with: part of the id, so upgrading the
@@ -108,6 +110,11 @@ class PlanBuilder:
             cache = (self.cache_dir or Path(root)) / "fingerprints.json"
             self.fingerprints[root] = image_folder.fingerprint(Path(root), cache)
         return {**params, "path": root, "fingerprint": self.fingerprints[root]}
+
+    def split_sizes(self, data: Node) -> Dict[str, int]:
+        if data.key not in self.sizes:
+            self.sizes[data.key] = stage_module("prepare_dataset").expected_split_sizes(data.params)
+        return self.sizes[data.key]
 
     def model_files(self, model: Dict[str, Any]) -> Dict[str, str]:
         """{path: content sha256} of the files a model builder opens (user model, local weights)."""
@@ -190,6 +197,11 @@ class PlanBuilder:
 
     def _add_calibration(self, cfg, onnx: Node, data: Node, source: str) -> Node:
         params = stage_module("calibrate").reads(cfg, source)
+        available = self.split_sizes(data)[params["split"]]
+        if params["num_samples"] > available:
+            raise ConfigError(f"calibration.num_samples={params['num_samples']}, but the {params['split']} split has "
+                              f"{available} images: lower calibration.num_samples (or calibrate on a larger split, "
+                              "calibration.split=train|val).")
         slug = f"{source}-{params['method']}-n{params['num_samples']}"
         return self.add("calibrate", slug, params, {"onnx": onnx, "data": data})
 

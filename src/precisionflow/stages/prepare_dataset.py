@@ -6,6 +6,7 @@ folders, non-images, one class, a class missing from a split) stops here, before
 """
 
 import hashlib
+import math
 from pathlib import Path
 from typing import Any, Dict
 
@@ -102,6 +103,28 @@ def _stratified_split(images, labels, params: Dict[str, Any]):
         x_rest, y_rest, test_size=params["test_fraction"] / held_out, stratify=y_rest, random_state=seed
     )
     return {"train": (x_train, y_train), "val": (x_val, y_val), "test": (x_test, y_test)}
+
+
+DIGITS_IMAGES = 1797  # scikit-learn's digits
+
+
+def expected_split_sizes(params: Dict[str, Any]) -> Dict[str, int]:
+    """Images per split before anything is loaded (sklearn's train_test_split rounding), so a
+    setting no split can satisfy (more calibration samples than the split has) fails at planning."""
+    if params["name"] == "image_folder":
+        from precisionflow.datasets import image_folder
+
+        root = _folder_root(params)
+        if image_folder.has_split_folders(root):
+            return {name: sum(len(files) for files in image_folder.list_images(root / name).values()) for name in SPLITS}
+        total = sum(len(files) for files in image_folder.list_images(root).values())
+    else:
+        total = DIGITS_IMAGES
+    total = min(total, params["max_samples"] or total)
+    held_out = params["val_fraction"] + params["test_fraction"]
+    rest = math.ceil(held_out * total)
+    test = math.ceil(params["test_fraction"] / held_out * rest)
+    return {"train": total - rest, "val": rest - test, "test": test}
 
 
 def fingerprint(images: np.ndarray, labels: np.ndarray) -> str:
