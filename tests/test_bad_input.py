@@ -73,3 +73,16 @@ def test_more_calibration_samples_than_the_split_has_fails_at_planning(tmp_path)
     with pytest.raises(ConfigError, match=r"calibration.num_samples=300, but the train split has 260 images"):
         build_plan(points, str(tmp_path / "results"))
     build_plan(expand(["dataset.max_samples=400", "calibration.num_samples=260"]), str(tmp_path / "results"))
+
+
+def test_an_engine_with_non_finite_outputs_breaks_its_budget_whatever_its_accuracy():
+    from precisionflow.budget import breaches
+
+    fp32 = {"top1": 0.9, "per_class_top1": {"0": 0.9}}
+    engine = {"top1": 0.9, "agreement": 1.0, "flipped": 0, "per_class_top1": {"0": 0.9}, "non_finite_outputs": 12}
+    budget = {"max_top1_drop": None, "min_agreement": None, "max_class_drop": None, "min_qat_agreement": None,
+              "min_speedup": None, "speedup_at": "bmax"}
+    assert breaches(engine, fp32, budget, {}) == [
+        "12 non-finite outputs (inf/NaN) on the test split: the engine overflows or is broken there; "
+        "its accuracy figures describe garbage"]
+    assert breaches(dict(engine, non_finite_outputs=0), fp32, budget, {}) == []

@@ -71,6 +71,9 @@ def _speedups(plan: Dict[str, Any], results: Path) -> Dict[str, Dict[str, Any]]:
 def breaches(metrics: Dict[str, Any], fp32: Dict[str, Any], budget: Dict[str, Any], ratios: Dict[str, Any]) -> List[str]:
     """Every budget this engine breaks, each with its number."""
     found = []
+    if metrics.get("non_finite_outputs"):  # overflow (fp16) or a broken graph: not "a lower accuracy"
+        found.append(f"{metrics['non_finite_outputs']} non-finite outputs (inf/NaN) on the test split: the engine "
+                     "overflows or is broken there; its accuracy figures describe garbage")
     drop = 100 * (fp32["top1"] - metrics["top1"])
     if budget["max_top1_drop"] is not None and drop > budget["max_top1_drop"]:
         found.append(f"top-1 {100 * metrics['top1']:.2f} is {drop:.2f} points below fp32's {100 * fp32['top1']:.2f} (max {budget['max_top1_drop']})")

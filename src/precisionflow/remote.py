@@ -83,7 +83,7 @@ def pack(plan: Dict[str, Any], target: str, bundle: Path) -> Dict[str, Any]:
                 files.append(f"{key}/{name}")
         rewritten = []
         if "data" in node_roles:
-            with np.load(results / key / "data.npz") as arrays:
+            with np.load(results / key / "data.npz", allow_pickle=False) as arrays:
                 np.savez(target_dir / "data.npz", **{name: arrays[name] for name in TEST_SPLIT_ARRAYS})
             files.append(f"{key}/data.npz (test split only)")
             rewritten.append("data.npz")

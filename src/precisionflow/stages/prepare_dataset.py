@@ -162,5 +162,5 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
 
 def load(data_dir: Path, split_name: str):
     """(images, labels) of one split of a prepared data node."""
-    with np.load(Path(data_dir) / "data.npz") as arrays:
+    with np.load(Path(data_dir) / "data.npz", allow_pickle=False) as arrays:
         return arrays[f"x_{split_name}"], arrays[f"y_{split_name}"]
