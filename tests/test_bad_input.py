@@ -5,7 +5,7 @@ import zipfile
 import pytest
 
 from precisionflow.config.compose import expand
-from precisionflow.errors import ConfigError, StageError
+from precisionflow.errors import ConfigError, PrecisionflowError, StageError
 from precisionflow.stages import train_model
 
 
@@ -63,7 +63,7 @@ def test_a_target_this_machine_cannot_build_is_refused_before_snakemake_starts(t
     assert done.returncode == 2
     assert "target a100: its engines cannot be built on this machine" in done.stderr
     assert "--profile slurm" in done.stderr and "precisionflow ship --target a100" in done.stderr
-    assert not (tmp_path / ".snakemake").exists()  # nothing ran
+    assert not (tmp_path / ".snakemake").exists() and not (tmp_path / "results").exists()  # nothing ran, nothing written
 
 
 def test_more_calibration_samples_than_the_split_has_fails_at_planning(tmp_path):
@@ -86,3 +86,33 @@ def test_an_engine_with_non_finite_outputs_breaks_its_budget_whatever_its_accura
         "12 non-finite outputs (inf/NaN) on the test split: the engine overflows or is broken there; "
         "its accuracy figures describe garbage"]
     assert breaches(dict(engine, non_finite_outputs=0), fp32, budget, {}) == []
+
+
+def image(path):
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (8, 8), (10, 200, 30)).save(path)
+
+
+@pytest.mark.parametrize("layout, message", [
+    ({"a.png": 1}, r"expected one sub-folder per class, found none"),  # flat folder
+    ({}, r"expected one sub-folder per class, found none"),  # empty folder
+    ({"cat/a.png": 1}, r"expected at least 2 class folders, found \['cat'\]"),
+    ({"cat/a.png": 1, "dog/": 0}, r"dog: class folder is empty"),
+    ({"cat/a.png": 1, "dog/b.png": 1, "dog/notes.txt": 1}, r"notes.txt: not an image"),
+])
+def test_a_broken_image_folder_fails_at_planning_naming_the_path(tmp_path, layout, message):
+    from precisionflow.plan import build_plan
+
+    root = tmp_path / "images"
+    root.mkdir()
+    for name, is_file in layout.items():
+        if name.endswith(".png"):
+            image(root / name)
+        elif is_file:
+            (root / name).write_text("x")
+        else:
+            (root / name).mkdir(parents=True)
+    with pytest.raises(PrecisionflowError, match=message):
+        build_plan(expand(["dataset=image_folder", f"dataset.path={root}"]), str(tmp_path / "results"))

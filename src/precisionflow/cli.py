@@ -139,8 +139,6 @@ def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
     from precisionflow import runlock
 
     results = Path(plan["results_dir"])
-    if args.profile == "local" and not {"--omit-from", "--until"} & set(extra):
-        check_targets_buildable_here(plan)
     with runlock.exclusive_run(results):
         for note in runlock.recover(results, results.parent):
             print(f"precisionflow: {note}.")
@@ -149,12 +147,15 @@ def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
 
 
 def cmd_run(args, extra: List[str]) -> int:
-    from precisionflow.nodeio import read_json
-    from precisionflow.plan import plan_from_overrides, recheck_finished
+    from precisionflow.config.compose import expand
+    from precisionflow.plan import build_plan, default_results_dir, recheck_finished, write_plan
 
-    plan_file = plan_from_overrides(args.overrides, args.multirun)
-    plan = read_json(plan_file)
+    points = expand(args.overrides, multirun=args.multirun)
+    plan = build_plan(points, default_results_dir(points), args.overrides)
     recheck_finished(plan)  # thresholds are not in node ids: re-check finished nodes before anything runs
+    if not args.dry_run and args.profile == "local" and not {"--omit-from", "--until"} & set(extra):
+        check_targets_buildable_here(plan)
+    plan_file = write_plan(plan)  # only a plan that passed every check is written
     before = node_mtimes(plan)
     if args.dry_run:
         code = subprocess.call(snakemake_command(plan_file, args.cores, True, extra, args.profile),

@@ -107,6 +107,7 @@ class PlanBuilder:
 
         root = str(Path(params["path"]).expanduser().resolve())
         if root not in self.fingerprints:
+            stage_module("prepare_dataset").check_folder(params)  # a broken folder fails here, before any job
             cache = (self.cache_dir or Path(root)) / "fingerprints.json"
             self.fingerprints[root] = image_folder.fingerprint(Path(root), cache)
         return {**params, "path": root, "fingerprint": self.fingerprints[root]}

@@ -105,6 +105,24 @@ def _stratified_split(images, labels, params: Dict[str, Any]):
     return {"train": (x_train, y_train), "val": (x_val, y_val), "test": (x_test, y_test)}
 
 
+def check_folder(params: Dict[str, Any]) -> None:
+    """An image folder's structure, before anything runs: class sub-folders holding images only,
+    at least two classes, and the same classes in every split folder."""
+    from precisionflow.datasets import image_folder
+
+    root = _folder_root(params)
+    levels = [root / name for name in SPLITS] if image_folder.has_split_folders(root) else [root]
+    classes = None
+    for level in levels:
+        found = sorted(image_folder.list_images(level))
+        if len(found) < 2:
+            raise DataError(f"{level}: expected at least 2 class folders, found {found}. A classifier needs two classes "
+                            "or more: add a folder per class.")
+        if classes is not None and found != classes:
+            raise DataError(f"{level}: classes {found} differ from {levels[0]}'s {classes}; every split needs the same classes.")
+        classes = found
+
+
 DIGITS_IMAGES = 1797  # scikit-learn's digits
 
 
