@@ -116,3 +116,22 @@ def test_a_broken_image_folder_fails_at_planning_naming_the_path(tmp_path, layou
             (root / name).mkdir(parents=True)
     with pytest.raises(PrecisionflowError, match=message):
         build_plan(expand(["dataset=image_folder", f"dataset.path={root}"]), str(tmp_path / "results"))
+
+
+def test_a_logging_that_died_half_way_is_started_over_without_duplicate_points(tmp_path):
+    from precisionflow import tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment = tracking.init_store(uri, "e", tmp_path)
+    client = tracking.client_for(uri)
+    tags = {tracking.NODE_TAG: "evaluate_engine/x"}
+    dead, _ = tracking.get_or_create_run(client, experiment, tags, "x")
+    client.log_metric(dead.info.run_id, "top1", 0.9, step=0)  # killed before COMPLETE_TAG
+    run = tracking.resumable_run(client, experiment, tags, "x")
+    assert run.info.run_id != dead.info.run_id and client.get_run(dead.info.run_id).info.lifecycle_stage == "deleted"
+    client.log_metric(run.info.run_id, "top1", 0.9, step=0)
+    client.set_tag(run.info.run_id, tracking.COMPLETE_TAG, "1")
+    again = tracking.resumable_run(client, experiment, tags, "x")
+    assert again.info.run_id == run.info.run_id  # a complete logging is kept as it is
+    assert len(client.get_metric_history(run.info.run_id, "top1")) == 1
+    assert len(client.search_runs([experiment])) == 1

@@ -55,6 +55,21 @@ def get_or_create_run(client, experiment_id: str, tags: Dict[str, str], name: st
     return client.create_run(experiment_id, tags=created), True
 
 
+def resumable_run(client, experiment_id: str, tags: Dict[str, str], name: str, parent_id: str = None):
+    """The run carrying `tags`: complete as logged before, or new. A logging that died half-way
+    (no COMPLETE_TAG) is deleted and started over, so no metric point is ever logged twice."""
+    run, created = get_or_create_run(client, experiment_id, tags, name, parent_id)
+    if not created and run.data.tags.get(COMPLETE_TAG) != "1":
+        children = client.search_runs([experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'",
+                                      max_results=1)
+        if children:  # a parent logged before runs were marked complete: deleting it would orphan them
+            client.set_tag(run.info.run_id, COMPLETE_TAG, "1")
+            return client.get_run(run.info.run_id)
+        client.delete_run(run.info.run_id)  # deleted runs are not found again: a fresh one replaces it
+        run, _ = get_or_create_run(client, experiment_id, tags, name, parent_id)
+    return run
+
+
 def git_commit() -> str:
     try:
         commit = subprocess.check_output(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], text=True,

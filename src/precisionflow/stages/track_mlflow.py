@@ -104,8 +104,8 @@ def log_training(client, context, record: Dict[str, Any]) -> str:
     from mlflow.entities import Metric, Param, RunTag
 
     name = f"{record['stage']} · {record['id']}"
-    run, _ = tracking.get_or_create_run(client, context["experiment_id"], {tracking.NODE_TAG: node_key(record)}, name,
-                                        context["parent_id"])
+    run = tracking.resumable_run(client, context["experiment_id"], {tracking.NODE_TAG: node_key(record)}, name,
+                                 context["parent_id"])
     mark_sweep(client, run, context["sweep_id"])
     if run.data.tags.get(tracking.COMPLETE_TAG) == "1":
         return run.info.run_id
@@ -128,8 +128,8 @@ def log_child(client, context, eval_dir: Path) -> bool:
     lineage = named_lineage(eval_dir)
     metrics = read_json(eval_dir / "metrics.json")
     name = f"{metrics['precision']} · {lineage['train_model']['id']} · {metrics['target']}"
-    run, _ = tracking.get_or_create_run(client, context["experiment_id"], {tracking.NODE_TAG: node_key(lineage["evaluate_engine"])},
-                                        name, context["parent_id"])
+    run = tracking.resumable_run(client, context["experiment_id"], {tracking.NODE_TAG: node_key(lineage["evaluate_engine"])},
+                                 name, context["parent_id"])
     mark_sweep(client, run, context["sweep_id"])
     if run.data.tags.get(tracking.COMPLETE_TAG) == "1":
         return False
@@ -149,12 +149,14 @@ def log_child(client, context, eval_dir: Path) -> bool:
 
 def log_parent(client, experiment_id: str, sweep_id: str, params: Dict[str, Any], report_dir: Path):
     """The sweep's run: the overrides that made it and its summary table."""
-    parent, created = tracking.get_or_create_run(client, experiment_id, {tracking.SWEEP_TAG: sweep_id}, f"sweep · {sweep_id}")
-    if created:
+    parent = tracking.resumable_run(client, experiment_id, {tracking.SWEEP_TAG: sweep_id}, f"sweep · {sweep_id}")
+    if parent.data.tags.get(tracking.COMPLETE_TAG) != "1":
         client.set_tag(parent.info.run_id, "overrides", " ".join(params["overrides"]) or "(defaults)")
         for name in ("summary.csv", "summary.txt", "report.html", "verdicts.json", "per_class.csv"):
             client.log_artifact(parent.info.run_id, str(report_dir / name))
         client.log_artifacts(parent.info.run_id, str(report_dir / "figures"), "figures")
+        # complete before any child is logged under it: a later resume never deletes a parent with children
+        client.set_tag(parent.info.run_id, tracking.COMPLETE_TAG, "1")
     return parent
 
 
