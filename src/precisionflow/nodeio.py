@@ -38,10 +38,11 @@ def file_hash(path: Path) -> str:
 
 
 def content_hashes(node_dir: Path) -> Dict[str, str]:
-    """{relative path: sha256} of every file a node wrote (node.json aside): recorded in node.json."""
+    """{relative path: sha256} of every file a node wrote (node.json aside): recorded in node.json.
+    Snakemake's own markers (.snakemake_timestamp in directory outputs, written after the job) are not the node's."""
     node_dir = Path(node_dir)
     return {str(path.relative_to(node_dir)): file_hash(path) for path in sorted(node_dir.rglob("*"))
-            if path.is_file() and path.name not in (NODE_FILE, PACKED_FILE)}
+            if path.is_file() and path.name not in (NODE_FILE, PACKED_FILE) and not path.name.startswith(".snakemake")}
 
 
 # A node folder shipped to another machine holds only the files its readers open there, some of

@@ -15,13 +15,13 @@ def test_default_composes_with_schema_defaults():
 @pytest.mark.parametrize(
     "override, expected_text",
     [
-        ("train.epoch=3", "Key 'epoch' not in 'TrainConf'"),
+        ("train.epoch=3", "train.epoch: no such key. Did you mean train.epochs?"),
         ("train.epochs=abc", "could not be converted to Integer"),
         ("precisions=[fp32,fp8]", "expected one of [fp32, fp16"),
-        ("calibration=kl", "Available options in 'calibration'"),
+        ("calibration=kl", "calibration=kl: no such choice; choices of calibration: entropy, minmax, percentile"),
         ("calibration.method=kl", "expected one of [entropy, minmax, percentile]"),
         ("train.precision_policy=fp8", "expected one of [fp32, mixed_float16, mixed_bfloat16]"),
-        ("model=resnet9000", "Available options in 'model'"),
+        ("model=resnet9000", "model=resnet9000: no such choice; choices of model:"),
         ("nosuchsection.x=1", "nosuchsection"),
         ("precisions=[fp16]", "expected fp32 among"),
         ("targets=[mars]", "not defined; known targets"),

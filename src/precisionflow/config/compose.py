@@ -74,7 +74,23 @@ def _compose(group_overrides: Tuple[str, ...]):
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
             return compose(config_name="config", overrides=list(group_overrides))
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(f"Invalid configuration (overrides {list(group_overrides)}): {err}") from err
+        raise ConfigError(_group_error(str(err), group_overrides)) from err
+
+
+def _group_error(message: str, group_overrides) -> str:
+    """Hydra's multi-line answer as one line: the unknown choice, the choices there are, the closest."""
+    import difflib
+    import re
+
+    missing = re.search(r"Could not (?:find|load) '([^/']+)/([^']+)'", message)
+    if missing:
+        group, choice = missing.groups()
+        options = sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+        close = difflib.get_close_matches(choice, options, n=1, cutoff=0.4)
+        hint = f" Did you mean {group}={close[0]}?" if close else ""
+        return f"{group}={choice}: no such choice; choices of {group}: {', '.join(options)}.{hint}"
+    first = next((line.strip() for line in message.splitlines() if line.strip()), message)
+    return f"{first} (overrides {list(group_overrides)})"
 
 
 def _checked_value(cfg, key: str, value: Any, adds: set = frozenset()) -> Any:
@@ -92,7 +108,26 @@ def _checked_value(cfg, key: str, value: Any, adds: set = frozenset()) -> Any:
         node = OmegaConf.select(cfg, key)
         return OmegaConf.to_container(node, resolve=True, enum_to_str=True) if OmegaConf.is_config(node) else _plain(node)
     except (OmegaConfBaseException, ValueError) as err:
-        raise ConfigError(f"Invalid override {key}={value!r}: {err}".strip()) from err
+        raise ConfigError(_value_error(cfg, key, value, err)) from err
+
+
+def _value_error(cfg, key: str, value: Any, err: Exception) -> str:
+    """One line: an unknown key with the closest valid ones, or what the key expects."""
+    import difflib
+
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    if isinstance(err, (ConfigKeyError, ConfigAttributeError)) and "not in" in str(err):
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        valid = sorted(node.keys()) if OmegaConf.is_dict(node) else []
+        close = difflib.get_close_matches(leaf, valid, n=2, cutoff=0.5)
+        where = f"{parent}." if parent else ""
+        hint = f" Did you mean {' or '.join(where + c for c in close)}?" if close else f" Valid keys here: {', '.join(valid)}."
+        return f"{key}: no such key.{hint}"
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), str(err))
+    return f"{key}={value!r}: {first}"
 
 
 def _plain(value: Any) -> Any:
@@ -158,6 +193,7 @@ def _thaw(value: Any) -> Any:
 
 # Choices typed as plain strings in the schema: refused at composition, with the closest valid one.
 STRING_CHOICES = {
+    "engine.backend": ("onnxruntime", "tensorrt"),
     "engine.optimization_level": ("disabled", "basic", "extended", "all"),
     "engine.onnxruntime.cudnn_conv_algo_search": ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"),
     "train.lr_schedule": ("constant", "cosine"),
@@ -185,6 +221,10 @@ def check_choices(cfg: Dict[str, Any]) -> None:
             close = difflib.get_close_matches(str(found).lower(), list(by_lower), n=1, cutoff=0.4)
             hint = f" Did you mean '{by_lower[close[0]]}'?" if close else ""
             raise ConfigError(f"{key}: expected one of {list(choices)}, found '{found}'.{hint}")
+    uri = cfg["tracking"]["uri"]
+    if uri is not None and not str(uri).startswith(("sqlite:///", "http://", "https://", "postgresql://", "mysql://", "file:")):
+        raise ConfigError(f"tracking.uri: expected a store URI (sqlite:///path.db, http(s)://host:port of an mlflow server, "
+                          f"postgresql://...), found '{uri}'; or leave it null for results/mlflow.db.")
     for key, (selector, readers) in ONLY_WITH.items():
         if _get(cfg, key) and _get(cfg, selector) not in readers:
             raise ConfigError(f"{key} is set, but {selector}={_get(cfg, selector)} does not read it (only "
