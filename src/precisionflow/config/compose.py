@@ -121,6 +121,8 @@ def _value_error(cfg, key: str, value: Any, err: Exception) -> str:
     if isinstance(err, (ConfigKeyError, ConfigAttributeError)) and "not in" in str(err):
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(cfg, parent) if parent else cfg
+        if node is None:  # the section itself does not exist: name the top-level ones
+            parent, leaf, node = "", key.split(".")[0], cfg
         valid = sorted(node.keys()) if OmegaConf.is_dict(node) else []
         close = difflib.get_close_matches(leaf, valid, n=2, cutoff=0.5)
         where = f"{parent}." if parent else ""
