@@ -4,7 +4,10 @@ process (alternating rounds, batch 1 and 32); params, FLOPs, ONNX size and top-1
 from the nodes. Also the sweep-sharing count of issue 11 (plans only, nothing run).
 
     python benchmarks/prune_tradeoff.py > benchmarks/results/prune_tradeoff.json
+    python benchmarks/prune_tradeoff.py --models resnet_mini --set finetune.epochs=10   # one model, longer retraining
 """
+
+import argparse
 
 import json
 import os
@@ -112,8 +115,15 @@ def sweep_sharing() -> dict:
 
 
 def main() -> None:
-    report = {"sweep_sharing": sweep_sharing(), "models": {}}
-    for name in MODELS:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--set", nargs="*", default=[], help="overrides replacing the model's own (e.g. finetune.epochs=10)")
+    args = parser.parse_args()
+    for name in args.models:
+        keys = {item.split("=")[0] for item in args.set}
+        MODELS[name] = [s for s in MODELS[name] if s.split("=")[0] not in keys] + args.set
+    report = {"sweep_sharing": sweep_sharing(), "models": {}, "overrides": {name: MODELS[name] for name in args.models}}
+    for name in args.models:
         found = points(run_sweep(name))
         timing_table = side_by_side(found)
         report["models"][name] = {
