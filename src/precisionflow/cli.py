@@ -110,9 +110,7 @@ def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[st
 def check_targets_buildable_here(plan: Dict) -> None:
     """A local run builds every engine on this machine: a target it cannot serve (another GPU, another
     runtime version) is refused before anything runs, with the ways that do work."""
-    from precisionflow.backends import get_backend
-    from precisionflow.backends.devices import check_device
-    from precisionflow.stages.build_engine import check_runtime
+    from precisionflow.stages.build_engine import check_buildable_here
 
     seen = set()
     for spec in plan["nodes"].values():
@@ -121,9 +119,7 @@ def check_targets_buildable_here(plan: Dict) -> None:
             continue
         seen.add(params["target"])
         try:
-            runtime = get_backend(params["engine"]["backend"]).describe_runtime(params["target_def"])
-            check_device(runtime, params["target_def"])
-            check_runtime(params["runtime"], runtime, params["target"])
+            check_buildable_here(params)
         except (PrecisionflowError, ImportError) as err:
             raise ConfigError(
                 f"target {params['target']}: its engines cannot be built on this machine ({err}). Run on such a "

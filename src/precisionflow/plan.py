@@ -181,10 +181,8 @@ class PlanBuilder:
         module = stage_module("prune_model")
         module.validate(cfg)
         params = module.reads(cfg)
-        prune = params["prune"]
-        slug = prune["method"] + (f"-r{prune['ratio']}" if prune.get("threshold", None) is None and "ratio" in prune
-                                  else f"-t{prune['threshold']}" if "threshold" in prune else f"-e{prune['epochs']}")
-        return self.add("prune_model", slug, params, {"model": model, "data": data})
+        return self.add("prune_model", module.describe(params["prune"]).replace(" ", "-"), params,
+                        {"model": model, "data": data})
 
     def _add_finetune(self, cfg, finetune: Dict[str, Any], model: Node, data: Node) -> Node:
         params = stage_module("finetune_model").reads(cfg, finetune)

@@ -164,9 +164,8 @@ def land(collected: Path, plan: Dict[str, Any]) -> List[str]:
 
 def doctor(bundle: Path) -> str:
     """This machine's devices and runtimes, and whether it can build the bundle's engines."""
-    from precisionflow.backends import get_backend
-    from precisionflow.backends.devices import check_device, cpu_name, gpu_facts
-    from precisionflow.stages.build_engine import check_runtime
+    from precisionflow.backends.devices import cpu_name, gpu_facts
+    from precisionflow.stages.build_engine import check_buildable_here
 
     plan, manifest = read_json(Path(bundle) / "plan.json"), read_json(Path(bundle) / "manifest.json")
     gpu = gpu_facts()
@@ -176,10 +175,7 @@ def doctor(bundle: Path) -> str:
         if plan["nodes"][key]["stage"] != "build_engine":
             continue
         try:
-            backend = get_backend(params["engine"]["backend"])
-            runtime = backend.describe_runtime(params["target_def"])
-            check_device(runtime, params["target_def"])
-            check_runtime(params["runtime"], runtime, params["target"])
+            runtime = check_buildable_here(params)
             lines.append(f"  {key}: buildable ({runtime['backend']} {runtime['backend_version']} on {runtime['device_name']})")
         except (PrecisionflowError, ImportError) as err:
             lines.append(f"  {key}: NOT buildable here: {err}")

@@ -132,6 +132,7 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
             "build_seconds": round(build_seconds, 4), "optimization_level": engine_params["optimization_level"],
             "intra_op_threads": engine_params["intra_op_threads"],
             "cuda_options": cuda_provider_options(cuda) if runtime["device"] == "cuda" else None,
+            "cuda_settings": cuda,
             "cuda_graph_refused": graph_refused,
             "executed": executed_types(engine_path, precision, PROVIDERS[runtime["device"]])}
 
@@ -178,7 +179,8 @@ class OrtEngine:
     """A loaded engine. run() takes and returns host arrays (accuracy); prepare() gives the
     no-argument callable that timing calls; stream_runners() the callables of N concurrent streams."""
 
-    def __init__(self, session, description: Dict[str, Any], reload: Callable[..., Any], clock=None):
+    def __init__(self, session, description: Dict[str, Any], reload: Callable[..., Any], clock=None,
+                 cuda_graph: bool = False):
         self.session = session
         self.description = description
         self.reload = reload  # another session on the same engine file (streams with CUDA graphs)
@@ -187,7 +189,7 @@ class OrtEngine:
         self.output_name = session.get_outputs()[0].name
         self.on_gpu = description["device"] == "cuda"
         self.has_device_copies = self.on_gpu
-        self.cuda_graph = self.on_gpu and (description.get("cuda_options") or {}).get("enable_cuda_graph") == "1"
+        self.cuda_graph = cuda_graph
         self.slots: Dict[int, "_BoundSlot"] = {}
         self.graph_batch: Optional[int] = None  # run() with CUDA graphs: the one batch size it captures
 
@@ -292,25 +294,14 @@ def load(engine_dir: Path, description: Dict[str, Any], target_def: Dict[str, An
     # up to 40% slower than the same graph optimised at load (benchmarks/results/engines_cuda.json).
     options = _session_options(description.get("optimization_level", "all"), threads)
     clock = _cuda_clock() if timed and description["device"] == "cuda" else None
-    cuda = _cuda_settings(description)
+    cuda = description.get("cuda_settings")
     if cuda and not cuda_graph:
         cuda = dict(cuda, cuda_graph=False)
     session = _ort().InferenceSession(
         str(Path(engine_dir) / description["engine_file"]), options,
         providers=_providers(description["device"], cuda, clock.stream_pointer if clock else 0))
     reload = lambda timed=True, cuda_graph=True: load(engine_dir, description, target_def, threads, timed, cuda_graph)  # noqa: E731
-    engine = OrtEngine(session, description, reload, clock)
-    engine.cuda_graph = engine.cuda_graph and bool(cuda and cuda["cuda_graph"])
-    return engine
-
-
-def _cuda_settings(description: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """engine.onnxruntime settings back from the provider options engine.json recorded."""
-    recorded = description.get("cuda_options")
-    if not recorded or "enable_cuda_graph" not in recorded:
-        return None
-    return {"prefer_nhwc": recorded["prefer_nhwc"] == "1", "cuda_graph": recorded["enable_cuda_graph"] == "1",
-            "cudnn_conv_algo_search": recorded["cudnn_conv_algo_search"], "use_tf32": recorded["use_tf32"] == "1"}
+    return OrtEngine(session, description, reload, clock, cuda_graph=bool(cuda and cuda["cuda_graph"]))
 
 
 def _cuda_clock():

@@ -48,6 +48,16 @@ def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str
     return {"engine": settings, **device_params(cfg, target, runtime)}
 
 
+def check_buildable_here(params: Dict[str, Any]) -> Dict[str, Any]:
+    """The runtime this machine offers a build_engine node, or why it cannot build it (device, version)."""
+    from precisionflow.backends.devices import check_device
+
+    runtime = get_backend(params["engine"]["backend"]).describe_runtime(params["target_def"])
+    check_device(runtime, params["target_def"])
+    check_runtime(params["runtime"], runtime, params["target"])
+    return runtime
+
+
 def check_runtime(planned: Dict[str, str], found: Dict[str, Any], target: str) -> None:
     """Refuse to build with another backend version than the node's id names."""
     if planned["backend_version"] != found["backend_version"]:

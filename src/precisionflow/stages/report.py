@@ -72,10 +72,11 @@ def pruning_columns(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     """How the model was pruned and what is left of it (parameters, MFLOPs per image)."""
     if "prune_model" not in lineage:
         return {"pruned": "", "params": "", "mflops": ""}
-    prune, summary = lineage["prune_model"]["params"]["prune"], lineage["prune_model"]["summary"]
-    how = prune["method"] + (f" r{prune['ratio']}" if prune.get("threshold") is None and "ratio" in prune else
-                             f" t{prune['threshold']}" if prune.get("threshold") is not None else "")
-    return {"pruned": how, "params": summary["params_after"], "mflops": round(summary["flops_after"] / 1e6, 2)}
+    from precisionflow.stages.prune_model import describe
+
+    summary = lineage["prune_model"]["summary"]
+    return {"pruned": describe(lineage["prune_model"]["params"]["prune"]), "params": summary["params_after"],
+            "mflops": round(summary["flops_after"] / 1e6, 2)}
 
 
 def engine_options(description: Dict[str, Any]) -> str:
