@@ -34,7 +34,7 @@ FLIP_VALUES = {
     "train.precision_policy": "mixed_bfloat16", "finetune.mode": "fp32", "engine.optimization_level": "extended",
     "precisions": ["fp32", "fp16", "int8"], "targets": ["local", "cpu"], "target_defs.local.device": "cpu",
     "calibration.tensorrt_version": "10.13.0", "tracking.uri": "http://127.0.0.1:5000",
-    "dataset.max_samples": 700, "fp16.op_block_list": ["Softmax"], "int8.exclude_nodes": ["some_node"],
+    "dataset.max_samples": 700, "dataset.cache": "disk", "fp16.op_block_list": ["Softmax"], "int8.exclude_nodes": ["some_node"],
     "finetune.exclude_layers": ["conv0"], "results_dir": "/tmp/elsewhere", "dataset.channels": 1,
     "evaluate.budget.speedup_at": "b1", "evaluate.budget.min_qat_agreement": 0.99, "evaluate.budget.min_speedup": 1.5,
     "evaluate.budgets": {"fp16": {"min_speedup": 1.5}},
@@ -49,6 +49,7 @@ EXPECTED = {
     "dataset.image_size": NOTHING, "dataset.channels": NOTHING,
     "dataset.val_fraction": EVERYTHING, "dataset.test_fraction": EVERYTHING, "dataset.seed": EVERYTHING,
     "dataset.max_samples": EVERYTHING,
+    "dataset.cache": TRAINED,  # how training reads (memory/disk) sets the order it sees samples in
     "model.name": TRAINED, "model.width": TRAINED, "model.filters": TRAINED, "model.dense_units": TRAINED,
     "model.dropout": TRAINED, "model.stages": NOTHING, "model.blocks_per_stage": NOTHING, "model.weights": NOTHING,
     "model.path": None, "model.trust": NOTHING,  # model.path: read only by keras_file (refused otherwise)
@@ -236,7 +237,7 @@ def test_code_is_the_import_closure_of_the_stage():
     closure = identity.import_closure("precisionflow.stages.evaluate_engine")
     # imported at the top, lazily inside functions, and named in the backend registry's strings
     for needed in ("stages/evaluate_engine.py", "speed.py", "timing.py", "backends/onnxruntime_backend.py",
-                   "backends/tensorrt_backend.py", "backends/executed.py", "stages/prepare_dataset.py",
+                   "backends/tensorrt_backend.py", "backends/executed.py", "datasets/store.py",
                    "runner.py", "identity.py", "nodeio.py"):
         assert needed in closure
     assert "plan.py" not in closure and "stages/train_model.py" not in closure

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from precisionflow import pruning
+from precisionflow.datasets.store import write_arrays
 from precisionflow.pruning import PruneError
 
 SETTINGS = {"criterion": "l1", "ratio": 0.5, "threshold": None, "granularity": 1, "min_channels": 1,
@@ -131,7 +132,7 @@ def test_sparse24_leaves_at_most_2_nonzeros_in_every_4_input_channels_after_stri
     x = layers.Dense(8, activation="relu", name="dense")(layers.Flatten()(x))
     model = keras.Model(inputs, layers.Dense(3, name="logits")(x))
     rng = np.random.default_rng(0)
-    np.savez(tmp_path / "data.npz", x_train=rng.random((64, 8, 8, 4), dtype=np.float32), y_train=rng.integers(0, 3, 64))
+    write_arrays(tmp_path, {"train": (rng.integers(0, 256, (64, 8, 8, 4), dtype=np.uint8), rng.integers(0, 3, 64))}, "abc")
     params = {"prune": {"method": "sparse24", "epochs": 1, "batch_size": 16, "learning_rate": 1e-3, "seed": 0,
                         "exclude_layers": []}}
     stripped, report, dense = prune_model.prune_sparse24(tf, keras, model, params, tmp_path)

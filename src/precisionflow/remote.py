@@ -21,22 +21,20 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-import numpy as np
-
 from precisionflow.errors import LineageError, PrecisionflowError, StageError
 from precisionflow.nodeio import NODE_FILE, PACKED_FILE, read_json, write_json_atomic
 
 GPU_STAGES = ("build_engine", "evaluate_engine", "compare_speed")
 # What the GPU stages open of each upstream node, by the role the node plays for them. The data
-# node travels with its test split only: no GPU stage reads another split.
+# node travels with its test split only: no GPU stage reads another split (copied verbatim, so its
+# recorded hashes still hold for the files that travel).
 FILES_BY_ROLE = {
     "graph": ("model.onnx",),
     "reference": ("reference_logits.npy",),
     "qat_export": ("reference_logits.npy",),
     "qat_model": ("qat_logits.npy",),
-    "data": ("meta.json",),
+    "data": ("meta.json", "x_test.npy", "y_test.npy"),
 }
-TEST_SPLIT_ARRAYS = ("x_test", "y_test")
 
 
 def target_nodes(plan: Dict[str, Any], target: str) -> List[str]:
@@ -72,6 +70,10 @@ def pack(plan: Dict[str, Any], target: str, bundle: Path) -> Dict[str, Any]:
     bundle = Path(bundle)
     if bundle.exists() and any(bundle.iterdir()):
         raise StageError(f"{bundle} is not empty: ship into a new folder (nothing was overwritten).")
+    for key, node_roles in sorted(roles.items()):
+        if "data" in node_roles and read_json(results / key / "meta.json")["storage"] == "files":
+            raise StageError(f"{key} keeps file paths of this machine, not pixels (dataset.cache=none): ship a plan "
+                             "made with dataset.cache=disk (or memory), whose data node holds the images.")
     files = []
     for key, node_roles in sorted(roles.items()):
         target_dir = bundle / "results" / key
@@ -81,13 +83,7 @@ def pack(plan: Dict[str, Any], target: str, bundle: Path) -> Dict[str, Any]:
             for name in FILES_BY_ROLE.get(role, ()):
                 shutil.copy2(results / key / name, target_dir / name)
                 files.append(f"{key}/{name}")
-        rewritten = []
-        if "data" in node_roles:
-            with np.load(results / key / "data.npz", allow_pickle=False) as arrays:
-                np.savez(target_dir / "data.npz", **{name: arrays[name] for name in TEST_SPLIT_ARRAYS})
-            files.append(f"{key}/data.npz (test split only)")
-            rewritten.append("data.npz")
-        write_json_atomic(target_dir / PACKED_FILE, {"rewritten": rewritten})
+        write_json_atomic(target_dir / PACKED_FILE, {"rewritten": []})
     write_json_atomic(bundle / "plan.json", plan)
     manifest = {"target": target, "nodes": keys, "upstream_files": files}
     write_json_atomic(bundle / "manifest.json", manifest)

@@ -11,6 +11,7 @@ folder atomically.
 import argparse
 import importlib
 import platform
+import resource
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,11 @@ def check_identity(spec: Dict[str, Any], stage_module) -> Dict[str, str]:
     return sources
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (Linux reports kB): what the job needed, imports included."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[str, Any]:
     """`results_dir` replaces the plan's where the plan was made on another machine (a GPU node
     given the plan and its upstream node folders: see precisionflow.remote)."""
@@ -66,7 +72,8 @@ def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[s
             "code_version": identity.code_version(spec["stage"], sources),
             "versions": package_versions(getattr(stage, "PACKAGES", ())),
             "host": platform.node(),
-            "timings": {"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3)},
+            "timings": {"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3),
+                        "peak_rss_mb": peak_rss_mb()},
             "summary": summary,
             "files": content_hashes(out),
         }

@@ -23,6 +23,12 @@ def conditions() -> Dict[str, Any]:
             "loadavg_1m": round(os.getloadavg()[0], 2), "run": os.environ.get("PRECISIONFLOW_RUN", "outside a workflow run")}
 
 
+def timing_images(split, settings: Dict[str, Any]) -> np.ndarray:
+    """The first test images, as many as the largest timed batch needs (never the whole split)."""
+    sizes = list(settings.get("timing_batch_sizes", [])) + [settings.get("stream_batch_size") or 1]
+    return split.head(max(sizes))
+
+
 def timing_batch(images: np.ndarray, batch_size: int) -> np.ndarray:
     """`batch_size` test images (repeated if the split is smaller), contiguous float32."""
     repeats = -(-batch_size // len(images))

@@ -7,6 +7,7 @@ import pytest
 from PIL import Image
 
 from precisionflow.datasets import image_folder
+from precisionflow.datasets.store import Split
 from precisionflow.errors import DataError
 from precisionflow.runner import run_node
 
@@ -37,8 +38,9 @@ def test_ratio_split_resizes_and_keeps_every_class(tmp_path):
     meta = json.loads((node / "meta.json").read_text())
     assert meta["classes"] == ["cat", "dog"] and meta["input_shape"] == [12, 12, 3]
     assert sum(meta["sizes"].values()) == 20
-    with np.load(node / "data.npz") as arrays:
-        assert set(arrays["y_test"]) == {0, 1} and arrays["x_train"].max() <= 1.0
+    test, train = Split(node, "test"), Split(node, "train")
+    assert set(test.labels) == {0, 1} and train.array().max() <= 1.0
+    assert np.load(node / "x_train.npy").dtype == np.uint8 and np.load(node / "x_train.npy").shape == (len(train), 12, 12, 3)
 
 
 def test_grey_images_become_rgb_or_stay_grey(tmp_path):

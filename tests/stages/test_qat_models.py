@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from precisionflow.config.compose import expand
+from precisionflow.datasets.store import write_arrays
 from precisionflow.nodeio import write_json_atomic
 from precisionflow.runner import run_node
 from precisionflow.stages import calibrate, export_onnx, finetune_model, quantize_onnx, train_model
@@ -24,7 +25,7 @@ def quadrant_images(count: int, seed: int):
     for index, label in enumerate(labels):
         row, col = divmod(int(label), 2)
         images[index, row * 16 + 4:row * 16 + 12, col * 16 + 4:col * 16 + 12, :] += 0.7
-    return images, labels.astype(np.int64)
+    return np.round(np.minimum(images, 1.0) * 255).astype(np.uint8), labels.astype(np.int64)
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +33,7 @@ def data_plan(tmp_path_factory):
     results = tmp_path_factory.mktemp("qat-models") / "results"
     folder = results / "prepare_dataset" / "quadrants"
     splits = {"train": quadrant_images(192, 0), "val": quadrant_images(32, 1), "test": quadrant_images(64, 2)}
-    folder.mkdir(parents=True)
-    np.savez(folder / "data.npz", **{f"{k}_{s}": a for s, (x, y) in splits.items() for k, a in (("x", x), ("y", y))})
-    write_json_atomic(folder / "meta.json", {"classes": ["a", "b", "c", "d"], "input_shape": [32, 32, 3],
-                                             "sizes": {s: len(y) for s, (_, y) in splits.items()}, "fingerprint": "test"})
+    write_arrays(folder, splits, ["a", "b", "c", "d"])
     write_json_atomic(folder / "node.json", {"stage": "prepare_dataset", "id": "quadrants", "params": {}, "inputs": {}})
     return {"results_dir": str(results), "nodes": {}}
 

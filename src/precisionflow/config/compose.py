@@ -202,6 +202,7 @@ STRING_CHOICES = {
     "train.optimizer": ("adam", "sgd", "rmsprop"),
     "train.at_chance": ("warn", "stop"),
     "prune.criterion": ("l1", "l2"),
+    "dataset.cache": ("memory", "disk", "none"),
 }
 # Keys read only by one choice of a component: set for another choice, they would be silently ignored.
 ONLY_WITH = {"dataset.path": ("dataset.name", ("image_folder",)), "model.path": ("model.name", ("keras_file",))}
@@ -227,6 +228,9 @@ def check_choices(cfg: Dict[str, Any]) -> None:
     if uri is not None and not str(uri).startswith(("sqlite:///", "http://", "https://", "postgresql://", "mysql://", "file:")):
         raise ConfigError(f"tracking.uri: expected a store URI (sqlite:///path.db, http(s)://host:port of an mlflow server, "
                           f"postgresql://...), found '{uri}'; or leave it null for results/mlflow.db.")
+    if cfg["dataset"]["cache"] == "none" and cfg["dataset"]["name"] != "image_folder":
+        raise ConfigError(f"dataset.cache=none keeps image files where they are, but dataset '{cfg['dataset']['name']}' "
+                          "has no image files: choose dataset.cache=memory or disk.")
     for key, (selector, readers) in ONLY_WITH.items():
         if _get(cfg, key) and _get(cfg, selector) not in readers:
             raise ConfigError(f"{key} is set, but {selector}={_get(cfg, selector)} does not read it (only "

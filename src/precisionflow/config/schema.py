@@ -44,6 +44,10 @@ class DatasetConf:
     seed: int = 0
     # Keep only this many samples (stratified) -- for quick experiments and tests.
     max_samples: Optional[int] = None
+    # How training reads the images: memory = whole splits as float32 arrays (fast, small data sets);
+    # disk = streamed from the data node's uint8 file by tf.data (memory bounded, any size);
+    # none = the data node keeps file lists only and every stage decodes the images it reads.
+    cache: str = "memory"
 
 
 @dataclass

@@ -72,20 +72,31 @@ def fingerprint(root: Path, cache_file: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def load_image(path: Path, size: Tuple[int, int], channels: int) -> np.ndarray:
+def load_pixels(path: Path, size: Tuple[int, int], channels: int) -> np.ndarray:
+    """One image as uint8 (H, W, C) at the model's input size; float conversion happens per batch."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as image:
-            image = image.convert("L" if channels == 1 else "RGB").resize((size[1], size[0]))
-            array = np.asarray(image, dtype=np.float32) / 255.0
+            array = np.asarray(image.convert("L" if channels == 1 else "RGB").resize((size[1], size[0])), dtype=np.uint8)
     except (UnidentifiedImageError, OSError) as err:
         raise DataError(f"{path}: cannot be read as an image ({err}). Remove or replace the file.") from err
     return array[..., np.newaxis] if channels == 1 else array
 
 
-def load_split(root: Path, size, channels: int, class_names: List[str] = None):
-    """(images, labels, class names) of one folder level."""
+def check_readable(path: Path) -> None:
+    """The image's header parses (dataset.cache=none decodes later: a broken file must fail now)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            image.verify()
+    except (UnidentifiedImageError, OSError, SyntaxError) as err:
+        raise DataError(f"{path}: cannot be read as an image ({err}). Remove or replace the file.") from err
+
+
+def labelled_files(root: Path, class_names: List[str] = None) -> Tuple[List[str], np.ndarray, List[str]]:
+    """(image paths, labels, class names) of one folder level; every class must have a folder."""
     listing = list_images(root)
     class_names = class_names or sorted(listing)
     missing = [name for name in class_names if name not in listing]
@@ -94,12 +105,9 @@ def load_split(root: Path, size, channels: int, class_names: List[str] = None):
     extra = [name for name in listing if name not in class_names]
     if extra:
         raise DataError(f"{root}: classes {extra} are not in the training split's classes {class_names}.")
-    images, labels = [], []
-    for index, name in enumerate(class_names):
-        for path in listing[name]:
-            images.append(load_image(path, size, channels))
-            labels.append(index)
-    return np.stack(images), np.asarray(labels, dtype=np.int64), class_names
+    paths = [str(path) for name in class_names for path in listing[name]]
+    labels = np.asarray([index for index, name in enumerate(class_names) for _ in listing[name]], dtype=np.int64)
+    return paths, labels, class_names
 
 
 def check_classes(labels: np.ndarray, class_names: List[str], where: str) -> None:

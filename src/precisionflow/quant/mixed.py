@@ -38,9 +38,11 @@ def sensitivity(source: Path, ranges, nodes: Sequence[str], images: np.ndarray, 
 
 def search(source: Path, ranges, nodes: List[str], data_dir: Path, int8: Dict[str, Any]) -> Tuple[List[str], Dict[str, Any]]:
     """(ops to keep in float, the search's record: order, trials, what it reached)."""
-    from precisionflow.stages import prepare_dataset
+    from precisionflow.datasets.store import Split
 
-    images, labels = prepare_dataset.load(data_dir, int8["report_split"])
+    # The decision split in memory: each trial graph runs all of it (bounded by int8.report_split's size).
+    decision = Split(data_dir, int8["report_split"])
+    images, labels = decision.array(), decision.labels
     reference = _outputs(source, images)
     fp32_top1 = float(np.mean(reference.argmax(1) == labels))
     budget = int8["mixed_max_val_drop"]

@@ -10,7 +10,7 @@ from typing import Any, Dict
 
 from precisionflow import speed
 from precisionflow.nodeio import write_json_atomic
-from precisionflow.stages import prepare_dataset
+from precisionflow.datasets.store import Split
 
 PACKAGES = ("tensorflow", "tf-keras", "numpy")
 
@@ -45,7 +45,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     tf.config.threading.set_intra_op_parallelism_threads(params["threads"])
     tf.config.threading.set_inter_op_parallelism_threads(1)
     load = lambda: KerasRunner(tf, keras.models.load_model(inputs["model"] / "model.keras", compile=False))
-    images, _ = prepare_dataset.load(inputs["data"], "test")
+    images = speed.timing_images(Split(inputs["data"], "test"), params["evaluate"])
     measured = speed.measure(load, images, params["evaluate"])
     devices = [d.device_type for d in tf.config.list_logical_devices()]
     metrics = {"framework": "tensorflow", "version": tf.__version__, "device": "gpu" if "GPU" in devices else "cpu",

@@ -19,7 +19,7 @@ from precisionflow.errors import ConfigError
 from precisionflow.nodeio import file_hash, read_json, read_node
 from precisionflow.quant import cache, qdq
 from precisionflow.quant.reader import array_reader, graph_input_name
-from precisionflow.stages import prepare_dataset
+from precisionflow.datasets.store import Split
 
 PACKAGES = ("onnx", "onnxruntime", "numpy")
 CALIBRATION_KEYS = ("method", "num_samples", "batch_size", "split")
@@ -52,13 +52,13 @@ def _calibrator(graph: Path, params: Dict[str, Any], scratch: Path):
 
 
 def calibration_samples(data_dir: Path, params: Dict[str, Any]) -> np.ndarray:
-    images, _ = prepare_dataset.load(data_dir, params["split"])
-    if len(images) < params["num_samples"]:
+    split = Split(data_dir, params["split"])  # only the samples used are read
+    if len(split) < params["num_samples"]:
         raise ConfigError(
             f"calibration.num_samples={params['num_samples']} but the '{params['split']}' split holds "
-            f"{len(images)} images; lower num_samples or calibrate on a larger split."
+            f"{len(split)} images; lower num_samples or calibrate on a larger split."
         )
-    return images[: params["num_samples"]]
+    return split.head(params["num_samples"])
 
 
 def measure_ranges(graph: Path, samples: np.ndarray, params: Dict[str, Any]):

@@ -16,7 +16,7 @@ import numpy as np
 from precisionflow import speed, timing
 from precisionflow.backends import get_backend
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
-from precisionflow.stages import prepare_dataset
+from precisionflow.datasets.store import Split
 
 PACKAGES = ("numpy",)  # the engine backend's version is in params["runtime"], TensorFlow's in params["framework"]
 FRAMEWORK_PACKAGES = ("tensorflow", "tf-keras")
@@ -112,7 +112,7 @@ def side_worker(conn, role: str, folder: str, data_dir: str, threads: int, setti
     if phase == "batch":
         pin_to_cpus(threads)
     loader = keras_loader(Path(folder), threads) if role == "model" else engine_loader(Path(folder))
-    images, _ = prepare_dataset.load(Path(data_dir), "test")
+    images = speed.timing_images(Split(Path(data_dir), "test"), settings)
     timers = side_timers(loader, images, settings, phase)
     conn.send(sorted(timers))
     for setting, seconds in iter(conn.recv, None):

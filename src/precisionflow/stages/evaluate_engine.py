@@ -15,8 +15,8 @@ import numpy as np
 
 from precisionflow import speed
 from precisionflow.backends import get_backend
+from precisionflow.datasets.store import Split, predict_in_batches
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
-from precisionflow.stages import prepare_dataset
 
 PACKAGES = ("numpy",)  # the backend's own version is in params["runtime"]
 TIMING_KEYS = ("timing_batch_sizes", "warmup_s", "duration_s", "min_iterations", "repeats", "streams", "stream_batch_size")
@@ -35,9 +35,9 @@ def reads(cfg: Dict[str, Any], precision: str, target: str, runtime: Dict[str, s
     return {"evaluate": evaluate, "precision": precision, **device_params(cfg, target, runtime)}
 
 
-def predict(engine, images: np.ndarray, batch_size: int) -> np.ndarray:
-    chunks = [engine.run(images[start:start + batch_size]) for start in range(0, len(images), batch_size)]
-    return np.concatenate(chunks).astype(np.float32)
+def predict(engine, test: Split, batch_size: int) -> np.ndarray:
+    """The engine's logits on the test split, read a batch at a time (only N x classes is kept)."""
+    return predict_in_batches(engine.run, test, batch_size)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -100,15 +100,15 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     backend = get_backend(description["backend"])
     load = lambda: backend.load(inputs["engine"], description, engine_node["params"]["target_def"])
     engine = load()
-    images, labels = prepare_dataset.load(inputs["data"], "test")
-    class_names = read_json(inputs["data"] / "meta.json")["classes"]
+    test = Split(inputs["data"], "test")
+    labels, class_names = test.labels, test.classes
     reference_logits = np.load(inputs["reference"] / "reference_logits.npy", allow_pickle=False)
-    logits = predict(engine, images, params["evaluate"]["batch_size"])
+    logits = predict(engine, test, params["evaluate"]["batch_size"])
     metrics = accuracy_report(logits, reference_logits, labels, class_names)
     if "qat_model" in inputs:
         metrics["qat"] = qat_fidelity(logits, inputs)
     write_flipped(out / "flipped.csv", logits, reference_logits, labels)
-    metrics["speed"] = speed.measure(load, images, params["evaluate"], engine)
+    metrics["speed"] = speed.measure(load, speed.timing_images(test, params["evaluate"]), params["evaluate"], engine)
     metrics.update({"precision": params["precision"], "target": params["target"], "engine": description})
     write_json_atomic(out / "metrics.json", metrics)
     return {key: metrics[key] for key in ("top1", "agreement", "flipped", "precision", "target")}

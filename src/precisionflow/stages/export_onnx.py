@@ -10,7 +10,7 @@ from typing import Any, Dict
 import numpy as np
 
 from precisionflow.errors import StageError
-from precisionflow.stages import prepare_dataset
+from precisionflow.datasets.store import Split, predict_in_batches
 
 PACKAGES = ("tensorflow", "tf-keras", "tf2onnx", "onnx", "onnxruntime", "numpy")
 
@@ -43,11 +43,15 @@ def _convert(tf, model, opset: int, path: Path):
     return model_proto
 
 
-def _onnx_logits(path: Path, images: np.ndarray) -> np.ndarray:
+BATCH = 256
+
+
+def _onnx_logits(path: Path, split: Split) -> np.ndarray:
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(None, {session.get_inputs()[0].name: images})[0]
+    name = session.get_inputs()[0].name
+    return predict_in_batches(lambda batch: session.run(None, {name: batch})[0], split, BATCH)
 
 
 def _map_qat_ranges(model_dir: Path, model_proto, out: Path):
@@ -71,9 +75,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     model = keras.models.load_model(inputs["model"] / "model.keras", compile=False)
     graph_path = out / "model.onnx"
     model_proto = _convert(tf, model, params["opset"], graph_path)
-    x_test, _ = prepare_dataset.load(inputs["data"], "test")
-    keras_logits = model.predict(x_test, verbose=0).astype(np.float32)
-    onnx_logits = _onnx_logits(graph_path, x_test)
+    test = Split(inputs["data"], "test")
+    keras_logits = predict_in_batches(lambda batch: model.predict_on_batch(batch), test, BATCH)
+    onnx_logits = _onnx_logits(graph_path, test)
     max_diff = float(np.max(np.abs(keras_logits - onnx_logits)))  # checked by check() against the threshold
     np.save(out / "reference_logits.npy", keras_logits)
     qat_tensors = _map_qat_ranges(inputs["model"], model_proto, out)

@@ -13,7 +13,7 @@ from typing import Any, Dict
 import numpy as np
 
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
-from precisionflow.stages import prepare_dataset, train_model
+from precisionflow.stages import train_model
 
 PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy", "matplotlib", "h5py")
 FINETUNE_KEYS = ("mode", "epochs", "batch_size", "learning_rate", "seed")
@@ -24,7 +24,8 @@ def reads(cfg: Dict[str, Any], finetune: Dict[str, Any]) -> Dict[str, Any]:
     from precisionflow import models
 
     keys = FINETUNE_KEYS + (("exclude_layers",) if finetune["mode"] == "qat" else ())
-    return {"finetune": {key: finetune[key] for key in keys}, "model": models.reads(cfg["model"])}
+    return {"finetune": {key: finetune[key] for key in keys}, "model": models.reads(cfg["model"]),
+            "cache": cfg["dataset"]["cache"]}
 
 
 def _load(keras, inputs, params, meta, policy: str):
@@ -51,7 +52,8 @@ def rebuilt_under_policy(keras, trained, policy: str):
 
 
 def _settings(finetune: Dict[str, Any]) -> Dict[str, Any]:
-    return {"epochs": finetune["epochs"], "batch_size": finetune["batch_size"], "early_stopping_patience": 0}
+    return {"epochs": finetune["epochs"], "batch_size": finetune["batch_size"], "early_stopping_patience": 0,
+            "seed": finetune["seed"]}
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
@@ -69,12 +71,11 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         print(f"QAT: {len(left_float)} layer(s) tfmot cannot quantize stay in float: {', '.join(left_float)}")
     steps = finetune["epochs"] * math.ceil(meta["sizes"]["train"] / finetune["batch_size"])
     opt = train_model.optimizer(keras, "adam", finetune["learning_rate"], "constant", steps)
-    history, seconds = train_model.fit(keras, trainable, inputs["data"], _settings(finetune), opt)
+    history, seconds = train_model.fit(keras, trainable, inputs["data"], _settings(finetune), opt, params["cache"])
     extra = {}
     if mode == "qat":
         # The QAT model's own test logits (fake-quant on): the int8_qat engine must reproduce them.
-        x_test, _ = prepare_dataset.load(inputs["data"], "test")
-        np.save(out / "qat_logits.npy", trainable.predict(x_test, verbose=0).astype(np.float32))
+        np.save(out / "qat_logits.npy", train_model.predict_split(trainable, inputs["data"], "test"))
         ranges = qat.learned_ranges(trainable)
         write_json_atomic(out / "qat_ranges.json", {"model_name": model.name, "input_key": qat.INPUT_KEY,
                                                     "ranges": {k: list(v) for k, v in ranges.items()}})

@@ -1,17 +1,24 @@
-"""prepare_dataset: load a data set and split it into train/val/test arrays (data.npz).
+"""prepare_dataset: record a data set -- its split assignment, class names and a content
+fingerprint -- and store its pixels as uint8 at the model's input size (datasets/store.py).
 
-Images are stored NHWC float32 in [0, 1]; labels int64. Splits are stratified and seeded, unless
-an image folder brings its own train/ val/ test/ folders. Every problem with the data (empty
-folders, non-images, one class, a class missing from a split) stops here, before training.
+Splits are stratified and seeded (over file lists, never over decoded images), unless an image
+folder brings its own train/ val/ test/ folders. Images are decoded a chunk at a time by a thread
+per core and appended to one .npy per split, so memory stays bounded whatever the data set's size;
+with dataset.cache=none only the file lists are kept and each stage decodes what it reads. Every
+problem with the data (empty folders, non-images, one class, a class missing from a split) stops
+here, before training.
 """
 
 import hashlib
 import math
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 
+from precisionflow.datasets import store
 from precisionflow.errors import ConfigError, DataError
 from precisionflow.nodeio import write_json_atomic
 
@@ -19,28 +26,22 @@ PACKAGES = ("numpy", "scikit-learn", "pillow")
 SPLITS = ("train", "val", "test")
 SPLIT_KEYS = ("val_fraction", "test_fraction", "seed", "max_samples")  # used only when we split
 FOLDER_KEYS = ("path", "image_size", "channels")
+DECODE_CHUNK_PER_THREAD = 64  # images decoded per thread before they are written: the memory bound
 
 
 def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """The dataset settings this stage uses (the plan adds the folder's content fingerprint)."""
     dataset = cfg["dataset"]
     keys = ("name",) + SPLIT_KEYS
-    if dataset["name"] == "image_folder":
-        from precisionflow.datasets import image_folder
+    if dataset["name"] != "image_folder":
+        return {key: dataset[key] for key in keys}
+    from precisionflow.datasets import image_folder
 
-        keys = ("name",) + FOLDER_KEYS
-        if not image_folder.has_split_folders(_folder_root(dataset)):
-            keys += SPLIT_KEYS
-    return {key: dataset[key] for key in keys}
-
-
-def load_digits_images():
-    """scikit-learn's 8x8 digits: pixel values 0..16 -> [0, 1], one grey channel."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    images = (digits.images.astype(np.float32) / 16.0)[..., np.newaxis]
-    return images, digits.target.astype(np.int64), [str(name) for name in digits.target_names]
+    keys = ("name",) + FOLDER_KEYS
+    if not image_folder.has_split_folders(_folder_root(dataset)):
+        keys += SPLIT_KEYS
+    # cache=none keeps file lists instead of pixels; memory and disk store the same node.
+    return {**{key: dataset[key] for key in keys}, "storage": "files" if dataset["cache"] == "none" else "pixels"}
 
 
 def _folder_root(params: Dict[str, Any]) -> Path:
@@ -49,60 +50,59 @@ def _folder_root(params: Dict[str, Any]) -> Path:
     return Path(params["path"]).expanduser().resolve()
 
 
-def load_image_folder(params: Dict[str, Any]):
+class Source:
+    """Where a data set's images come from: items (digit indices or file paths), their labels, and
+    how to turn a list of items into uint8 pixels."""
+
+    def __init__(self, items: List[Any], labels: np.ndarray, classes: List[str], image_shape, divisor: int,
+                 pixels: Callable[[List[Any]], np.ndarray]):
+        self.items, self.labels, self.classes = items, labels, classes
+        self.image_shape, self.divisor, self.pixels = tuple(image_shape), divisor, pixels
+
+
+def digits_source() -> Source:
+    """scikit-learn's 8x8 digits: pixel values 0..16, one grey channel (float = value / 16)."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    pixels = digits.images.astype(np.uint8)[..., np.newaxis]
+    return Source(list(range(len(pixels))), digits.target.astype(np.int64), [str(n) for n in digits.target_names],
+                  pixels.shape[1:], 16, lambda items: pixels[np.asarray(items, dtype=np.int64)])
+
+
+def folder_source(params: Dict[str, Any], root: Path, classes: List[str] = None) -> Source:
     from precisionflow.datasets import image_folder
 
-    root = _folder_root(params)
-    images, labels, class_names = image_folder.load_split(root, params["image_size"], params["channels"])
-    image_folder.check_classes(labels, class_names, str(root))
-    return images, labels, class_names
+    paths, labels, classes = image_folder.labelled_files(root, classes)
+    shape = (params["image_size"][0], params["image_size"][1], params["channels"])
+    return Source(paths, labels, classes, shape, 255, lambda items: store.decode_files(items, shape))
 
 
-def split_image_folder(params: Dict[str, Any]):
-    """Splits the user made (root/train, root/val, root/test)."""
-    from precisionflow.datasets import image_folder
-
-    root = _folder_root(params)
-    x_train, y_train, class_names = image_folder.load_split(root / "train", params["image_size"], params["channels"])
-    splits = {"train": (x_train, y_train)}
-    for name in ("val", "test"):
-        x, y, _ = image_folder.load_split(root / name, params["image_size"], params["channels"], class_names)
-        splits[name] = (x, y)
-    for name, (_, y) in splits.items():
-        image_folder.check_classes(y, class_names, str(root / name))
-    return splits, class_names
-
-
-LOADERS = {"digits": lambda params: load_digits_images(), "image_folder": load_image_folder}
-
-
-def split(images, labels, params: Dict[str, Any]):
+def split(source: Source, params: Dict[str, Any]) -> Dict[str, np.ndarray]:
+    """{split: indices into source.items}, stratified by class and seeded."""
     try:
-        return _stratified_split(images, labels, params)
+        return _stratified_split(np.arange(len(source.labels)), source.labels, params)
     except ValueError as err:  # sklearn: too few images of a class for the requested split
         raise DataError(
-            f"dataset '{params['name']}' ({params.get('path') or 'built in'}): cannot split {len(labels)} images "
+            f"dataset '{params['name']}' ({params.get('path') or 'built in'}): cannot split {len(source.labels)} images "
             f"into train/val/test stratified by class ({err}). Add images to the small classes or change "
             "dataset.val_fraction / test_fraction."
         ) from err
 
 
-def _stratified_split(images, labels, params: Dict[str, Any]):
+def _stratified_split(indices: np.ndarray, labels: np.ndarray, params: Dict[str, Any]) -> Dict[str, np.ndarray]:
     from sklearn.model_selection import train_test_split
 
     seed = params["seed"]
     if params["max_samples"]:
-        images, _, labels, _ = train_test_split(
-            images, labels, train_size=params["max_samples"], stratify=labels, random_state=seed
+        indices, _, labels, _ = train_test_split(
+            indices, labels, train_size=params["max_samples"], stratify=labels, random_state=seed
         )
     held_out = params["val_fraction"] + params["test_fraction"]
-    x_train, x_rest, y_train, y_rest = train_test_split(
-        images, labels, test_size=held_out, stratify=labels, random_state=seed
-    )
-    x_val, x_test, y_val, y_test = train_test_split(
-        x_rest, y_rest, test_size=params["test_fraction"] / held_out, stratify=y_rest, random_state=seed
-    )
-    return {"train": (x_train, y_train), "val": (x_val, y_val), "test": (x_test, y_test)}
+    train, rest, _, rest_labels = train_test_split(indices, labels, test_size=held_out, stratify=labels, random_state=seed)
+    val, test = train_test_split(rest, test_size=params["test_fraction"] / held_out, stratify=rest_labels,
+                                 random_state=seed)
+    return {"train": train, "val": val, "test": test}
 
 
 def check_folder(params: Dict[str, Any]) -> None:
@@ -145,40 +145,69 @@ def expected_split_sizes(params: Dict[str, Any]) -> Dict[str, int]:
     return {"train": total - rest, "val": rest - test, "test": test}
 
 
-def fingerprint(images: np.ndarray, labels: np.ndarray) -> str:
-    return hashlib.sha256(images.tobytes() + labels.tobytes()).hexdigest()[:16]
+def assign(params: Dict[str, Any]) -> Tuple[Dict[str, Tuple[Source, np.ndarray]], Source]:
+    """({split: (its source, indices into that source)}, the training split's source)."""
+    if params["name"] == "digits":
+        source = digits_source()
+        return {name: (source, indices) for name, indices in split(source, params).items()}, source
+    if params["name"] != "image_folder":
+        raise ConfigError(f"dataset.name: expected one of ['digits', 'image_folder'], found '{params['name']}'.")
+    from precisionflow.datasets import image_folder
+
+    root = _folder_root(params)
+    if not image_folder.has_split_folders(root):
+        source = folder_source(params, root)
+        return {name: (source, indices) for name, indices in split(source, params).items()}, source
+    train = folder_source(params, root / "train")  # the user's own split folders, taken whole
+    sources = {"train": train, **{name: folder_source(params, root / name, train.classes) for name in ("val", "test")}}
+    return {name: (each, np.arange(len(each.items))) for name, each in sources.items()}, train
 
 
-def load_splits(params: Dict[str, Any]):
-    """({split: (images, labels)}, class names) for the configured data set."""
-    if params["name"] not in LOADERS:
-        raise ConfigError(f"dataset.name: expected one of {sorted(LOADERS)}, found '{params['name']}'.")
-    if params["name"] == "image_folder":
-        from precisionflow.datasets import image_folder
+def write_pixels(out: Path, name: str, source: Source, indices: np.ndarray) -> str:
+    """Decode and append the split's images a chunk at a time; the sha256 of its pixels."""
+    writer = store.SplitWriter(out, name, len(indices), source.image_shape)
+    chunk = DECODE_CHUNK_PER_THREAD * store.decode_threads()
+    for start in range(0, len(indices), chunk):
+        writer.append(source.pixels([source.items[i] for i in indices[start:start + chunk]]))
+    return writer.close()
 
-        if image_folder.has_split_folders(_folder_root(params)):
-            return split_image_folder(params)
-    images, labels, class_names = LOADERS[params["name"]](params)
-    return split(images, labels, params), class_names
+
+def check_files(paths: List[str]) -> None:
+    from precisionflow.datasets import image_folder
+
+    with ThreadPoolExecutor(store.decode_threads()) as pool:
+        list(pool.map(lambda path: image_folder.check_readable(Path(path)), paths))
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    splits, class_names = load_splits(params)
-    images = np.concatenate([splits[name][0] for name in SPLITS])
-    labels = np.concatenate([splits[name][1] for name in SPLITS])
-    arrays = {f"{kind}_{name}": arr for name, (x, y) in splits.items() for kind, arr in (("x", x), ("y", y))}
-    np.savez(out / "data.npz", **arrays)
+    from precisionflow.datasets import image_folder
+
+    started = time.perf_counter()
+    splits, train = assign(params)
+    digest = hashlib.sha256()
+    for name in SPLITS:
+        source, indices = splits[name]
+        labels = source.labels[indices]
+        if params["name"] == "image_folder":
+            image_folder.check_classes(labels, train.classes, f"{params['path']} ({name} split)")
+        np.save(out / store.LABELS.format(name), labels)
+        digest.update(labels.tobytes())
+        if params.get("storage") == "files":
+            paths = [source.items[i] for i in indices]
+            check_files(paths)
+            write_json_atomic(out / store.FILES.format(name), paths)
+        else:
+            digest.update(write_pixels(out, name, source, indices).encode())
+    seconds = time.perf_counter() - started
+    total = sum(len(indices) for _, indices in splits.values())
     meta = {
-        "classes": class_names,
-        "input_shape": list(images.shape[1:]),
+        "classes": train.classes,
+        "input_shape": list(train.image_shape),
         "sizes": {name: int(len(splits[name][1])) for name in SPLITS},
-        "fingerprint": fingerprint(images, labels),
+        "pixel_divisor": train.divisor,
+        "storage": params.get("storage", "pixels"),
+        # For file lists, the plan's fingerprint of the folder's files stands for their pixels.
+        "fingerprint": params.get("fingerprint") if params.get("storage") == "files" else digest.hexdigest()[:16],
     }
-    write_json_atomic(out / "meta.json", meta)
-    return meta
-
-
-def load(data_dir: Path, split_name: str):
-    """(images, labels) of one split of a prepared data node."""
-    with np.load(Path(data_dir) / "data.npz", allow_pickle=False) as arrays:
-        return arrays[f"x_{split_name}"], arrays[f"y_{split_name}"]
+    write_json_atomic(out / store.META_FILE, meta)
+    return {**meta, "seconds": round(seconds, 3), "images_per_second": round(total / seconds, 1)}

@@ -67,7 +67,7 @@ def prune_sparse24(tf, keras, model, params: Dict[str, Any], data_dir: Path):
     """Train 2:4 masks in, strip the wrappers; (model, per-layer report, layers left dense)."""
     import tensorflow_model_optimization as tfmot
 
-    from precisionflow.stages import prepare_dataset
+    from precisionflow.datasets.store import Split
 
     prune = params["prune"]
     excluded = set(prune["exclude_layers"] or [])
@@ -81,7 +81,8 @@ def prune_sparse24(tf, keras, model, params: Dict[str, Any], data_dir: Path):
 
     keras.utils.set_random_seed(prune["seed"])
     wrapped = keras.models.clone_model(model, clone_function=wrap)  # wrappers hold the trained layers themselves
-    x, y = prepare_dataset.load(data_dir, "train")
+    train = Split(data_dir, "train")
+    x, y = train.array(), train.labels  # sparse24's short fine-tune: in memory (see README, data at scale)
     wrapped.compile(optimizer=keras.optimizers.Adam(prune["learning_rate"]),
                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     wrapped.fit(x, y, batch_size=prune["batch_size"], epochs=prune["epochs"], verbose=2,

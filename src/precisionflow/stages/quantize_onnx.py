@@ -45,7 +45,7 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
     import onnx
 
     from precisionflow.quant import cache, layer_error, qdq
-    from precisionflow.stages import prepare_dataset
+    from precisionflow.datasets.store import Split
 
     ranges, lineage = cache.load_cache(inputs["calibration"], file_hash(source))
     fp32_model = onnx.load(str(source))
@@ -72,8 +72,8 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
         qat["qat_output_layer_input"] = fake_quantize_output_input(fp32_model, target, learned)
     qdq.assert_trt_legal(target, int8["keep_output_layer"])
     # The per-tensor report ranks ops for int8_mixed: a decision, so it never sees the test split.
-    images, _ = prepare_dataset.load(inputs["data"], int8["report_split"])
-    rows = layer_error.per_tensor_error(source, target, images[: int8["report_samples"]])
+    images = Split(inputs["data"], int8["report_split"]).head(int8["report_samples"])
+    rows = layer_error.per_tensor_error(source, target, images)
     layer_error.write_report(rows, out)
     return {"quantized_nodes": len(nodes), "quantizable_ops": len(candidates),
             "quantized_fraction": round(len(nodes) / len(candidates), 4), "kept_float": kept_float,

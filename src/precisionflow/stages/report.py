@@ -139,12 +139,13 @@ def framework_row(framework_dir: Path) -> Dict[str, Any]:
 
 def draw_flipped(eval_dir: Path, out: Path, data_cache: Dict[str, tuple]) -> str:
     """A picture grid of the samples this engine decides differently from fp32; returns its file name."""
-    from precisionflow.stages import prepare_dataset
+    from precisionflow.datasets.store import Split
 
     results = eval_dir.parent.parent
     data_dir = results / read_node(eval_dir)["inputs"]["data"]
     if str(data_dir) not in data_cache:
-        data_cache[str(data_dir)] = (prepare_dataset.load(data_dir, "test")[0], read_json(data_dir / "meta.json")["classes"])
+        test = Split(data_dir, "test")  # images are read one by one, only those drawn
+        data_cache[str(data_dir)] = (test, test.classes)
     images, classes = data_cache[str(data_dir)]
     with open(eval_dir / "flipped.csv") as handle:
         flipped = list(csv.DictReader(handle))

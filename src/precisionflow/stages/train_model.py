@@ -12,9 +12,9 @@ from typing import Any, Dict
 
 import numpy as np
 
+from precisionflow.datasets.store import Split, predict_in_batches
 from precisionflow.errors import ConfigError, StageError
 from precisionflow.nodeio import read_json, write_json_atomic
-from precisionflow.stages import prepare_dataset
 
 PACKAGES = ("tensorflow", "tf-keras", "numpy", "matplotlib", "h5py")
 
@@ -23,7 +23,8 @@ def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
     from precisionflow import models
 
     train = {key: value for key, value in cfg["train"].items() if key not in THRESHOLD_KEYS}
-    return {"model": models.reads(cfg["model"]), "train": train}
+    # How the data is read decides the order training sees it in (dataset.cache): part of the id.
+    return {"model": models.reads(cfg["model"]), "train": train, "cache": cfg["dataset"]["cache"]}
 
 
 THRESHOLD_KEYS = ("at_chance",)  # checked against the summary (checks/check), never part of the id
@@ -83,18 +84,27 @@ def optimizer(keras, name: str, learning_rate: float, schedule: str, total_steps
     return choices[name](learning_rate=rate)
 
 
-def fit(keras, model, data_dir: Path, settings: Dict[str, Any], opt):
-    """Compile and fit; returns (history dict, seconds). settings: epochs, batch_size, patience."""
-    x_train, y_train = prepare_dataset.load(data_dir, "train")
-    x_val, y_val = prepare_dataset.load(data_dir, "val")
+def fit(keras, model, data_dir: Path, settings: Dict[str, Any], opt, cache: str):
+    """Compile and fit; returns (history dict, seconds). settings: epochs, batch_size, patience, seed.
+    cache=memory: both splits as float32 arrays (small data sets); disk/none: streamed by tf.data."""
+    train, val = Split(data_dir, "train"), Split(data_dir, "val")
     model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-    callbacks = [stop_on_nan(keras), inference_mode_watch(keras, int(np.max(y_train)) + 1)]
+    callbacks = [stop_on_nan(keras), inference_mode_watch(keras, len(train.classes))]
     if settings.get("early_stopping_patience"):
         callbacks.append(keras.callbacks.EarlyStopping(monitor="val_accuracy", patience=settings["early_stopping_patience"],
                                                        restore_best_weights=True))
     started = time.time()
-    history = model.fit(x_train, y_train, validation_data=(x_val, y_val), epochs=settings["epochs"],
-                        batch_size=settings["batch_size"], shuffle=True, verbose=2, callbacks=callbacks)
+    if cache == "memory":
+        history = model.fit(train.array(), train.labels, validation_data=(val.array(), val.labels), epochs=settings["epochs"],
+                            batch_size=settings["batch_size"], shuffle=True, verbose=2, callbacks=callbacks)
+    else:
+        import tensorflow as tf
+
+        from precisionflow.datasets import streaming
+
+        history = model.fit(streaming.dataset(tf, train, settings["batch_size"], True, settings["seed"]),
+                            validation_data=streaming.dataset(tf, val, settings["batch_size"], False, 0),
+                            epochs=settings["epochs"], verbose=2, callbacks=callbacks)
     return {name: [float(v) for v in values] for name, values in history.history.items()}, time.time() - started
 
 
@@ -108,9 +118,16 @@ def rebuild_fp32(keras, model_params, model, meta):
     return fp32_model
 
 
+EVAL_BATCH = 256
+
+
+def predict_split(model, data_dir: Path, split_name: str) -> np.ndarray:
+    """The model's logits on a whole split, read a batch at a time."""
+    return predict_in_batches(lambda batch: model.predict_on_batch(batch), Split(data_dir, split_name), EVAL_BATCH)
+
+
 def test_accuracy(model, data_dir: Path) -> float:
-    x_test, y_test = prepare_dataset.load(data_dir, "test")
-    return float(np.mean(np.argmax(model.predict(x_test, verbose=0), axis=1) == y_test))
+    return float(np.mean(np.argmax(predict_split(model, data_dir, "test"), axis=1) == Split(data_dir, "test").labels))
 
 
 def save_curves(history: Dict[str, list], path: Path, title: str) -> None:
@@ -183,7 +200,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     steps = train["epochs"] * math.ceil(meta["sizes"]["train"] / train["batch_size"])
     opt = optimizer(keras, train["optimizer"], train["learning_rate"], train["lr_schedule"], steps)
     startup_seconds = time.time() - started
-    history, seconds = fit(keras, model, inputs["data"], train, opt)
+    history, seconds = fit(keras, model, inputs["data"], train, opt, params["cache"])
     model = rebuild_fp32(keras, params["model"], model, meta)
     summary = save_outputs(out, model, history, seconds, inputs["data"], f"{params['model']['name']} ({train['precision_policy']})")
     return {**summary, "startup_seconds": round(startup_seconds, 3), "precision_policy": train["precision_policy"]}
