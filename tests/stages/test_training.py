@@ -27,8 +27,11 @@ def workspace(tmp_path_factory):
 
 def train_and_export(workspace, name, train_overrides):
     plan, cfg = workspace
-    train = dict(cfg["train"], **train_overrides)
-    key, spec = node("train_model", f"t-{name}", {"model": cfg["model"], "train": train}, {"data": "prepare_dataset/d1"})
+    overrides = dict(train_overrides)
+    cache = overrides.pop("cache", "memory")
+    train = dict(cfg["train"], **overrides)
+    key, spec = node("train_model", f"t-{name}", {"model": cfg["model"], "train": train, "cache": cache},
+                     {"data": "prepare_dataset/d1"})
     plan["nodes"][key] = spec
     trained = run_node(plan, key)
     export_key, export_spec = node("export_onnx", f"x-{name}", cfg["export"], {"model": key, "data": "prepare_dataset/d1"})
@@ -45,6 +48,14 @@ def test_mixed_precision_training_exports_an_onnx_that_matches_keras(workspace, 
     assert {init.data_type for init in graph.graph.initializer} <= {onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.INT32}
 
 
+def test_streamed_training_learns_like_training_from_arrays(workspace):
+    """dataset.cache=disk: batches come from the data node's uint8 file through tf.data."""
+    from_arrays, _ = train_and_export(workspace, "memory", {})
+    streamed, exported = train_and_export(workspace, "disk", {"cache": "disk"})
+    assert streamed["summary"]["test_accuracy"] > 0.3 and exported["summary"]["max_abs_diff_vs_keras"] < 1e-3
+    assert abs(streamed["summary"]["test_accuracy"] - from_arrays["summary"]["test_accuracy"]) < 0.15
+
+
 def test_diverging_loss_names_epoch_and_step(workspace):
     with pytest.raises(StageError, match=r"at epoch 1, step \d+"):
         train_and_export(workspace, "nan", {"optimizer": "sgd", "learning_rate": 1e38})
@@ -54,7 +65,7 @@ def test_qat_ranges_are_symmetric_and_map_to_real_tensors(workspace):
     plan, cfg = workspace
     train_and_export(workspace, "base", {})
     finetune = dict(cfg["finetune"], mode="qat", epochs=1)
-    key, spec = node("finetune_model", "qat", {"finetune": finetune, "model": cfg["model"]},
+    key, spec = node("finetune_model", "qat", {"finetune": finetune, "model": cfg["model"], "cache": "disk"},
                      {"model": "train_model/t-base", "data": "prepare_dataset/d1"})
     plan["nodes"][key] = spec
     summary = run_node(plan, key)["summary"]
