@@ -49,7 +49,8 @@ def test_ship_run_elsewhere_land_and_finish_here(tmp_path):
     shipped = cli(results, "ship", "--target", "cpu", "--to", str(bundle))
     assert shipped.returncode == 0, shipped.stderr
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert len(manifest["nodes"]) == 6 and any("test split only" in f for f in manifest["upstream_files"])
+    assert len(manifest["nodes"]) == 6 and any(f.endswith("/x_test.npy") for f in manifest["upstream_files"])
+    assert not list(bundle.glob("results/prepare_dataset/*/x_train.npy"))  # the test split only travels
     assert not any("model.keras" in f for f in manifest["upstream_files"])  # the GPU stages never open it
 
     # There: the runner reads the bundle's copy of the plan, with the results folder moved.
