@@ -44,9 +44,10 @@ def check_identity(spec: Dict[str, Any], stage_module) -> Dict[str, str]:
     return sources
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory so far (Linux reports kB): what the job needed, imports included."""
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
+    """Peak resident memory so far (Linux reports kB) of this process, imports included, or of its
+    largest finished child (RUSAGE_CHILDREN: compare_speed's timing processes)."""
+    return round(resource.getrusage(who).ru_maxrss / 1024, 1)
 
 
 def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[str, Any]:
@@ -73,7 +74,7 @@ def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[s
             "versions": package_versions(getattr(stage, "PACKAGES", ())),
             "host": platform.node(),
             "timings": {"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3),
-                        "peak_rss_mb": peak_rss_mb()},
+                        "peak_rss_mb": peak_rss_mb(), "children_peak_rss_mb": peak_rss_mb(resource.RUSAGE_CHILDREN)},
             "summary": summary,
             "files": content_hashes(out),
         }
