@@ -43,13 +43,17 @@ def _convert(tf, model, opset: int, path: Path):
     return model_proto
 
 
-BATCH = 256
+BATCH = 64
 
 
 def _onnx_logits(path: Path, split: Split) -> np.ndarray:
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    # Without the CPU arena: with it, 12 batches of a 224x224 test split grew this job's memory from
+    # 1.5 to 3.5 GB (benchmarks/data_scale.py); a verification pass does not need its speed.
+    options = ort.SessionOptions()
+    options.enable_cpu_mem_arena = False
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
     return predict_in_batches(lambda batch: session.run(None, {name: batch})[0], split, BATCH)
 
