@@ -191,7 +191,7 @@ def test_report_page_renders_in_a_real_browser(first_run, tmp_path):
     images = re.findall(r"<img [^>]*>", dom)
     assert len(images) >= 2 and all('data-loaded="yes"' in image for image in images), images  # pareto, per-class
     assert 'data-overflow="no"' in dom
-    for heading in ("Verdicts", "Comparison table", "Pareto plots", "Per-class top-1 change", "Flipped samples"):
+    for heading in ("Verdicts", "Comparison table", "Pareto plots", "Per-class change", "Flipped samples"):
         assert heading in dom
     artifacts = Path(os.environ.get("PRECISIONFLOW_TEST_ARTIFACTS", results.parent / "artifacts"))
     artifacts.mkdir(parents=True, exist_ok=True)

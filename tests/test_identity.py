@@ -50,6 +50,8 @@ EXPECTED = {
     "dataset.val_fraction": EVERYTHING, "dataset.test_fraction": EVERYTHING, "dataset.seed": EVERYTHING,
     "dataset.max_samples": EVERYTHING,
     "dataset.cache": TRAINED,  # how training reads (memory/disk) sets the order it sees samples in
+    "task": None, "dataset.num_images": None,  # detection only: refused with digits (see CONDITIONAL)
+    **{f"evaluate.detection.{key}": NOTHING for key in ("min_score", "top_k", "nms_iou", "score_threshold", "match_iou")},
     "model.name": TRAINED, "model.width": TRAINED, "model.filters": TRAINED, "model.dense_units": TRAINED,
     "model.dropout": TRAINED, "model.stages": NOTHING, "model.blocks_per_stage": NOTHING, "model.weights": NOTHING,
     "model.path": None, "model.trust": NOTHING,  # model.path: read only by keras_file (refused otherwise)
@@ -94,7 +96,8 @@ EXPECTED = {
     # budgets are thresholds: nothing measured reruns; the report (whose page starts with the
     # verdicts) is redrawn, and MLflow logs that page with the sweep
     **{f"evaluate.budget.{key}": {"report", "track_mlflow"} for key in ("max_top1_drop", "min_agreement", "max_class_drop",
-                                                                       "min_qat_agreement", "min_speedup", "speedup_at")},
+                                                                       "min_qat_agreement", "min_speedup", "speedup_at",
+                                                                       "max_map_drop", "max_spurious_per_image")},
     "evaluate.budgets": {"report", "track_mlflow"},
     "tracking.enabled": NOTHING,  # the tracking node leaves the plan; no other node changes
     "tracking.uri": {"track_mlflow"}, "tracking.experiment": {"track_mlflow"},
@@ -129,6 +132,10 @@ CONDITIONAL = [
     (["prune=channel", "finetune.mode=fp32"], "prune.epochs", 5, NOTHING),  # sparse24's: channel pruning does not read it
     (["prune=sparse24", "finetune.mode=fp32"], "prune.epochs", 5, (TRAINED - {"train_model"}) | {"prune_model"}),
     (["finetune.mode=fp32"], "prune.method", "channel", TRAINED - {"train_model"}),  # the prune node joins
+    # Detection: the scenes' count changes the data node; decoding/matching settings only the evaluations.
+    (["experiment=detection"], "dataset.num_images", 800, EVERYTHING),
+    *[(["experiment=detection"], f"evaluate.detection.{key}", value, {"evaluate_engine", "report", "track_mlflow"})
+      for key, value in (("score_threshold", 0.5), ("match_iou", 0.7), ("min_score", 0.05), ("top_k", 20), ("nms_iou", 0.6))],
     *[(["targets=[h200]"], f"engine.onnxruntime.{key}", value, ENGINES)
       for key, value in (("prefer_nhwc", True), ("cuda_graph", True), ("cudnn_conv_algo_search", "HEURISTIC"), ("use_tf32", False))],
 ]

@@ -9,6 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from precisionflow.compare import task_of
 from precisionflow.config.schema import BudgetConf
 from precisionflow.nodeio import NODE_FILE, named_lineage, read_json
 
@@ -74,14 +75,7 @@ def breaches(metrics: Dict[str, Any], fp32: Dict[str, Any], budget: Dict[str, An
     if metrics.get("non_finite_outputs"):  # overflow (fp16) or a broken graph: not "a lower accuracy"
         found.append(f"{metrics['non_finite_outputs']} non-finite outputs (inf/NaN) on the test split: the engine "
                      "overflows or is broken there; its accuracy figures describe garbage")
-    drop = 100 * (fp32["top1"] - metrics["top1"])
-    if budget["max_top1_drop"] is not None and drop > budget["max_top1_drop"]:
-        found.append(f"top-1 {100 * metrics['top1']:.2f} is {drop:.2f} points below fp32's {100 * fp32['top1']:.2f} (max {budget['max_top1_drop']})")
-    if budget["min_agreement"] is not None and metrics["agreement"] < budget["min_agreement"]:
-        found.append(f"agreement with fp32 {metrics['agreement']:.4f} < {budget['min_agreement']} ({metrics['flipped']} samples flipped)")
-    worst = worst_class(metrics, fp32)
-    if budget["max_class_drop"] is not None and worst and worst[1] > budget["max_class_drop"]:
-        found.append(f"class '{worst[0]}' top-1 dropped {worst[1]:.2f} points (max {budget['max_class_drop']})")
+    found += (detection_breaches if task_of(metrics) == "detection" else classification_breaches)(metrics, fp32, budget)
     qat = metrics.get("qat", {}).get("vs_qat_model")
     if budget["min_qat_agreement"] is not None and qat and qat["agreement"] < budget["min_qat_agreement"]:
         found.append(f"agreement with the QAT model {qat['agreement']:.4f} < {budget['min_qat_agreement']}")
@@ -94,10 +88,37 @@ def breaches(metrics: Dict[str, Any], fp32: Dict[str, Any], budget: Dict[str, An
     return found
 
 
+def detection_breaches(metrics: Dict[str, Any], fp32: Dict[str, Any], budget: Dict[str, Any]) -> List[str]:
+    found = []
+    drop = 100 * (fp32["map"] - metrics["map"])
+    if budget["max_map_drop"] is not None and drop > budget["max_map_drop"]:
+        found.append(f"mAP {100 * metrics['map']:.2f} is {drop:.2f} points below fp32's {100 * fp32['map']:.2f} "
+                     f"(max {budget['max_map_drop']})")
+    if budget["max_spurious_per_image"] is not None and metrics["spurious_per_image"] > budget["max_spurious_per_image"]:
+        found.append(f"{metrics['spurious_per_image']:.3f} spurious boxes per image (matching neither a true object nor "
+                     f"an fp32 box; {metrics['shadow']} of {metrics['spurious']} on shadows) > {budget['max_spurious_per_image']}")
+    return found
+
+
+def classification_breaches(metrics: Dict[str, Any], fp32: Dict[str, Any], budget: Dict[str, Any]) -> List[str]:
+    found = []
+    drop = 100 * (fp32["top1"] - metrics["top1"])
+    if budget["max_top1_drop"] is not None and drop > budget["max_top1_drop"]:
+        found.append(f"top-1 {100 * metrics['top1']:.2f} is {drop:.2f} points below fp32's {100 * fp32['top1']:.2f} (max {budget['max_top1_drop']})")
+    if budget["min_agreement"] is not None and metrics["agreement"] < budget["min_agreement"]:
+        found.append(f"agreement with fp32 {metrics['agreement']:.4f} < {budget['min_agreement']} ({metrics['flipped']} samples flipped)")
+    worst = worst_class(metrics, fp32)
+    if budget["max_class_drop"] is not None and worst and worst[1] > budget["max_class_drop"]:
+        found.append(f"class '{worst[0]}' top-1 dropped {worst[1]:.2f} points (max {budget['max_class_drop']})")
+    return found
+
+
 def worst_class(metrics: Dict[str, Any], fp32: Dict[str, Any]):
-    """(class, drop in points) of the class that lost most against fp32, or None."""
-    drops = [(name, 100 * (fp32["per_class_top1"][name] - value)) for name, value in metrics["per_class_top1"].items()
-             if name in fp32["per_class_top1"]]
+    """(class, drop in points) of the class that lost most against fp32 (top-1, or AP for a
+    detector), or None."""
+    key = "per_class_ap" if task_of(metrics) == "detection" else "per_class_top1"
+    drops = [(name, 100 * (fp32[key][name] - value)) for name, value in metrics[key].items()
+             if name in fp32[key] and value >= 0 and fp32[key][name] >= 0]
     return max(drops, key=lambda item: item[1]) if drops else None
 
 
@@ -121,11 +142,22 @@ def verdicts(plan: Dict[str, Any]) -> List[Dict[str, Any]]:
         found.append({"node": key, "precision": spec["params"]["precision"], "target": spec["params"]["target"],
                       "ran": metrics["engine"].get("executed", {}).get("executed_precision", "unknown"),
                       "model": lineage["export_onnx"]["inputs"]["model"],
-                      "top1": metrics["top1"], "top1_drop_points": round(100 * (fp32["top1"] - metrics["top1"]), 2),
-                      "agreement": metrics["agreement"], "worst_class": worst_class(metrics, fp32),
+                      **headline(metrics, fp32), "worst_class": worst_class(metrics, fp32),
                       "speedup_vs_fp32": round(speed["median"], 2) if speed else None,
                       "speedup_at": budget["speedup_at"], "verdict": "FAIL" if broken else "PASS", "breaches": broken})
     return found
+
+
+def headline(metrics: Dict[str, Any], fp32: Dict[str, Any]) -> Dict[str, Any]:
+    """The accuracy a verdict line shows: top-1 (classification) or mAP (detection), its change
+    against fp32 in points, and agreement with fp32 (per sample, or per fp32 box)."""
+    if task_of(metrics) == "detection":
+        return {"task": "detection", "accuracy_name": "mAP", "accuracy": metrics["map"],
+                "drop_points": round(100 * (fp32["map"] - metrics["map"]), 2), "agreement": metrics["box_agreement"],
+                "extra": f"spurious {metrics['spurious_per_100']}/100 images ({metrics['shadow_per_100']} on shadows), "
+                         f"lost {metrics['lost_per_100']}/100"}
+    return {"task": "classification", "accuracy_name": "top-1", "accuracy": metrics["top1"],
+            "drop_points": round(100 * (fp32["top1"] - metrics["top1"]), 2), "agreement": metrics["agreement"], "extra": ""}
 
 
 def format_verdicts(found: List[Dict[str, Any]]) -> str:
@@ -133,8 +165,9 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
     for entry in found:
         worst = entry["worst_class"]
         speed = f", {entry['speedup_vs_fp32']}x fp32's throughput at {entry['speedup_at']}" if entry["speedup_vs_fp32"] else ""
-        head = (f"{entry['verdict']}  {entry['precision']:<10} {entry['target']:<6} (ran {entry['ran']}) top-1 {100 * entry['top1']:.2f} "
-                f"({0.0 - entry['top1_drop_points']:+.2f} vs fp32), agreement {entry['agreement']:.4f}"
+        head = (f"{entry['verdict']}  {entry['precision']:<10} {entry['target']:<6} (ran {entry['ran']}) "
+                f"{entry['accuracy_name']} {100 * entry['accuracy']:.2f} ({0.0 - entry['drop_points']:+.2f} vs fp32), "
+                f"agreement {entry['agreement']:.4f}" + (f", {entry['extra']}" if entry["extra"] else "")
                 + (f", worst class '{worst[0]}' {0.0 - worst[1]:+.2f}" if worst else "") + speed)
         lines.append(head + f"  [{entry['node']}, from {entry['model']}]")
         lines += [f"      broke: {reason}" for reason in entry["breaches"]]

@@ -10,6 +10,15 @@ from typing import Any, Dict, List, Tuple
 from precisionflow.nodeio import read_json, read_node
 
 RATIOS = (("vs_fp32", "x_fp32"), ("vs_tf", "x_tf"))
+# The accuracy figures of an engine's metrics.json that the table and MLflow carry, by task.
+HEADLINE_METRICS = {
+    "classification": ("top1", "agreement", "flipped", "max_abs_logit_diff"),
+    "detection": ("map", "map50", "box_agreement", "spurious_per_100", "lost_per_100", "shadow_per_100", "max_abs_logit_diff"),
+}
+
+
+def task_of(metrics: Dict[str, Any]) -> str:
+    return metrics.get("task", "classification")
 
 
 def split_inputs(inputs: Dict[str, Path]) -> Tuple[List[Path], List[Path], List[Path]]:

@@ -16,7 +16,9 @@ from precisionflow.tracking import SWEEP_TAG
 
 COLUMNS = [("precision", "tags.precision"), ("model", "tags.node.train_model"), ("target", "tags.target"),
            ("device", "tags.device_name"), ("executed", "tags.executed"), ("top1", "metrics.top1"),
-           ("agreement", "metrics.agreement"), ("flipped", "metrics.flipped"), ("x_fp32_b1", "metrics.x_fp32_b1"),
+           ("agreement", "metrics.agreement"), ("flipped", "metrics.flipped"), ("map50", "metrics.map50"), ("map", "metrics.map"),
+           ("spurious_per_100", "metrics.spurious_per_100"), ("shadow_per_100", "metrics.shadow_per_100"),
+           ("x_fp32_b1", "metrics.x_fp32_b1"),
            ("x_fp32_bmax", "metrics.x_fp32_bmax"), ("x_tf_b1", "metrics.x_tf_b1"), ("x_tf_bmax", "metrics.x_tf_bmax"),
            ("b1_p50_ms", "metrics.b1_p50_ms"), ("evaluation", "tags.precisionflow.node"), ("commit", "tags.git_commit")]
 

@@ -146,12 +146,20 @@ def _h5_has_lambda(path: Path) -> bool:
     return '"Lambda"' in (config.decode() if isinstance(config, bytes) else str(config))
 
 
+def center_net(keras, params: Dict[str, Any], input_shape, num_classes: int):
+    """task=detection: the heatmap + box-size detector (precisionflow/detection/center_net.py)."""
+    from precisionflow.detection import center_net as detector
+
+    return detector.build(keras, params, input_shape, num_classes)
+
+
 BUILDERS = {
     "small_cnn": small_cnn,
     "resnet_mini": resnet_mini,
     "resnet50": _application("ResNet50", "resnet50"),
     "mobilenet_v2": _application("MobileNetV2", "mobilenet_v2"),
     "keras_file": keras_file,
+    "center_net": center_net,
 }
 
 
@@ -162,6 +170,7 @@ MODEL_KEYS = {
     "resnet50": ("name", "weights", "bn_momentum"),
     "mobilenet_v2": ("name", "width", "weights", "bn_momentum"),
     "keras_file": ("name", "path", "trust", "bn_momentum"),
+    "center_net": ("name", "width", "blocks_per_stage", "bn_momentum"),
 }
 # Settings that name a file the builder opens: its content enters the id too.
 FILE_KEYS = ("weights", "path")

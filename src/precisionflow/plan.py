@@ -101,13 +101,18 @@ class PlanBuilder:
     def data_params(self, cfg: Dict[str, Any]) -> Dict[str, Any]:
         """The data set's declared settings, plus a content fingerprint for folder data sets."""
         params = stage_module("prepare_dataset").reads(cfg)
-        if params["name"] != "image_folder":
+        if params["name"] not in ("image_folder", "coco_folder"):
             return params
         from precisionflow.datasets import image_folder
 
         root = str(Path(params["path"]).expanduser().resolve())
         if root not in self.fingerprints:
-            stage_module("prepare_dataset").check_folder(params)  # a broken folder fails here, before any job
+            if params["name"] == "coco_folder":
+                from precisionflow.detection import sources
+
+                sources.check_folder(params)  # a broken folder fails here, before any job
+            else:
+                stage_module("prepare_dataset").check_folder(params)
             cache = (self.cache_dir or Path(root)) / "fingerprints.json"
             self.fingerprints[root] = image_folder.fingerprint(Path(root), cache)
         return {**params, "path": root, "fingerprint": self.fingerprints[root]}

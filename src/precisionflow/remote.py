@@ -33,8 +33,10 @@ FILES_BY_ROLE = {
     "reference": ("reference_logits.npy",),
     "qat_export": ("reference_logits.npy",),
     "qat_model": ("qat_logits.npy",),
-    "data": ("meta.json", "x_test.npy", "y_test.npy"),
+    "data": ("meta.json", "x_test.npy", "y_test.npy", "objects_test.npz"),
 }
+# A data node holds labels (classification) or boxes (detection): the one it has travels.
+ONE_OF = {"y_test.npy", "objects_test.npz"}
 
 
 def target_nodes(plan: Dict[str, Any], target: str) -> List[str]:
@@ -81,6 +83,8 @@ def pack(plan: Dict[str, Any], target: str, bundle: Path) -> Dict[str, Any]:
         shutil.copy2(results / key / NODE_FILE, target_dir / NODE_FILE)
         for role in sorted(node_roles):
             for name in FILES_BY_ROLE.get(role, ()):
+                if name in ONE_OF and not (results / key / name).exists():
+                    continue
                 shutil.copy2(results / key / name, target_dir / name)
                 files.append(f"{key}/{name}")
         write_json_atomic(target_dir / PACKED_FILE, {"rewritten": []})

@@ -11,7 +11,7 @@ def test_pareto_front_keeps_only_undominated_points():
 def test_html_page_puts_verdicts_first_escapes_and_marks_rows():
     rows = [{"precision": "fp32", "top1": 0.9, "node": "fp32-local-1"},
             {"precision": "<int8>", "top1": "0.8*", "node": "int8-local-2"}]
-    verdicts = [{"node": "evaluate_engine/int8-local-2", "precision": "<int8>", "target": "local", "top1_drop_points": 10.0,
+    verdicts = [{"node": "evaluate_engine/int8-local-2", "precision": "<int8>", "target": "local", "accuracy_name": "top-1", "drop_points": 10.0,
                  "ran": "fp32", "model": "train_model/m-1",
                  "agreement": 0.9, "worst_class": ("3", 20.0), "speedup_vs_fp32": 1.5, "speedup_at": "bmax",
                  "verdict": "FAIL", "breaches": ["top-1 80.00 is 10.00 points below fp32's 90.00 (max 1.0)"]}]

@@ -203,9 +203,13 @@ STRING_CHOICES = {
     "train.at_chance": ("warn", "stop"),
     "prune.criterion": ("l1", "l2"),
     "dataset.cache": ("memory", "disk", "none"),
+    "task": ("classification", "detection"),
 }
 # Keys read only by one choice of a component: set for another choice, they would be silently ignored.
-ONLY_WITH = {"dataset.path": ("dataset.name", ("image_folder",)), "model.path": ("model.name", ("keras_file",))}
+ONLY_WITH = {"dataset.path": ("dataset.name", ("image_folder", "coco_folder")), "model.path": ("model.name", ("keras_file",)),
+             "dataset.num_images": ("dataset.name", ("shadow_cars",))}
+DETECTION_DATASETS = ("shadow_cars", "coco_folder")
+DETECTION_MODELS = ("center_net", "keras_file")  # a user's Keras detector follows center_net's output contract
 
 
 def _get(cfg: Dict[str, Any], key: str):
@@ -237,9 +241,36 @@ def check_choices(cfg: Dict[str, Any]) -> None:
                               f"{' / '.join(readers)} does): choose {selector.split('.')[0]}={readers[0]}, or drop {key}.")
 
 
+def check_task(cfg: Dict[str, Any]) -> None:
+    """Data set, model and precisions that fit the task, refused before anything runs."""
+    dataset, model = cfg["dataset"]["name"], cfg["model"]["name"]
+    if cfg["task"] == "classification":
+        if dataset in DETECTION_DATASETS:
+            raise ConfigError(f"dataset={dataset} is a detection data set but task=classification: add task=detection "
+                              "(or use experiment=detection).")
+        if model == "center_net":
+            raise ConfigError("model=center_net is a detector but task=classification: add task=detection.")
+        return
+    if dataset not in DETECTION_DATASETS:
+        raise ConfigError(f"task=detection needs a detection data set ({' or '.join(DETECTION_DATASETS)}), found "
+                          f"dataset={dataset}: use dataset=shadow_cars, or dataset=coco_folder dataset.path=<folder>.")
+    if model not in DETECTION_MODELS:
+        raise ConfigError(f"task=detection needs a detector (model=center_net, or model=keras_file with its output "
+                          f"contract), found model={model}.")
+    if "int8_mixed" in cfg["precisions"]:
+        raise ConfigError("precisions: int8_mixed chooses ops by top-1 on the decision split, which a detector does not "
+                          "have; drop int8_mixed for task=detection (int8, int8_qat work).")
+    if cfg["prune"]["method"] != "none":
+        raise ConfigError("prune.method: pruning a detector is not supported yet (its head is not a classifier's); "
+                          "use prune=none with task=detection.")
+    if dataset == "shadow_cars" and (cfg["dataset"]["num_images"] or 0) < 20:
+        raise ConfigError(f"dataset.num_images: expected at least 20 scenes, found {cfg['dataset']['num_images']}.")
+
+
 def validate(cfg: Dict[str, Any]) -> None:
     """Checks across keys that a type schema cannot express."""
     check_choices(cfg)
+    check_task(cfg)
     if not cfg["precisions"]:
         raise ConfigError("precisions: expected at least one of fp32, fp16, int8, int8_qat, int8_mixed; found an empty list.")
     if "fp32" not in cfg["precisions"]:
@@ -260,8 +291,9 @@ def validate(cfg: Dict[str, Any]) -> None:
             raise ConfigError(f"{key}: expected an integer >= {minimum}, found {cfg[section][leaf]}.")
     if any(b < 1 for b in cfg["evaluate"]["timing_batch_sizes"]):
         raise ConfigError(f"evaluate.timing_batch_sizes: expected positive sizes, found {cfg['evaluate']['timing_batch_sizes']}.")
-    if cfg["dataset"]["name"] == "image_folder" and not cfg["dataset"]["path"]:
-        raise ConfigError("dataset.path: dataset=image_folder needs the folder of your images; add dataset.path=/path/to/images.")
+    if cfg["dataset"]["name"] in ("image_folder", "coco_folder") and not cfg["dataset"]["path"]:
+        raise ConfigError(f"dataset.path: dataset={cfg['dataset']['name']} needs the folder of your images; "
+                          "add dataset.path=/path/to/images.")
     if cfg["model"]["name"] == "keras_file":
         from precisionflow.models import check_user_model_file
 

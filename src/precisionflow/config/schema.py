@@ -48,11 +48,13 @@ class DatasetConf:
     # disk = streamed from the data node's uint8 file by tf.data (memory bounded, any size);
     # none = the data node keeps file lists only and every stage decodes the images it reads.
     cache: str = "memory"
+    # shadow_cars: how many scenes to generate (split by val_fraction / test_fraction).
+    num_images: Optional[int] = None
 
 
 @dataclass
 class ModelConf:
-    name: str = "small_cnn"  # small_cnn | resnet_mini | resnet50 | mobilenet_v2 | keras_file
+    name: str = "small_cnn"  # small_cnn | resnet_mini | resnet50 | mobilenet_v2 | keras_file | center_net (detection)
     width: float = 1.0  # channel multiplier (small_cnn, resnet_mini; MobileNetV2's alpha)
     filters: List[int] = field(default_factory=lambda: [16, 32])  # small_cnn
     dense_units: int = 64  # small_cnn
@@ -241,6 +243,19 @@ class BudgetConf:
     min_qat_agreement: Optional[float] = None  # int8_qat: agreement with the QAT model itself
     min_speedup: Optional[float] = None  # throughput over the fp32 engine, measured side by side
     speedup_at: str = "bmax"  # b1 | bmax | streams: which setting min_speedup reads
+    max_map_drop: Optional[float] = None  # detection: mAP@[.5:.95] points (0-100 scale) below fp32
+    max_spurious_per_image: Optional[float] = None  # detection: boxes matching neither truth nor fp32, per image
+
+
+@dataclass
+class DetectionEvalConf:
+    """Decoding (identical for every precision, after the engine) and the spurious/lost counting."""
+
+    min_score: float = 0.01  # detections kept for mAP (COCO evaluates the whole ranked list)
+    top_k: int = 50  # per image
+    nms_iou: float = 0.5  # per-class non-maximum suppression
+    score_threshold: float = 0.3  # spurious/lost/shadow boxes and the picture grid count boxes above this
+    match_iou: float = 0.5  # a box matches another of its class at this IoU or more
 
 
 @dataclass
@@ -255,6 +270,7 @@ class EvaluateConf:
     # Concurrent streams (each its own engine instance and thread), at stream_batch_size each.
     streams: List[int] = field(default_factory=lambda: [4])
     stream_batch_size: int = 1
+    detection: DetectionEvalConf = field(default_factory=DetectionEvalConf)
     # Ratios (engine vs fp32 engine vs TensorFlow) come from one job timing the sides in
     # alternating rounds (A B C, C B A, ...): this many rounds of one window per side and setting.
     ratio_rounds: int = 12
@@ -275,6 +291,9 @@ class TrackingConf:
 
 @dataclass
 class Config:
+    # classification (top-1, flipped samples) or detection (mAP, spurious/lost boxes): one DAG, the
+    # stages that differ (data, training loss, evaluation, report) dispatch on it.
+    task: str = "classification"
     dataset: DatasetConf = field(default_factory=DatasetConf)
     model: ModelConf = field(default_factory=ModelConf)
     train: TrainConf = field(default_factory=TrainConf)

@@ -96,19 +96,23 @@ class Split:
         self.classes: List[str] = meta["classes"]
         self.image_shape = tuple(meta["input_shape"])
         self.divisor = np.float32(meta["pixel_divisor"])
-        self.labels = np.load(self.data_dir / LABELS.format(name), allow_pickle=False)
+        self.size = int(meta["sizes"][name])
+        # Class labels per image (classification); a detection node holds boxes instead (detection/data.py).
+        labels_file = self.data_dir / LABELS.format(name)
+        self.labels = np.load(labels_file, allow_pickle=False) if labels_file.exists() else None
         self.files: Optional[List[str]] = None
         if meta["storage"] == "files":
             self.files = json.loads((self.data_dir / FILES.format(name)).read_text())
         else:
             shape, self.offset = _npy_layout(self.data_dir / IMAGES.format(name))
-            if shape != (len(self.labels),) + self.image_shape:
-                raise DataError(f"{self.data_dir / IMAGES.format(name)}: holds {shape}, expected "
-                                f"{(len(self.labels),) + self.image_shape}. Delete this data node's folder and run again.")
+            if shape != (self.size,) + self.image_shape or (self.labels is not None and len(self.labels) != self.size):
+                raise DataError(f"{self.data_dir / IMAGES.format(name)}: holds {shape} (labels: "
+                                f"{None if self.labels is None else len(self.labels)}), expected {(self.size,) + self.image_shape}. "
+                                "Delete this data node's folder and run again.")
             self.item_bytes = int(np.prod(self.image_shape))
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return self.size
 
     def __getitem__(self, index: int) -> np.ndarray:
         return self.images([index])[0]
@@ -169,7 +173,8 @@ def predict_in_batches(predict, split: Split, batch_size: int) -> np.ndarray:
 
 def write_arrays(folder: Path, splits: dict, classes: List[str], divisor: int = 255) -> None:
     """A data node from in-memory splits {name: (uint8 images, labels)} (small data sets made by
-    tests and benchmarks; prepare_dataset writes large ones chunk by chunk)."""
+    tests and benchmarks; prepare_dataset writes large ones chunk by chunk). Labels None: a
+    detection node, whose boxes the caller writes (detection.data.save_objects)."""
     from precisionflow.nodeio import write_json_atomic
 
     folder = Path(folder)
@@ -178,8 +183,9 @@ def write_arrays(folder: Path, splits: dict, classes: List[str], divisor: int = 
         writer = SplitWriter(folder, name, len(pixels), pixels.shape[1:])
         writer.append(np.asarray(pixels, dtype=np.uint8))
         writer.close()
-        np.save(folder / LABELS.format(name), np.asarray(labels, dtype=np.int64))
+        if labels is not None:
+            np.save(folder / LABELS.format(name), np.asarray(labels, dtype=np.int64))
     first = next(iter(splits.values()))[0]
     write_json_atomic(folder / META_FILE, {"classes": list(classes), "input_shape": list(first.shape[1:]),
-                                           "sizes": {name: len(y) for name, (_, y) in splits.items()},
+                                           "sizes": {name: len(x) for name, (x, _) in splits.items()},
                                            "pixel_divisor": divisor, "storage": "pixels"})

@@ -7,7 +7,7 @@ files) in parallel map calls, converting to float32 inside the pipeline; two bat
 prefetched. Memory is a few batches, whatever the split's size.
 """
 
-from typing import Tuple
+from typing import Callable, Optional, Tuple
 
 import numpy as np
 
@@ -16,26 +16,39 @@ from precisionflow.datasets.store import Split, decode_threads
 PREFETCH_BATCHES = 2
 
 
-def _batch_reader(split: Split):
+class Targets:
+    """What training fits for a batch of indices: class labels, or encoded detection targets."""
+
+    def __init__(self, of: Callable[[np.ndarray], np.ndarray], shape: Tuple, dtype: str):
+        self.of, self.shape, self.dtype = of, shape, dtype
+
+
+def labels_of(split: Split) -> Targets:
+    return Targets(lambda indices: split.labels[indices], (), "int64")
+
+
+def _batch_reader(split: Split, targets: Targets):
     def read(indices: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        return split.pixels(indices), split.labels[indices]
+        return split.pixels(indices), targets.of(indices)
 
     return read
 
 
-def dataset(tf, split: Split, batch_size: int, shuffle: bool, seed: int):
-    """(images float32, labels int64) batches of the split; reshuffled every epoch when `shuffle`."""
+def dataset(tf, split: Split, batch_size: int, shuffle: bool, seed: int, targets: Optional[Targets] = None):
+    """(images float32, targets) batches of the split (targets: its labels unless given);
+    reshuffled every epoch when `shuffle`."""
+    targets = targets or labels_of(split)
     indices = tf.data.Dataset.range(len(split))
     if shuffle:
         indices = indices.shuffle(len(split), seed=seed, reshuffle_each_iteration=True)
-    read, shape = _batch_reader(split), (None,) + tuple(split.image_shape)
-    divisor = float(split.divisor)
+    read, shape = _batch_reader(split, targets), (None,) + tuple(split.image_shape)
+    divisor, target_dtype = float(split.divisor), getattr(tf, targets.dtype)
 
     def load(batch_indices):
-        pixels, labels = tf.numpy_function(read, [batch_indices], (tf.uint8, tf.int64))
+        pixels, wanted = tf.numpy_function(read, [batch_indices], (tf.uint8, target_dtype))
         pixels.set_shape(shape)
-        labels.set_shape((None,))
-        return tf.cast(pixels, tf.float32) / divisor, labels
+        wanted.set_shape((None,) + tuple(targets.shape))
+        return tf.cast(pixels, tf.float32) / divisor, wanted
 
     batches = indices.batch(batch_size).map(load, num_parallel_calls=decode_threads(), deterministic=True)
     return batches.prefetch(PREFETCH_BATCHES)

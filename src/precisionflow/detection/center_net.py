@@ -32,7 +32,7 @@ def build(keras, params: Dict[str, Any], input_shape, num_classes: int):
 
     x = conv_bn_relu(inputs, width, 2, "stem")
     x = conv_bn_relu(x, width * 2, 2, "down")
-    for block in range(params["blocks"]):
+    for block in range(params["blocks_per_stage"]):
         y = conv_bn_relu(x, width * 2, 1, f"b{block}a")
         y = layers.Conv2D(width * 2, 3, padding="same", use_bias=False, name=f"b{block}b_conv")(y)
         y = layers.BatchNormalization(momentum=params["bn_momentum"], name=f"b{block}b_bn")(y)
@@ -41,7 +41,8 @@ def build(keras, params: Dict[str, Any], input_shape, num_classes: int):
     # Heatmap biases start at -2.19 (sigmoid 0.1), as CenterNet does, so the first steps are not
     # swamped by the background cells' loss.
     bias = np.concatenate([np.full(num_classes, -2.19), np.zeros(REGRESSION_CHANNELS)]).astype(np.float32)
-    outputs = layers.Conv2D(num_classes + REGRESSION_CHANNELS, 1, name="detections", dtype="float32",
+    # Named "logits" like every builder's output layer: QAT and int8.keep_output_layer keep it float.
+    outputs = layers.Conv2D(num_classes + REGRESSION_CHANNELS, 1, name="logits", dtype="float32",
                             bias_initializer=keras.initializers.Constant(bias))(x)
     return keras.Model(inputs, outputs, name="center_net")
 

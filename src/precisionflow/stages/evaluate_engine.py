@@ -32,7 +32,10 @@ def reads(cfg: Dict[str, Any], precision: str, target: str, runtime: Dict[str, s
     from precisionflow.stages.build_engine import device_params
 
     evaluate = {"batch_size": cfg["evaluate"]["batch_size"], **timing_settings(cfg, target)}
-    return {"evaluate": evaluate, "precision": precision, **device_params(cfg, target, runtime)}
+    task = {"task": cfg["task"]}
+    if cfg["task"] == "detection":  # decoding and box matching: read only for detection
+        task["detection"] = dict(cfg["evaluate"]["detection"])
+    return {"evaluate": evaluate, "precision": precision, **task, **device_params(cfg, target, runtime)}
 
 
 def predict(engine, test: Split, batch_size: int) -> np.ndarray:
@@ -101,13 +104,17 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     load = lambda: backend.load(inputs["engine"], description, engine_node["params"]["target_def"])
     engine = load()
     test = Split(inputs["data"], "test")
-    labels, class_names = test.labels, test.classes
     reference_logits = np.load(inputs["reference"] / "reference_logits.npy", allow_pickle=False)
     logits = predict(engine, test, params["evaluate"]["batch_size"])
-    metrics = accuracy_report(logits, reference_logits, labels, class_names)
-    if "qat_model" in inputs:
-        metrics["qat"] = qat_fidelity(logits, inputs)
-    write_flipped(out / "flipped.csv", logits, reference_logits, labels)
+    if params.get("task") == "detection":
+        from precisionflow.detection.evaluation import report as detection_report
+
+        metrics = detection_report(logits, reference_logits, test, params["detection"], out, inputs)
+    else:
+        metrics = accuracy_report(logits, reference_logits, test.labels, test.classes)
+        if "qat_model" in inputs:
+            metrics["qat"] = qat_fidelity(logits, inputs)
+        write_flipped(out / "flipped.csv", logits, reference_logits, test.labels)
     metrics["speed"] = speed.measure(load, speed.timing_images(test, params["evaluate"]), params["evaluate"], engine)
     metrics.update({"precision": params["precision"], "target": params["target"], "engine": description})
     write_json_atomic(out / "metrics.json", metrics)

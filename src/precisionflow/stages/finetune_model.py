@@ -25,7 +25,7 @@ def reads(cfg: Dict[str, Any], finetune: Dict[str, Any]) -> Dict[str, Any]:
 
     keys = FINETUNE_KEYS + (("exclude_layers",) if finetune["mode"] == "qat" else ())
     return {"finetune": {key: finetune[key] for key in keys}, "model": models.reads(cfg["model"]),
-            "cache": cfg["dataset"]["cache"]}
+            "cache": cfg["dataset"]["cache"], "task": cfg["task"]}
 
 
 def _load(keras, inputs, params, meta, policy: str):
@@ -71,7 +71,8 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         print(f"QAT: {len(left_float)} layer(s) tfmot cannot quantize stay in float: {', '.join(left_float)}")
     steps = finetune["epochs"] * math.ceil(meta["sizes"]["train"] / finetune["batch_size"])
     opt = train_model.optimizer(keras, "adam", finetune["learning_rate"], "constant", steps)
-    history, seconds = train_model.fit(keras, trainable, inputs["data"], _settings(finetune), opt, params["cache"])
+    history, seconds = train_model.fit(keras, trainable, inputs["data"], {**_settings(finetune), "task": params["task"]}, opt,
+                                      params["cache"])
     extra = {}
     if mode == "qat":
         # The QAT model's own test logits (fake-quant on): the int8_qat engine must reproduce them.
@@ -87,5 +88,5 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         fp32_model = _load(keras, inputs, params, meta, "float32")
         fp32_model.set_weights(model.get_weights())
         model = fp32_model
-    summary = train_model.save_outputs(out, model, history, seconds, inputs["data"], f"fine-tune ({mode})")
+    summary = train_model.save_outputs(out, model, history, seconds, inputs["data"], f"fine-tune ({mode})", params["task"])
     return {**summary, "mode": mode, **extra}

@@ -29,10 +29,16 @@ FOLDER_KEYS = ("path", "image_size", "channels")
 DECODE_CHUNK_PER_THREAD = 64  # images decoded per thread before they are written: the memory bound
 
 
+SHADOW_CARS_KEYS = ("name", "num_images", "image_size", "val_fraction", "test_fraction", "seed")
+COCO_KEYS = ("name", "path", "image_size", "channels")
+
+
 def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """The dataset settings this stage uses (the plan adds the folder's content fingerprint)."""
     dataset = cfg["dataset"]
     keys = ("name",) + SPLIT_KEYS
+    if dataset["name"] in ("shadow_cars", "coco_folder"):
+        return {key: dataset[key] for key in (SHADOW_CARS_KEYS if dataset["name"] == "shadow_cars" else COCO_KEYS)}
     if dataset["name"] != "image_folder":
         return {key: dataset[key] for key in keys}
     from precisionflow.datasets import image_folder
@@ -51,13 +57,14 @@ def _folder_root(params: Dict[str, Any]) -> Path:
 
 
 class Source:
-    """Where a data set's images come from: items (digit indices or file paths), their labels, and
-    how to turn a list of items into uint8 pixels."""
+    """Where a data set's images come from: items (digit indices, file paths, scene numbers), their
+    labels, and how to turn a list of items into uint8 pixels. A detection source has no labels:
+    objects(item) gives an image's boxes instead."""
 
     def __init__(self, items: List[Any], labels: np.ndarray, classes: List[str], image_shape, divisor: int,
-                 pixels: Callable[[List[Any]], np.ndarray]):
+                 pixels: Callable[[List[Any]], np.ndarray], objects: Callable[[Any], Dict[str, Any]] = None):
         self.items, self.labels, self.classes = items, labels, classes
-        self.image_shape, self.divisor, self.pixels = tuple(image_shape), divisor, pixels
+        self.image_shape, self.divisor, self.pixels, self.objects = tuple(image_shape), divisor, pixels, objects
 
 
 def digits_source() -> Source:
@@ -129,6 +136,10 @@ DIGITS_IMAGES = 1797  # scikit-learn's digits
 def expected_split_sizes(params: Dict[str, Any]) -> Dict[str, int]:
     """Images per split before anything is loaded (sklearn's train_test_split rounding), so a
     setting no split can satisfy (more calibration samples than the split has) fails at planning."""
+    if params["name"] in ("shadow_cars", "coco_folder"):
+        from precisionflow.detection import sources
+
+        return sources.split_sizes(params)
     if params["name"] == "image_folder":
         from precisionflow.datasets import image_folder
 
@@ -147,6 +158,10 @@ def expected_split_sizes(params: Dict[str, Any]) -> Dict[str, int]:
 
 def assign(params: Dict[str, Any]) -> Tuple[Dict[str, Tuple[Source, np.ndarray]], Source]:
     """({split: (its source, indices into that source)}, the training split's source)."""
+    if params["name"] in ("shadow_cars", "coco_folder"):
+        from precisionflow.detection import sources
+
+        return sources.assign(params)
     if params["name"] == "digits":
         source = digits_source()
         return {name: (source, indices) for name, indices in split(source, params).items()}, source
@@ -187,11 +202,18 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     digest = hashlib.sha256()
     for name in SPLITS:
         source, indices = splits[name]
-        labels = source.labels[indices]
-        if params["name"] == "image_folder":
-            image_folder.check_classes(labels, train.classes, f"{params['path']} ({name} split)")
-        np.save(out / store.LABELS.format(name), labels)
-        digest.update(labels.tobytes())
+        if source.objects is not None:  # detection: boxes per image instead of a label
+            from precisionflow.detection.data import save_objects
+
+            per_image = [source.objects(source.items[i]) for i in indices]
+            save_objects(out, name, per_image)
+            digest.update(repr(per_image).encode())
+        else:
+            labels = source.labels[indices]
+            if params["name"] == "image_folder":
+                image_folder.check_classes(labels, train.classes, f"{params['path']} ({name} split)")
+            np.save(out / store.LABELS.format(name), labels)
+            digest.update(labels.tobytes())
         if params.get("storage") == "files":
             paths = [source.items[i] for i in indices]
             check_files(paths)
@@ -201,6 +223,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     seconds = time.perf_counter() - started
     total = sum(len(indices) for _, indices in splits.values())
     meta = {
+        "task": "detection" if train.objects is not None else "classification",
         "classes": train.classes,
         "input_shape": list(train.image_shape),
         "sizes": {name: int(len(splits[name][1])) for name in SPLITS},

@@ -21,15 +21,21 @@ from precisionflow.stages import report_pages
 
 PACKAGES = ("matplotlib", "numpy")
 NOISY_MARK = "*"
-COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "target", "ran", "top1", "top5", "agreement", "flipped", "qat_agreement",
+# Accuracy columns by task: a classifier's rows fill top1..flipped, a detector's map50..shadow_100;
+# the printed and HTML tables leave out columns no row fills.
+DETECTION_COLUMNS = ["map50", "map", "box_agreement", "spurious_100", "lost_100", "shadow_100"]
+COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "target", "ran", "top1", "top5", "agreement", "flipped",
+           *DETECTION_COLUMNS, "qat_agreement",
            "int8_frac", "p50_ms_b1", "p99_ms_b1", "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams",
            "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb",
            "timed", "load", "node"]
-PRINTED = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "ran", "top1", "agreement", "flipped", "qat_agreement", "int8_frac",
+PRINTED = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "ran", "top1", "agreement", "flipped",
+           *DETECTION_COLUMNS, "qat_agreement", "int8_frac",
            "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1",
            "x_tf_bmax", "x_tf_streams", "engine_kb", "timed", "load"]
 # The page fits a 1366-px window: node ids live in tooltips (the precision cell), models by their hash.
-HTML_COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "target", "ran", "top1", "top5", "agreement", "flipped", "qat_agreement",
+HTML_COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "target", "ran", "top1", "top5", "agreement", "flipped",
+                *DETECTION_COLUMNS, "qat_agreement",
                 "int8_frac", "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams",
                 "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb"]
 FIGURES = "figures"  # pictures live in one folder of the node: Snakemake's report collects it
@@ -116,15 +122,32 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
     row.update({
         "model": lineage["train_model"]["id"], "precision": metrics["precision"], "variant": variant(lineage),
         "options": engine_options(metrics["engine"]), **pruning_columns(lineage),
-        "top5": round(metrics["top5"], 4) if "top5" in metrics else "",
         "target": metrics["target"], "ran": executed.get("executed_precision", "?") + ("" if executed.get("as_requested", True) else " (!)"),
-        "top1": round(metrics["top1"], 4), "agreement": round(metrics["agreement"], 4), "flipped": metrics["flipped"],
+        **accuracy_columns(metrics),
         "qat_agreement": round(metrics["qat"]["vs_qat_model"]["agreement"], 4) if "qat" in metrics else "",
         "int8_frac": graph.get("quantized_fraction", ""),
         **speed_columns(metrics["speed"]), **ratio_columns(ratios.get(engine_key(eval_dir))),
         "engine_kb": round(metrics["engine"]["engine_bytes"] / 1024, 1), "node": eval_dir.name,
     })
     return row
+
+
+def accuracy_columns(metrics: Dict[str, Any]) -> Dict[str, Any]:
+    if metrics.get("task") == "detection":
+        return {"map50": round(metrics["map50"], 4), "map": round(metrics["map"], 4), "box_agreement": metrics["box_agreement"],
+                "spurious_100": metrics["spurious_per_100"], "lost_100": metrics["lost_per_100"],
+                "shadow_100": metrics["shadow_per_100"]}
+    return {"top1": round(metrics["top1"], 4), "top5": round(metrics["top5"], 4) if "top5" in metrics else "",
+            "agreement": round(metrics["agreement"], 4), "flipped": metrics["flipped"]}
+
+
+TASK_COLUMNS = {"top1", "top5", "agreement", "flipped", *DETECTION_COLUMNS}
+
+
+def filled(columns: List[str], rows: List[Dict[str, Any]]) -> List[str]:
+    """The columns to show: every column, less the accuracy columns of a task no row has (a
+    detection sweep has no top-1, a classification sweep no mAP)."""
+    return [column for column in columns if column not in TASK_COLUMNS or any(row[column] != "" for row in rows)]
 
 
 def framework_row(framework_dir: Path) -> Dict[str, Any]:
@@ -154,26 +177,43 @@ def draw_flipped(eval_dir: Path, out: Path, data_cache: Dict[str, tuple]) -> str
     return name
 
 
+def draw_worst_boxes(eval_dir: Path, out: Path, data_cache: Dict[str, tuple]) -> str:
+    """A picture grid of the test images where this engine's boxes differ most from fp32's."""
+    from precisionflow.datasets.store import Split
+
+    results = eval_dir.parent.parent
+    data_dir = results / read_node(eval_dir)["inputs"]["data"]
+    if str(data_dir) not in data_cache:
+        test = Split(data_dir, "test")
+        data_cache[str(data_dir)] = (test, test.classes)
+    test, classes = data_cache[str(data_dir)]
+    name = f"{FIGURES}/boxes-{eval_dir.name}.png"
+    report_pages.boxes_grid(test, read_json(eval_dir / "worst_boxes.json"), classes, eval_dir.name, out / name)
+    return name
+
+
 def class_changes(eval_dirs: List[Path], out: Path) -> List[str]:
-    """per_class.csv (every engine, every class: top-1 against fp32) and one picture per target."""
+    """per_class.csv (every engine, every class: top-1 -- AP for a detector -- against fp32) and
+    one picture per target."""
     from precisionflow.budget import verdict_inputs
 
-    rows, pictures, by_target = [], [], {}
+    rows, pictures, by_target, measure = [], [], {}, "top-1"
     for eval_dir, metrics, fp32 in verdict_inputs(eval_dirs):
+        key, measure = ("per_class_ap", "AP") if metrics.get("task") == "detection" else ("per_class_top1", "top-1")
         label = f"{metrics['precision']} {variant(named_lineage(eval_dir))}".strip() + f" [{eval_dir.name[-6:]}]"
-        changes = {name: round(100 * (value - fp32["per_class_top1"][name]), 2)
-                   for name, value in metrics["per_class_top1"].items() if name in fp32["per_class_top1"]}
+        changes = {name: round(100 * (value - fp32[key][name]), 2)
+                   for name, value in metrics[key].items() if name in fp32[key]}
         by_target.setdefault(metrics["target"], {})[label] = changes
-        rows += [{"engine": eval_dir.name, "class": name, "fp32_top1": fp32["per_class_top1"][name],
-                  "engine_top1": metrics["per_class_top1"][name], "change_points": change} for name, change in changes.items()]
+        rows += [{"engine": eval_dir.name, "class": name, "measure": measure, "fp32": fp32[key][name],
+                  "engine_value": metrics[key][name], "change_points": change} for name, change in changes.items()]
     with open(out / "per_class.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["engine", "class", "fp32_top1", "engine_top1", "change_points"])
+        writer = csv.DictWriter(handle, fieldnames=["engine", "class", "measure", "fp32", "engine_value", "change_points"])
         writer.writeheader()
         writer.writerows(rows)
     for target, changes in sorted(by_target.items()):
         classes = sorted({name for engine in changes.values() for name in engine}, key=lambda c: (len(c), c))
         pictures.append(f"{FIGURES}/per-class-{target}.png")
-        report_pages.per_class_changes(changes, classes, f"top-1 change per class vs fp32 (points) -- target {target}",
+        report_pages.per_class_changes(changes, classes, f"{measure} change per class vs fp32 (points) -- target {target}",
                                        out / pictures[-1])
     return pictures
 
@@ -236,20 +276,23 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         writer.writeheader()
         writer.writerows(rows)
     reading_notes = notes(rows, metrics)
-    table = "\n".join([format_table(rows), ""] + reading_notes)
+    table = "\n".join([format_table(rows, filled(PRINTED, rows)), ""] + reading_notes)
     (out / "summary.txt").write_text(table + "\n")
     pareto = []
     for target in sorted({row["target"] for row in rows}):
         pareto.append(f"{FIGURES}/pareto-{target}.png")
         report_pages.pareto_plot(rows, target, out / pareto[-1])
     data_cache: Dict[str, tuple] = {}
-    plots = {"Pareto plots (top-1 vs batch-1 latency)": pareto,
-             "Per-class top-1 change against fp32": class_changes(evals, out),
+    detection = [path for path in evals if metrics[path].get("task") == "detection"]
+    plots = {"Pareto plots (accuracy vs batch-1 latency)": pareto,
+             "Per-class change against fp32 (top-1, or AP for a detector)": class_changes(evals, out),
              "Flipped samples (prediction differs from fp32)": [
-                 draw_flipped(path, out, data_cache) for path in evals if metrics[path]["flipped"]]}
+                 draw_flipped(path, out, data_cache) for path in evals if path not in detection and metrics[path]["flipped"]],
+             "Spurious and lost boxes (engine vs fp32)": [
+                 draw_worst_boxes(path, out, data_cache) for path in detection if read_json(path / "worst_boxes.json")]}
     found = verdicts_of(params, evals, speeds)
     write_json_atomic(out / "verdicts.json", found)
-    (out / "report.html").write_text(report_pages.html_page(rows, HTML_COLUMNS, plots, reading_notes, found))
+    (out / "report.html").write_text(report_pages.html_page(rows, filled(HTML_COLUMNS, rows), plots, reading_notes, found))
     print(table)
     return {"engines": len(evals), "ratio_jobs": len(speeds), "frameworks": len(frameworks),
             "seconds": round(time.perf_counter() - started, 3)}

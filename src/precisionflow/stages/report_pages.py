@@ -40,8 +40,10 @@ def point_label(row: Dict[str, Any], name_model: bool) -> str:
 def pareto_plot(rows: List[Dict[str, Any]], target: str, path: Path) -> None:
     plt = _pyplot()
     models = sorted({r["model"] for r in rows if r["target"] == target})
-    points = [(number(r["p50_ms_b1"]), float(r["top1"]), point_label(r, len(models) > 1))
-              for r in rows if r["target"] == target and r["top1"] != ""]
+    # A detector's rows carry mAP@.5 where a classifier's carry top-1.
+    column = "map50" if any(r.get("map50", "") != "" for r in rows if r["target"] == target) else "top1"
+    points = [(number(r["p50_ms_b1"]), float(r[column]), point_label(r, len(models) > 1))
+              for r in rows if r["target"] == target and r.get(column, "") != ""]
     front = pareto_front(points)
     fig, axis = plt.subplots(figsize=(7, 4.2))
     axis.scatter([p[0] for p in points], [p[1] for p in points], color="#4f81bd", label="engines")
@@ -51,7 +53,7 @@ def pareto_plot(rows: List[Dict[str, Any]], target: str, path: Path) -> None:
     for latency, accuracy, label in points:
         axis.annotate(label, (latency, accuracy), fontsize=7, xytext=(3, 3), textcoords="offset points")
     axis.set_xlabel("batch-1 p50 latency (ms)")
-    axis.set_ylabel("top-1 accuracy")
+    axis.set_ylabel("mAP@.5" if column == "map50" else "top-1 accuracy")
     axis.set_title(f"accuracy vs latency -- target {target}")
     axis.legend(loc="best")
     fig.tight_layout()
@@ -109,6 +111,36 @@ def flipped_grid(images, rows: List[Dict[str, str]], class_names: List[str], tit
     sheet.save(path)
 
 
+BOX_COLOURS = {"truth": "#2e7d32", "reference": "#1f5fbf", "engine": "#d62728"}
+
+
+def boxes_grid(split, worst: List[Dict[str, Any]], class_names: List[str], title: str, path: Path, scale: int = 3) -> None:
+    """The test images with the most spurious + lost boxes: true boxes green, fp32's blue, the
+    engine's red (above the score threshold), captioned with the counts. Pillow, like flipped_grid."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    height, width = split.image_shape[:2]
+    cell_w, cell_h, caption = width * scale, height * scale, 14
+    columns = max(1, min(4, len(worst)))
+    lines = -(-len(worst) // columns)
+    sheet = Image.new("RGB", (columns * (cell_w + 8) + 8, lines * (cell_h + caption + 8) + 24), "white")
+    pen = ImageDraw.Draw(sheet)
+    pen.text((6, 4), f"{title}: green = truth, blue = fp32, red = engine"[:160], fill="black")
+    for position, entry in enumerate(worst):
+        picture = np.clip(split[int(entry["test_index"])], 0, 1)
+        picture = np.repeat(picture, 3, axis=-1) if picture.shape[-1] == 1 else picture
+        x, y = 8 + (position % columns) * (cell_w + 8), 24 + (position // columns) * (cell_h + caption + 8)
+        sheet.paste(Image.fromarray((picture * 255).astype(np.uint8)).resize((cell_w, cell_h), Image.NEAREST), (x, y))
+        for side in ("truth", "reference", "engine"):
+            for box in entry[side]["boxes"]:
+                pen.rectangle([x + box[0] * scale, y + box[1] * scale, x + box[2] * scale - 1, y + box[3] * scale - 1],
+                              outline=BOX_COLOURS[side], width=1 if side == "truth" else 2)
+        pen.text((x, y + cell_h + 1), f"#{entry['test_index']}: +{entry['spurious']} spurious "
+                                      f"({entry['shadow']} shadow), -{entry['lost']} lost", fill="black")
+    sheet.save(path)
+
+
 STYLE = (
     "body{font-family:sans-serif;max-width:1330px;margin:0 auto;padding:0 12px}"
     "table{border-collapse:collapse;font-size:11px;margin-bottom:8px}td,th{border:1px solid #ccc;padding:2px 3px}"
@@ -135,7 +167,7 @@ def _cell(value, title: str = "") -> str:
 def verdict_table(verdicts: List[Dict[str, Any]]) -> str:
     if not verdicts:
         return "<p class='note'>No budgets to check (no fp32 engine in this report).</p>"
-    head = "<tr><th>verdict</th><th>engine</th><th>target</th><th>ran</th><th>top-1 vs fp32</th><th>agreement</th>" \
+    head = "<tr><th>verdict</th><th>engine</th><th>target</th><th>ran</th><th>accuracy vs fp32</th><th>agreement</th>" \
            "<th>worst class</th><th>speed vs fp32</th><th>what broke it</th></tr>"
     rows = []
     for entry in verdicts:
@@ -145,7 +177,7 @@ def verdict_table(verdicts: List[Dict[str, Any]]) -> str:
             f"<tr class='{'fail' if entry['breaches'] else ''}'><td class='{entry['verdict'].lower()}'>{entry['verdict']}</td>"
             f"<td title='{html.escape(entry['node'] + ' from ' + entry['model'])}'>{html.escape(entry['precision'])}</td>"
             f"<td>{html.escape(entry['target'])}</td><td>{html.escape(entry['ran'])}</td>"
-            f"<td>{0.0 - entry['top1_drop_points']:+.2f} points</td><td>{entry['agreement']:.4f}</td>"
+            f"<td>{html.escape(entry['accuracy_name'])} {0.0 - entry['drop_points']:+.2f} points</td><td>{entry['agreement']:.4f}</td>"
             f"<td>{html.escape(f'{worst[0]}: {0.0 - worst[1]:+.1f}') if worst else ''}</td><td>{speed}</td>"
             f"<td>{html.escape('; '.join(entry['breaches']))}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"

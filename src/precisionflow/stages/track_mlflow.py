@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from precisionflow import tracking
-from precisionflow.compare import engine_key, ratio_values, ratios_by_engine, split_inputs
+from precisionflow.compare import HEADLINE_METRICS, engine_key, ratio_values, ratios_by_engine, split_inputs, task_of
 from precisionflow.nodeio import named_lineage, node_key, read_json
 from precisionflow.quant import cache
 
@@ -21,7 +21,7 @@ PARAM_LIMIT = 500  # characters; longer values (long lists) are cut, MLflow stor
 TRAINING_STAGES = ("train_model", "finetune_model")
 # Files logged with each engine's run, by the stage that wrote them.
 ARTIFACTS = {
-    "evaluate_engine": ("metrics.json", "flipped.csv"),
+    "evaluate_engine": ("metrics.json", "flipped.csv", "box_changes.csv", "worst_boxes.json"),
     "build_engine": ("engine.json",),
     "quantize_onnx": ("layer_error.csv", "layer_error.png"),
     "calibrate": ("ranges.json",),
@@ -35,7 +35,7 @@ def child_params(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
 
 
 def child_metrics(metrics: Dict[str, Any], ratio_metrics) -> Dict[str, float]:
-    values = {key: float(metrics[key]) for key in ("top1", "agreement", "flipped", "max_abs_logit_diff")}
+    values = {key: float(metrics[key]) for key in HEADLINE_METRICS[task_of(metrics)]}
     for batch, stats in metrics["speed"]["batch"].items():
         values.update({f"b{batch}_{name}": float(v) for name, v in stats.items() if isinstance(v, (int, float))})
     for count, stats in metrics["speed"]["streams"].items():

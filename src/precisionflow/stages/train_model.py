@@ -24,7 +24,7 @@ def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
 
     train = {key: value for key, value in cfg["train"].items() if key not in THRESHOLD_KEYS}
     # How the data is read decides the order training sees it in (dataset.cache): part of the id.
-    return {"model": models.reads(cfg["model"]), "train": train, "cache": cfg["dataset"]["cache"]}
+    return {"model": models.reads(cfg["model"]), "train": train, "cache": cfg["dataset"]["cache"], "task": cfg["task"]}
 
 
 THRESHOLD_KEYS = ("at_chance",)  # checked against the summary (checks/check), never part of the id
@@ -87,6 +87,8 @@ def optimizer(keras, name: str, learning_rate: float, schedule: str, total_steps
 def fit(keras, model, data_dir: Path, settings: Dict[str, Any], opt, cache: str):
     """Compile and fit; returns (history dict, seconds). settings: epochs, batch_size, patience, seed.
     cache=memory: both splits as float32 arrays (small data sets); disk/none: streamed by tf.data."""
+    if settings.get("task") == "detection":
+        return _fit_detector(keras, model, data_dir, settings, opt, cache)
     train, val = Split(data_dir, "train"), Split(data_dir, "val")
     model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     callbacks = [stop_on_nan(keras), inference_mode_watch(keras, len(train.classes))]
@@ -105,6 +107,20 @@ def fit(keras, model, data_dir: Path, settings: Dict[str, Any], opt, cache: str)
         history = model.fit(streaming.dataset(tf, train, settings["batch_size"], True, settings["seed"]),
                             validation_data=streaming.dataset(tf, val, settings["batch_size"], False, 0),
                             epochs=settings["epochs"], verbose=2, callbacks=callbacks)
+    return {name: [float(v) for v in values] for name, values in history.history.items()}, time.time() - started
+
+
+def _fit_detector(keras, model, data_dir: Path, settings: Dict[str, Any], opt, cache: str):
+    import tensorflow as tf
+
+    from precisionflow.detection import training as detection
+
+    callbacks = [stop_on_nan(keras)]
+    if settings.get("early_stopping_patience"):
+        callbacks.append(keras.callbacks.EarlyStopping(monitor="val_loss", patience=settings["early_stopping_patience"],
+                                                       restore_best_weights=True))
+    started = time.time()
+    history = detection.fit(tf, keras, model, data_dir, settings, opt, cache, callbacks)
     return {name: [float(v) for v in values] for name, values in history.history.items()}, time.time() - started
 
 
@@ -138,6 +154,9 @@ def save_curves(history: Dict[str, list], path: Path, title: str) -> None:
 
     fig, (loss_axis, acc_axis) = plt.subplots(1, 2, figsize=(9, 3.2))
     for name, axis in (("loss", loss_axis), ("accuracy", acc_axis)):
+        if name not in history:  # a detector has no accuracy curve
+            axis.set_visible(False)
+            continue
         axis.plot(range(1, len(history[name]) + 1), history[name], label="train")
         if f"val_{name}" in history:
             axis.plot(range(1, len(history[name]) + 1), history[f"val_{name}"], label="validation")
@@ -160,6 +179,10 @@ def checks(cfg: Dict[str, Any]) -> Dict[str, Any]:
 
 def at_chance_message(summary: Dict[str, Any]) -> str:
     """'' or why this training learned nothing (validation top-1 below 1.5x chance)."""
+    if "val_map50" in summary:
+        from precisionflow.detection.training import learned_nothing
+
+        return learned_nothing(summary)
     classes = summary.get("classes")
     if not classes or summary["val_accuracy"] >= AT_CHANCE_FACTOR / classes:
         return ""
@@ -176,14 +199,21 @@ def check(limits: Dict[str, Any], summary: Dict[str, Any]) -> None:
         print(f"\n(!) WARNING: {message}.\n", flush=True)
 
 
-def save_outputs(out: Path, model, history, seconds: float, data_dir: Path, title: str) -> Dict[str, Any]:
+def save_outputs(out: Path, model, history, seconds: float, data_dir: Path, title: str,
+                 task: str = "classification") -> Dict[str, Any]:
     model.save(out / "model.keras")
     write_json_atomic(out / "history.json", history)
     save_curves(history, out / "curves.png", title)
     epochs = len(history["loss"])
-    return {"test_accuracy": test_accuracy(model, data_dir), "val_accuracy": history["val_accuracy"][-1],
-            "epochs_run": epochs, "train_seconds": round(seconds, 3), "seconds_per_epoch": round(seconds / epochs, 3),
-            "parameters": int(model.count_params()), "classes": int(model.output_shape[-1])}
+    if task == "detection":
+        from precisionflow.detection.training import summary as detection_summary
+
+        scores = detection_summary(model, data_dir)
+    else:
+        scores = {"test_accuracy": test_accuracy(model, data_dir), "val_accuracy": history["val_accuracy"][-1],
+                  "classes": int(model.output_shape[-1])}
+    return {**scores, "epochs_run": epochs, "train_seconds": round(seconds, 3), "seconds_per_epoch": round(seconds / epochs, 3),
+            "parameters": int(model.count_params())}
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
@@ -200,7 +230,8 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     steps = train["epochs"] * math.ceil(meta["sizes"]["train"] / train["batch_size"])
     opt = optimizer(keras, train["optimizer"], train["learning_rate"], train["lr_schedule"], steps)
     startup_seconds = time.time() - started
-    history, seconds = fit(keras, model, inputs["data"], train, opt, params["cache"])
+    history, seconds = fit(keras, model, inputs["data"], {**train, "task": params["task"]}, opt, params["cache"])
     model = rebuild_fp32(keras, params["model"], model, meta)
-    summary = save_outputs(out, model, history, seconds, inputs["data"], f"{params['model']['name']} ({train['precision_policy']})")
+    summary = save_outputs(out, model, history, seconds, inputs["data"], f"{params['model']['name']} ({train['precision_policy']})",
+                           params["task"])
     return {**summary, "startup_seconds": round(startup_seconds, 3), "precision_policy": train["precision_policy"]}
