@@ -47,7 +47,7 @@ CASES = [
     ("unknown section", ["nosuchsection.x=1"], "nosuchsection"),
     ("wrong type", ["train.epochs=abc"], "train.epochs='abc': Value 'abc' of type 'str' could not be converted to Integer"),
     ("wrong type (list)", ["fp16.op_block_list=Softmax"], "fp16.op_block_list='Softmax'"),
-    ("unknown group choice", ["dataset=cifar"], "dataset=cifar: no such choice; choices of dataset: digits, image_folder"),
+    ("unknown group choice", ["dataset=cifar"], "dataset=cifar: no such choice; choices of dataset: coco_folder, digits, image_folder, shadow_cars"),
     ("misspelled group choice", ["calibration=entropi"], "Did you mean calibration=entropy?"),
     ("unknown enum value", ["precisions=[fp32,fp8]"], "expected one of [fp32, fp16, int8, int8_qat, int8_mixed]"),
     ("unknown finetune mode", ["finetune.mode=qat2"], "finetune.mode='qat2': Invalid value 'qat2'"),
