@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["experiment=detection", "dataset.num_images=400", "train.epochs=6", "finetune.epochs=1",
+SMALL = ["experiment=detection", "dataset.num_images=400", "train.epochs=12", "finetune.epochs=1",
          "calibration.num_samples=64", "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01",
          "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2", "evaluate.streams=[2]", "evaluate.ratio_rounds=3",
          "evaluate.ratio_window_s=0.03"]

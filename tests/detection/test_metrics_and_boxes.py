@@ -60,6 +60,17 @@ def test_spurious_lost_and_shadow_boxes_against_fp32():
     assert total["spurious_per_100"] == 100.0 and total["shadow_per_100"] == 50.0 and total["box_agreement"] == pytest.approx(2 / 3, abs=1e-4)
 
 
+def test_with_a_shadow_mask_a_box_is_on_a_shadow_when_half_its_pixels_are():
+    mask = np.zeros((64, 64), bool)
+    mask[10:20, 30:50] = True  # a shadow blob
+    objects = {**truth((0, 0, 10, 10, 0)), "shadow_mask": mask}
+    engine = found((30, 10, 50, 20, 0.9, 0),   # exactly on the shadow
+                   (25, 10, 45, 20, 0.8, 1),   # 15 of 20 columns on it: 75%
+                   (40, 15, 60, 35, 0.7, 0))   # 10 x 5 of 20 x 20 pixels: 12.5%, not on a shadow
+    row = metrics.image_changes(engine, found(), objects, 0.5)
+    assert row["spurious"] == 3 and row["shadow"] == 2
+
+
 def test_a_duplicate_box_on_one_object_is_spurious():
     objects = truth((0, 0, 10, 10, 0))
     row = metrics.image_changes(found((0, 0, 10, 10, 0.9, 0), (0.5, 0, 10.5, 10, 0.8, 0)), found((0, 0, 10, 10, 0.9, 0)), objects, 0.5)

@@ -2,6 +2,7 @@
 
     image_index (M,)  boxes (M, 4) [x0, y0, x1, y1] in input pixels  classes (M,)
     shadow_index (S,) shadows (S, 4)   -- shadow_cars only: where cast shadows lie (never objects)
+    shadow_masks (N, H*W/8)            -- shadow_cars only: each image's shadow pixels, bit-packed
 
 numpy only, loaded with allow_pickle=False; per image as {"boxes", "classes", "shadows"}.
 """
@@ -23,17 +24,41 @@ def save_objects(folder: Path, split: str, per_image: Sequence[Dict[str, Sequenc
     image_index, boxes = flat("boxes", 4)
     _, classes = flat("classes", 0)
     shadow_index, shadows = flat("shadows", 4)
+    masks = {}
+    if per_image and all("shadow_mask" in objects for objects in per_image):
+        masks = {"shadow_masks": np.stack([np.packbits(np.asarray(o["shadow_mask"], bool).reshape(-1)) for o in per_image]),
+                 "mask_shape": np.asarray(np.shape(per_image[0]["shadow_mask"]), np.int64)}
     np.savez(Path(folder) / OBJECTS.format(split), image_index=image_index, boxes=boxes, classes=classes,
-             shadow_index=shadow_index, shadows=shadows)
+             shadow_index=shadow_index, shadows=shadows, **masks)
+
+
+def objects_digest(per_image: Sequence[Dict[str, Sequence]]) -> bytes:
+    """A content digest of the boxes (and shadow masks) of a split, for the data node's fingerprint."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for objects in per_image:
+        for key in ("boxes", "classes", "shadows", "shadow_mask"):
+            if key in objects:
+                digest.update(key.encode() + np.ascontiguousarray(np.asarray(objects[key], np.float64)).tobytes())
+    return digest.digest()
 
 
 def load_objects(data_dir: Path, split: str, count: int) -> List[Dict[str, np.ndarray]]:
-    """Per image of the split: {"boxes": K x 4, "classes": K, "shadows": S x 4}."""
+    """Per image of the split: {"boxes": K x 4, "classes": K, "shadows": S x 4} (+ "shadow_mask":
+    H x W bool where the data set records shadow pixels)."""
     with np.load(Path(data_dir) / OBJECTS.format(split), allow_pickle=False) as arrays:
         image_index, boxes, classes = arrays["image_index"], arrays["boxes"], arrays["classes"]
         shadow_index, shadows = arrays["shadow_index"], arrays["shadows"]
-    return [{"boxes": boxes[image_index == i], "classes": classes[image_index == i], "shadows": shadows[shadow_index == i]}
-            for i in range(count)]
+        masks = arrays["shadow_masks"] if "shadow_masks" in arrays else None
+        shape = tuple(arrays["mask_shape"]) if masks is not None else None
+    found = []
+    for i in range(count):
+        objects = {"boxes": boxes[image_index == i], "classes": classes[image_index == i], "shadows": shadows[shadow_index == i]}
+        if masks is not None:
+            objects["shadow_mask"] = np.unpackbits(masks[i])[:shape[0] * shape[1]].reshape(shape).astype(bool)
+        found.append(objects)
+    return found
 
 
 def is_detection(data_dir: Path, split: str = "test") -> bool:

@@ -4,7 +4,8 @@
 * Against the fp32 reference's detections on the same images, above `score_threshold`:
   - spurious boxes: engine boxes that match neither a ground-truth box nor an fp32 box;
   - lost boxes: fp32 boxes that found a ground-truth object and that no engine box matches;
-  - shadow boxes: spurious boxes lying on a shadow (shadow_cars: centre inside a shadow's box);
+  - shadow boxes: spurious boxes lying on a shadow (shadow_cars: at least half of the box's pixels
+    are shadow pixels; data sets with shadow boxes only: the box's centre inside a shadow box);
   - box agreement: the share of fp32 boxes an engine box matches (same class, IoU >= iou).
   Matching is one-to-one, same class, IoU >= `match_iou`, highest score first.
 """
@@ -58,6 +59,21 @@ def coco_map(truth: Sequence[Dict[str, np.ndarray]], detections: Sequence[Detect
     return {"map": float(evaluation.stats[0]), "map50": float(evaluation.stats[1]), "per_class_ap": per_class}
 
 
+SHADOW_SHARE = 0.5
+
+
+def _on_shadow_pixels(boxes: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Boxes at least SHADOW_SHARE covered by shadow pixels (pixel centres inside the box)."""
+    height, width = mask.shape
+    found = np.zeros(len(boxes), bool)
+    for index, (x0, y0, x1, y1) in enumerate(boxes):
+        left, top = int(np.clip(np.ceil(x0 - 0.5), 0, width)), int(np.clip(np.ceil(y0 - 0.5), 0, height))
+        right, bottom = int(np.clip(np.ceil(x1 - 0.5), 0, width)), int(np.clip(np.ceil(y1 - 0.5), 0, height))
+        region = mask[top:bottom, left:right]
+        found[index] = region.size > 0 and region.mean() >= SHADOW_SHARE
+    return found
+
+
 def _centre_inside(boxes: np.ndarray, regions: np.ndarray) -> np.ndarray:
     if len(boxes) == 0 or len(regions) == 0:
         return np.zeros(len(boxes), bool)
@@ -73,7 +89,10 @@ def image_changes(engine: Detections, reference: Detections, objects: Dict[str, 
     engine_on_reference, reference_matched = match(engine.boxes, engine.classes, reference.boxes, reference.classes, match_iou)
     reference_on_truth, _ = match(reference.boxes, reference.classes, truth_boxes, truth_classes, match_iou)
     spurious = ~engine_on_truth & ~engine_on_reference
-    shadows = _centre_inside(engine.boxes[spurious], objects.get("shadows", np.zeros((0, 4))))
+    if "shadow_mask" in objects:
+        shadows = _on_shadow_pixels(engine.boxes[spurious], objects["shadow_mask"])
+    else:
+        shadows = _centre_inside(engine.boxes[spurious], objects.get("shadows", np.zeros((0, 4))))
     return {"spurious": int(spurious.sum()), "lost": int((reference_on_truth & ~reference_matched).sum()),
             "shadow": int(shadows.sum()), "reference_boxes": len(reference), "matched_reference": int(reference_matched.sum()),
             "engine_boxes": len(engine)}

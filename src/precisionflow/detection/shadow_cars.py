@@ -122,7 +122,8 @@ def _draw_vehicle(image: np.ndarray, vehicle, size: int) -> None:
 
 
 def annotations(scene: Dict[str, Any], shadow_mask: np.ndarray) -> Dict[str, Any]:
-    """Object boxes and classes; shadow boxes = the bounding box of each shadow's visible pixels."""
+    """Object boxes and classes; shadow boxes = the bounding box of each shadow's visible pixels;
+    the shadow pixel mask itself (what decides whether a box lies on a shadow)."""
     size = scene["size"]
     boxes = [v["body"] for v in scene["vehicles"]]
     classes = [CLASSES.index(v["class"]) for v in scene["vehicles"]]
@@ -132,7 +133,7 @@ def annotations(scene: Dict[str, Any], shadow_mask: np.ndarray) -> Dict[str, Any
         if own.sum() >= 4:
             ys, xs = np.nonzero(own)
             shadows.append([float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)])
-    return {"boxes": boxes, "classes": classes, "shadows": shadows}
+    return {"boxes": boxes, "classes": classes, "shadows": shadows, "shadow_mask": shadow_mask}
 
 
 def generate(seed: int, count: int, size: int):

@@ -115,7 +115,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         if "qat_model" in inputs:
             metrics["qat"] = qat_fidelity(logits, inputs)
         write_flipped(out / "flipped.csv", logits, reference_logits, test.labels)
+    metrics["task"] = params.get("task", "classification")
     metrics["speed"] = speed.measure(load, speed.timing_images(test, params["evaluate"]), params["evaluate"], engine)
     metrics.update({"precision": params["precision"], "target": params["target"], "engine": description})
     write_json_atomic(out / "metrics.json", metrics)
-    return {key: metrics[key] for key in ("top1", "agreement", "flipped", "precision", "target")}
+    shown = ("map", "map50", "box_agreement", "spurious_per_100") if metrics.get("task") == "detection" else ("top1", "agreement", "flipped")
+    return {key: metrics[key] for key in shown + ("precision", "target")}

@@ -203,11 +203,11 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     for name in SPLITS:
         source, indices = splits[name]
         if source.objects is not None:  # detection: boxes per image instead of a label
-            from precisionflow.detection.data import save_objects
+            from precisionflow.detection.data import objects_digest, save_objects
 
             per_image = [source.objects(source.items[i]) for i in indices]
             save_objects(out, name, per_image)
-            digest.update(repr(per_image).encode())
+            digest.update(objects_digest(per_image))
         else:
             labels = source.labels[indices]
             if params["name"] == "image_folder":
