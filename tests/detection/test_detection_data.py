@@ -38,6 +38,7 @@ def test_shadow_cars_node_holds_scenes_boxes_and_shadows(tmp_path):
     assert np.array_equal(test.pixels([0])[0], image)
     assert np.allclose(objects[0]["boxes"], [v["body"] for v in scene["vehicles"]], atol=1e-4)
     assert len(objects[0]["shadows"]) == len(shadow_cars.annotations(scene, mask)["shadows"])
+    assert np.array_equal(objects[0]["shadow_mask"], mask)  # stored bit-packed, back pixel for pixel
 
 
 def write_coco(root, scenes=6, size=80):
