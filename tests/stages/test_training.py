@@ -30,7 +30,7 @@ def train_and_export(workspace, name, train_overrides):
     overrides = dict(train_overrides)
     cache = overrides.pop("cache", "memory")
     train = dict(cfg["train"], **overrides)
-    key, spec = node("train_model", f"t-{name}", {"model": cfg["model"], "train": train, "cache": cache},
+    key, spec = node("train_model", f"t-{name}", {"model": cfg["model"], "train": train, "cache": cache, "task": "classification"},
                      {"data": "prepare_dataset/d1"})
     plan["nodes"][key] = spec
     trained = run_node(plan, key)
@@ -65,7 +65,7 @@ def test_qat_ranges_are_symmetric_and_map_to_real_tensors(workspace):
     plan, cfg = workspace
     train_and_export(workspace, "base", {})
     finetune = dict(cfg["finetune"], mode="qat", epochs=1)
-    key, spec = node("finetune_model", "qat", {"finetune": finetune, "model": cfg["model"], "cache": "disk"},
+    key, spec = node("finetune_model", "qat", {"finetune": finetune, "model": cfg["model"], "cache": "disk", "task": "classification"},
                      {"model": "train_model/t-base", "data": "prepare_dataset/d1"})
     plan["nodes"][key] = spec
     summary = run_node(plan, key)["summary"]

@@ -7,6 +7,7 @@ qdq_loss_debug); each quantized activation gets its SQNR in dB against the fp32 
 
 import csv
 import math
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Dict, List
@@ -25,8 +26,12 @@ def per_tensor_error(fp32_path: Path, int8_path: Path, images: np.ndarray) -> Li
     name = graph_input_name(fp32_path)
     with tempfile.TemporaryDirectory(prefix="pf-layer-error-") as scratch:
         float_aug, qdq_aug = Path(scratch) / "float.onnx", Path(scratch) / "qdq.onnx"
-        modify_model_output_intermediate_tensors(str(fp32_path), str(float_aug))
-        modify_model_output_intermediate_tensors(str(int8_path), str(qdq_aug))
+        # ONNX Runtime writes model-inferred.onnx next to the graph it augments: augment copies in
+        # scratch, never a node's own files (the fp32 graph belongs to the upstream export).
+        fp32_copy = shutil.copy(fp32_path, Path(scratch) / "fp32-source.onnx")
+        int8_copy = shutil.copy(int8_path, Path(scratch) / "int8-source.onnx")
+        modify_model_output_intermediate_tensors(str(fp32_copy), str(float_aug))
+        modify_model_output_intermediate_tensors(str(int8_copy), str(qdq_aug))
         float_acts = collect_activations(str(float_aug), array_reader(name, images, len(images)))
         qdq_acts = collect_activations(str(qdq_aug), array_reader(name, images, len(images)))
     errors = compute_activation_error(create_activation_matching(qdq_acts, float_acts))

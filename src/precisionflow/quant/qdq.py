@@ -5,6 +5,7 @@ symmetric weights, biases left in float, and Q/DQ on the inputs of the ops it ca
 (Conv, MatMul/Gemm, both inputs of a residual Add). The output layer stays in floating point.
 """
 
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
@@ -60,8 +61,11 @@ def quantize_int8(fp32_path: Path, out_path: Path, ranges: Dict[str, Tuple[float
     with tempfile.TemporaryDirectory(prefix="pf-quant-") as scratch:
         cache_path = Path(scratch) / "tensors.json"
         save_tensors_data(tensors, cache_path)
+        # quantize_static writes model-inferred.onnx next to its input: quantize a copy in scratch,
+        # never the upstream node's own file.
+        source = shutil.copy(fp32_path, Path(scratch) / "source.onnx")
         quantize_static(
-            str(fp32_path), str(out_path), calibration_data_reader=None, quant_format=QuantFormat.QDQ,
+            str(source), str(out_path), calibration_data_reader=None, quant_format=QuantFormat.QDQ,
             op_types_to_quantize=list(COMPUTE_OPS) + ["Add"], nodes_to_quantize=list(nodes), per_channel=True,
             activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
             calibration_cache_path=str(cache_path), extra_options=TRT_PLACEMENT,

@@ -8,6 +8,7 @@ calibration serves every target's int8 engine.
 """
 
 import hashlib
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -63,6 +64,10 @@ def calibration_samples(data_dir: Path, params: Dict[str, Any]) -> np.ndarray:
 
 def measure_ranges(graph: Path, samples: np.ndarray, params: Dict[str, Any]):
     with tempfile.TemporaryDirectory(prefix="pf-calib-") as scratch:
+        # ONNX Runtime's calibrator writes model-inferred.onnx next to the graph it is given: give it a
+        # copy in scratch, never the export node's own file (a finished node is never written, and two
+        # calibrations of one export would delete each other's file).
+        graph = Path(shutil.copy(graph, Path(scratch) / "model.onnx"))
         calibrator = _calibrator(graph, params, Path(scratch))
         calibrator.collect_data(array_reader(graph_input_name(graph), samples, params["batch_size"]))
         computed = calibrator.compute_data()

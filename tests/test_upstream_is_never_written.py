@@ -1,0 +1,76 @@
+"""No stage writes outside its own node folder (slow): a sweep over two calibration methods on one
+export (the case where ONNX Runtime's quantization tools once wrote model-inferred.onnx into the
+export's folder and one calibrate job deleted the other's file), every precision, report and MLflow,
+run node by node through the runner in a process of its own, as Snakemake runs it -- and each node folder is made immutable (chattr +i, which
+binds root too) the moment it finishes. A stage that wrote into any upstream folder would fail."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from precisionflow.config.compose import expand
+from precisionflow.plan import build_plan
+from precisionflow.nodeio import write_json_atomic
+
+pytestmark = pytest.mark.slow
+
+SWEEP = ["dataset.max_samples=400", "train.epochs=1", "finetune.epochs=1", "precisions=[fp32,fp16,int8,int8_qat,int8_mixed]",
+         "calibration.num_samples=64", "int8.report_samples=16", "evaluate.duration_s=0.02", "evaluate.warmup_s=0.01",
+         "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2", "evaluate.streams=[2]", "evaluate.ratio_rounds=2",
+         "evaluate.ratio_window_s=0.02", "calibration=entropy,minmax"]
+
+
+def chattr(flag: str, path: Path) -> None:
+    subprocess.run(["chattr", "-R", flag, str(path)], check=True, capture_output=True)
+
+
+def immutable_supported(tmp_path: Path) -> str:
+    """'' if chattr +i works here (root, a filesystem with the flag), else why not."""
+    if os.geteuid() != 0 or shutil.which("chattr") is None:
+        return "needs root and chattr (e2fsprogs) to make folders immutable"
+    probe = tmp_path / "probe"
+    probe.write_text("x")
+    try:
+        chattr("+i", probe)
+    except subprocess.CalledProcessError as err:
+        return f"this filesystem refuses chattr +i: {err.stderr.decode().strip()}"
+    chattr("-i", probe)
+    return ""
+
+
+def in_dependency_order(plan):
+    done, order, nodes = set(), [], plan["nodes"]
+    while len(order) < len(nodes):
+        ready = sorted(key for key, spec in nodes.items() if key not in done and set(spec["inputs"].values()) <= done)
+        assert ready, "the plan has a cycle"
+        order += ready
+        done.update(ready)
+    return order
+
+
+def test_every_stage_writes_only_its_own_folder(tmp_path):
+    reason = immutable_supported(tmp_path)
+    if reason:
+        pytest.skip(reason)
+    results = tmp_path / "results"
+    plan = build_plan(expand(SWEEP, multirun=True), str(results))
+    plan_file = tmp_path / "plan.json"
+    write_json_atomic(plan_file, plan)
+    frozen = []
+    try:
+        for key in in_dependency_order(plan):
+            done = subprocess.run([sys.executable, "-m", "precisionflow.runner", "--plan", str(plan_file), "--node", key],
+                                  capture_output=True, text=True)
+            assert done.returncode == 0, f"{key}:\n{done.stderr[-3000:]}"
+            chattr("+i", results / key)  # finished: nothing may write here any more
+            frozen.append(key)
+    finally:
+        for key in frozen:
+            chattr("-i", results / key)
+    stages = {key.split("/")[0] for key in frozen}
+    assert len(frozen) == len(plan["nodes"]) and {"calibrate", "quantize_onnx", "report", "track_mlflow"} <= stages
+    assert sum(1 for key in frozen if key.startswith("calibrate/")) >= 3  # entropy, minmax, and QAT's
