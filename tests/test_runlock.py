@@ -77,3 +77,44 @@ def test_kill_9_mid_training_then_a_plain_run_completes(tmp_path):
     runs = mlflow.search_runs(experiment_names=["precisionflow"])
     nodes = runs["tags.precisionflow.node"].dropna()
     assert len(nodes) == len(set(nodes)) > 0  # no duplicated runs
+
+
+def _unfinished_job_of(results: Path, stage: str) -> bool:
+    """A job of `stage` has started (Snakemake opened its log) and not finished (no node.json)."""
+    started = {log.stem for log in results.glob(f"logs/{stage}/*.log")}
+    finished = {node.parent.name for node in results.glob(f"{stage}/*/node.json")}
+    return bool(started - finished)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["export_onnx", "calibrate", "build_engine", "evaluate_engine", "track_mlflow"])
+def test_kill_9_while_a_stage_runs_then_a_plain_run_completes(tmp_path, stage):
+    """Each kind of job killed mid-way (its process group, SIGKILL, as a crash or an OOM kill would):
+    the next plain run finishes everything, nothing half-written is kept, MLflow has no duplicated
+    or orphaned runs and no metric logged twice."""
+    import mlflow
+
+    results = tmp_path / "results"
+    overrides = [o for o in TINY if not o.startswith("train.epochs")] + ["train.epochs=2", "precisions=[fp32,fp16,int8]",
+                                                                          "calibration.num_samples=128"]
+    command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *overrides]
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and first.poll() is None and not _unfinished_job_of(results, stage):
+        time.sleep(0.02)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert _unfinished_job_of(results, stage), f"no {stage} job was running when the run was killed"
+
+    resumed = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "planned jobs executed" in resumed.stdout and not list(results.glob("*/.*.tmp-*"))
+    assert not _unfinished_job_of(results, stage)
+    mlflow.set_tracking_uri(f"sqlite:///{results / 'mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=["precisionflow"])
+    nodes = runs["tags.precisionflow.node"].dropna()
+    assert len(nodes) == len(set(nodes)) and len(runs[runs["tags.precision"].notna()]) == 3  # each node's run once
+    parents = runs["tags.mlflow.parentRunId"].dropna()
+    assert set(parents) <= set(runs["run_id"])  # no orphaned child
+    child = runs[runs["tags.precision"].notna()].iloc[0]["run_id"]
+    assert len(mlflow.MlflowClient().get_metric_history(child, "agreement")) == 1  # logged once
