@@ -37,10 +37,10 @@ def write_changes(out: Path, rows: List[Dict[str, int]], engine, reference, trut
     write_json_atomic(out / "worst_boxes.json", worst)
 
 
-def qat_fidelity(outputs: np.ndarray, inputs: Dict[str, Path], truth, classes: int, settings: Dict[str, Any]) -> Dict[str, Any]:
+def qat_fidelity(outputs: np.ndarray, engine: List[boxes.Detections], inputs: Dict[str, Path], truth, classes: int,
+                 settings: Dict[str, Any]) -> Dict[str, Any]:
     """int8_qat: box agreement with the QAT model in TensorFlow (fake-quant on) and with the
     fine-tuned model's float export -- the detection form of classification's qat fidelity."""
-    engine = boxes.decode(outputs, classes, settings)
     found = {}
     for name, path in (("vs_qat_model", inputs["qat_model"] / "qat_logits.npy"),
                        ("vs_qat_float", inputs["qat_export"] / "reference_logits.npy")):
@@ -70,5 +70,5 @@ def report(outputs: np.ndarray, reference_outputs: np.ndarray, test: Split, sett
         "score_threshold": settings["score_threshold"], "match_iou": settings["match_iou"],
     }
     if "qat_model" in inputs:
-        found["qat"] = qat_fidelity(outputs, inputs, truth, len(classes), settings)
+        found["qat"] = qat_fidelity(outputs, engine, inputs, truth, len(classes), settings)
     return found

@@ -6,17 +6,19 @@ summary: on the validation split for the "learned nothing" check (a decision nev
 test split), on the test split for the record.
 """
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Dict
 
 import numpy as np
 
+from precisionflow.config.schema import DetectionEvalConf
 from precisionflow.datasets.store import Split, predict_in_batches
 from precisionflow.detection import boxes, center_net, metrics
 from precisionflow.detection.data import load_objects
 
-# Decoding for the training summary; engines are decoded with evaluate.detection.
-SUMMARY_DECODE = {"min_score": 0.01, "top_k": 50, "nms_iou": 0.5}
+# Decoding for the training summary: evaluate.detection's defaults (engines use the configured values).
+SUMMARY_DECODE = dataclasses.asdict(DetectionEvalConf())
 LEARNED_NOTHING_MAP50 = 0.05
 
 

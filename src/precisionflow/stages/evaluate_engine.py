@@ -15,6 +15,7 @@ import numpy as np
 
 from precisionflow import speed
 from precisionflow.backends import get_backend
+from precisionflow.compare import HEADLINE_METRICS, task_of
 from precisionflow.datasets.store import Split, predict_in_batches
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
 
@@ -119,5 +120,4 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     metrics["speed"] = speed.measure(load, speed.timing_images(test, params["evaluate"]), params["evaluate"], engine)
     metrics.update({"precision": params["precision"], "target": params["target"], "engine": description})
     write_json_atomic(out / "metrics.json", metrics)
-    shown = ("map", "map50", "box_agreement", "spurious_per_100") if metrics.get("task") == "detection" else ("top1", "agreement", "flipped")
-    return {key: metrics[key] for key in shown + ("precision", "target")}
+    return {key: metrics[key] for key in HEADLINE_METRICS[task_of(metrics)] + ("precision", "target")}

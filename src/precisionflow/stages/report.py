@@ -160,16 +160,21 @@ def framework_row(framework_dir: Path) -> Dict[str, Any]:
     return row
 
 
-def draw_flipped(eval_dir: Path, out: Path, data_cache: Dict[str, tuple]) -> str:
-    """A picture grid of the samples this engine decides differently from fp32; returns its file name."""
+def test_split_of(eval_dir: Path, data_cache: Dict[str, Any]):
+    """The test split an evaluation scored (one Split per data node; images are read one by one,
+    only those drawn)."""
     from precisionflow.datasets.store import Split
 
-    results = eval_dir.parent.parent
-    data_dir = results / read_node(eval_dir)["inputs"]["data"]
+    data_dir = eval_dir.parent.parent / read_node(eval_dir)["inputs"]["data"]
     if str(data_dir) not in data_cache:
-        test = Split(data_dir, "test")  # images are read one by one, only those drawn
-        data_cache[str(data_dir)] = (test, test.classes)
-    images, classes = data_cache[str(data_dir)]
+        data_cache[str(data_dir)] = Split(data_dir, "test")
+    return data_cache[str(data_dir)]
+
+
+def draw_flipped(eval_dir: Path, out: Path, data_cache: Dict[str, Any]) -> str:
+    """A picture grid of the samples this engine decides differently from fp32; returns its file name."""
+    images = test_split_of(eval_dir, data_cache)
+    classes = images.classes
     with open(eval_dir / "flipped.csv") as handle:
         flipped = list(csv.DictReader(handle))
     name = f"{FIGURES}/flipped-{eval_dir.name}.png"
@@ -177,16 +182,10 @@ def draw_flipped(eval_dir: Path, out: Path, data_cache: Dict[str, tuple]) -> str
     return name
 
 
-def draw_worst_boxes(eval_dir: Path, out: Path, data_cache: Dict[str, tuple]) -> str:
+def draw_worst_boxes(eval_dir: Path, out: Path, data_cache: Dict[str, Any]) -> str:
     """A picture grid of the test images where this engine's boxes differ most from fp32's."""
-    from precisionflow.datasets.store import Split
-
-    results = eval_dir.parent.parent
-    data_dir = results / read_node(eval_dir)["inputs"]["data"]
-    if str(data_dir) not in data_cache:
-        test = Split(data_dir, "test")
-        data_cache[str(data_dir)] = (test, test.classes)
-    test, classes = data_cache[str(data_dir)]
+    test = test_split_of(eval_dir, data_cache)
+    classes = test.classes
     name = f"{FIGURES}/boxes-{eval_dir.name}.png"
     report_pages.boxes_grid(test, read_json(eval_dir / "worst_boxes.json"), classes, eval_dir.name, out / name)
     return name
@@ -282,7 +281,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     for target in sorted({row["target"] for row in rows}):
         pareto.append(f"{FIGURES}/pareto-{target}.png")
         report_pages.pareto_plot(rows, target, out / pareto[-1])
-    data_cache: Dict[str, tuple] = {}
+    data_cache: Dict[str, Any] = {}
     detection = [path for path in evals if metrics[path].get("task") == "detection"]
     plots = {"Pareto plots (accuracy vs batch-1 latency)": pareto,
              "Per-class change against fp32 (top-1, or AP for a detector)": class_changes(evals, out),

@@ -143,7 +143,9 @@ def predict_split(model, data_dir: Path, split_name: str) -> np.ndarray:
 
 
 def test_accuracy(model, data_dir: Path) -> float:
-    return float(np.mean(np.argmax(predict_split(model, data_dir, "test"), axis=1) == Split(data_dir, "test").labels))
+    test = Split(data_dir, "test")
+    logits = predict_in_batches(lambda batch: model.predict_on_batch(batch), test, EVAL_BATCH)
+    return float(np.mean(np.argmax(logits, axis=1) == test.labels))
 
 
 def save_curves(history: Dict[str, list], path: Path, title: str) -> None:
