@@ -14,13 +14,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from precisionflow import cli  # noqa: E402
-from tests.test_bad_config_table import CASES  # noqa: E402
+from tests.test_bad_config_table import CASES, CATEGORIES  # noqa: E402
 
 
 def main() -> None:
-    print("| case | overrides | exit | message (stderr, one line) |\n|---|---|---|---|")
+    print("| category | case | overrides | exit | message (stderr, one line) |\n|---|---|---|---|---|")
     started = time.perf_counter()
-    for case, overrides, _ in CASES:
+    for category, case, overrides in ((c, case, overrides) for c, cases in CATEGORIES.items() for case, overrides, _ in cases):
         with tempfile.TemporaryDirectory() as folder:
             tmp = Path(folder)
             (tmp / "x.keras").write_text("not a zip")
@@ -30,8 +30,9 @@ def main() -> None:
                 code = cli.main(["run", f"results_dir={tmp / 'results'}", *given])
             shown = " ".join(o.replace(folder, "<tmp>") for o in given)
             message = error.getvalue().strip().replace(folder, "<tmp>").replace("|", "\\|")
-            print(f"| {case} | `{shown}` | {code} | {message} |")
-    print(f"\n{len(CASES)} cases in {time.perf_counter() - started:.1f} s")
+            print(f"| {category} | {case} | `{shown}` | {code} | {message} |")
+    counts = ", ".join(f"{category} {len(cases)}" for category, cases in CATEGORIES.items())
+    print(f"\n{len(CASES)} cases ({counts}) in {time.perf_counter() - started:.1f} s")
 
 
 if __name__ == "__main__":

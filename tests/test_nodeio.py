@@ -88,3 +88,27 @@ def test_a_node_edited_after_it_finished_is_refused_and_the_advice_works(tmp_pat
     shutil.rmtree(node)  # following the advice: the node is simply missing, which a run recomputes
     with pytest.raises(StageError, match="Run the workflow"):
         verify_node(node)
+
+
+def test_a_run_checks_finished_nodes_by_stat_and_hashes_only_what_changed(tmp_path):
+    import json
+    import os
+
+    from precisionflow.errors import LineageError
+    from precisionflow.nodeio import content_hashes, file_stats, verify_finished_node
+
+    node = tmp_path / "build_engine" / "e1"
+    node.mkdir(parents=True)
+    (node / "engine.onnx").write_bytes(b"graph-bytes")
+    record = {"stage": "build_engine", "id": "e1", "files": content_hashes(node), "file_stats": file_stats(node)}
+    (node / "node.json").write_text(json.dumps(record))
+    verify_finished_node(node)
+    os.utime(node / "engine.onnx")  # touched, same bytes: the full check runs and finds nothing wrong
+    verify_finished_node(node)
+    size, mtime_ns = record["file_stats"]["engine.onnx"]
+    (node / "engine.onnx").write_bytes(b"graph-BYTES")  # same size, other bytes, its recorded time put back
+    os.utime(node / "engine.onnx", ns=(mtime_ns, mtime_ns))
+    verify_finished_node(node)  # indistinguishable by stat, as for git: the stat path trusts it
+    os.utime(node / "engine.onnx")
+    with pytest.raises(LineageError, match=r"engine.onnx changed after the node finished"):
+        verify_finished_node(node)

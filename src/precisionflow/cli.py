@@ -148,7 +148,7 @@ def cmd_run(args, extra: List[str]) -> int:
 
     points = expand(args.overrides, multirun=args.multirun)
     plan = build_plan(points, default_results_dir(points), args.overrides)
-    recheck_finished(plan)  # thresholds are not in node ids: re-check finished nodes before anything runs
+    recheck_finished(plan)  # finished nodes: files as written, thresholds held; before anything runs
     if not args.dry_run and args.profile == "local" and not {"--omit-from", "--until"} & set(extra):
         check_targets_buildable_here(plan)
     plan_file = write_plan(plan)  # only a plan that passed every check is written

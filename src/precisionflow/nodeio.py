@@ -37,12 +37,27 @@ def file_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def content_hashes(node_dir: Path) -> Dict[str, str]:
-    """{relative path: sha256} of every file a node wrote (node.json aside): recorded in node.json.
-    Snakemake's own markers (.snakemake_timestamp in directory outputs, written after the job) are not the node's."""
+def node_files(node_dir: Path) -> Dict[str, Path]:
+    """{relative path: path} of every file a node wrote (node.json aside). Snakemake's own markers
+    (.snakemake_timestamp in directory outputs, written after the job) are not the node's."""
     node_dir = Path(node_dir)
-    return {str(path.relative_to(node_dir)): file_hash(path) for path in sorted(node_dir.rglob("*"))
+    return {str(path.relative_to(node_dir)): path for path in sorted(node_dir.rglob("*"))
             if path.is_file() and path.name not in (NODE_FILE, PACKED_FILE) and not path.name.startswith(".snakemake")}
+
+
+def content_hashes(node_dir: Path) -> Dict[str, str]:
+    """{relative path: sha256} of every file a node wrote: recorded in node.json."""
+    return {name: file_hash(path) for name, path in node_files(node_dir).items()}
+
+
+def file_stats(node_dir: Path) -> Dict[str, list]:
+    """{relative path: [size, mtime_ns]} of every file a node wrote, recorded beside the hashes: a run
+    compares these before it starts (a stat per file) and hashes only files whose stat changed."""
+    found = {}
+    for name, path in node_files(node_dir).items():
+        stat = path.stat()
+        found[name] = [stat.st_size, stat.st_mtime_ns]
+    return found
 
 
 # A node folder shipped to another machine holds only the files its readers open there, some of
@@ -71,6 +86,16 @@ def verify_node(node_dir: Path) -> Dict[str, Any]:
             "Results are never edited in place: delete that folder and run precisionflow run again, which recomputes it."
         )
     return record
+
+
+def verify_finished_node(node_dir: Path) -> None:
+    """verify_node for every finished node before a run starts, cheap when nothing changed: files
+    with the size and modification time they were recorded with are taken as unchanged (as git
+    does); any difference in names or stats means a full content check."""
+    record = read_node(node_dir)
+    recorded = record.get("file_stats")
+    if recorded is None or file_stats(node_dir) != recorded:
+        verify_node(node_dir)
 
 
 def read_json(path: Path) -> Any:

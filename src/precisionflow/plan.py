@@ -320,12 +320,17 @@ def plan_from_overrides(overrides=(), multirun: bool = False) -> Path:
 
 
 def recheck_finished(plan: Dict[str, Any]) -> None:
-    """Check the thresholds of nodes that already exist (their ids do not cover thresholds, so a
-    tightened threshold must still fail the run, before anything runs)."""
-    from precisionflow.nodeio import NODE_FILE, read_json
+    """Before anything runs, check the nodes that already exist: their files are as they wrote them
+    (an engine or calibration cache copied in, a graph edited: refused here, not after Snakemake
+    decided they are up to date), and their thresholds hold (ids do not cover thresholds, so a
+    tightened threshold must still fail the run)."""
+    from precisionflow.nodeio import NODE_FILE, read_json, verify_finished_node
 
     results = Path(plan["results_dir"])
     for key, spec in plan["nodes"].items():
         marker = results / key / NODE_FILE
-        if spec.get("checks") and marker.is_file():
+        if not marker.is_file():
+            continue
+        verify_finished_node(marker.parent)
+        if spec.get("checks"):
             stage_module(spec["stage"]).check(spec["checks"], read_json(marker)["summary"])

@@ -19,7 +19,7 @@ from typing import Any, Dict
 
 from precisionflow import identity
 from precisionflow.errors import PrecisionflowError, StageError
-from precisionflow.nodeio import NODE_FILE, content_hashes, read_json, staged_node_dir, verify_node, write_json_atomic
+from precisionflow.nodeio import NODE_FILE, content_hashes, file_stats, read_json, staged_node_dir, verify_node, write_json_atomic
 
 
 def package_versions(names) -> Dict[str, str]:
@@ -77,6 +77,7 @@ def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[s
                         "peak_rss_mb": peak_rss_mb(), "children_peak_rss_mb": peak_rss_mb(resource.RUSAGE_CHILDREN)},
             "summary": summary,
             "files": content_hashes(out),
+            "file_stats": file_stats(out),
         }
         write_json_atomic(out / NODE_FILE, record)
     return record

@@ -81,9 +81,9 @@ os.environ["PRECISIONFLOW_PLAN"] = PLAN_FILE
 # One id per workflow run, recorded with every timing: the report says when a table mixes runs.
 os.environ.setdefault("PRECISIONFLOW_RUN", time.strftime("%Y-%m-%dT%H:%M:%S"))
 os.environ["PRECISIONFLOW_PYTHON"] = PYTHON
-STAGE_COMMAND = '"$PRECISIONFLOW_PYTHON" -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node} > {log} 2>&1'
+STAGE_COMMAND = '"$PRECISIONFLOW_PYTHON" -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node:q} > {log:q} 2>&1'
 # Training stages also show their per-epoch progress on the console (Snakemake sets pipefail).
-STAGE_COMMAND_SHOWN = '"$PRECISIONFLOW_PYTHON" -u -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node} 2>&1 | tee {log}'
+STAGE_COMMAND_SHOWN = '"$PRECISIONFLOW_PYTHON" -u -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node:q} 2>&1 | tee {log:q}'
 
 
 onstart:

@@ -103,12 +103,33 @@ def _checked_value(cfg, key: str, value: Any, adds: set = frozenset()) -> Any:
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        with open_dict(cfg) if key in adds else contextlib.nullcontext():
+        with open_dict(cfg) if key in adds and _free_form_parent(cfg, key) else contextlib.nullcontext():
             OmegaConf.update(cfg, key, value, merge=False)
         node = OmegaConf.select(cfg, key)
         return OmegaConf.to_container(node, resolve=True, enum_to_str=True) if OmegaConf.is_config(node) else _plain(node)
     except (OmegaConfBaseException, ValueError) as err:
         raise ConfigError(_value_error(cfg, key, value, err)) from err
+
+
+def _refuse_object_targets(key: str) -> None:
+    """precisionflow never instantiates classes named in a configuration (components are chosen by
+    group: model=..., dataset=...): a `_target_` key would do nothing or, in code that did, run anything."""
+    if "_target_" in key.split("."):
+        raise ConfigError(f"{key}: precisionflow builds no objects named in the configuration, so _target_ keys "
+                          "are refused. Choose a component with its group (model=..., dataset=..., engine=...).")
+
+
+def _free_form_parent(cfg, key: str) -> bool:
+    """'+' adds entries only to the free-form mappings (evaluate.budgets, target_defs, stage_resources):
+    everywhere else the schema's keys are the only ones, and a new key is a typo to refuse."""
+    from omegaconf import OmegaConf
+
+    parts = key.split(".")
+    for depth in range(len(parts) - 1, 0, -1):
+        node = OmegaConf.select(cfg, ".".join(parts[:depth]))
+        if node is not None:
+            return OmegaConf.is_dict(node) and OmegaConf.get_type(node) is dict
+    return False
 
 
 def _value_error(cfg, key: str, value: Any, err: Exception) -> str:
@@ -158,6 +179,8 @@ def expand(overrides: Sequence[str] = (), multirun: bool = False) -> List[Dict[s
     values = [o for o in parsed if not _is_group(o)]
     group_choices = [[f"{_override_prefix(o)}{o.key_or_group}={c}" for c in _choices(o)] for o in groups]
     value_choices = [[(o.key_or_group, v) for v in _choices(o)] for o in values]
+    for override in values:
+        _refuse_object_targets(override.key_or_group)
     adds = {o.key_or_group for o in values if _override_prefix(o) in ("+", "++")}
 
     points = []
@@ -267,6 +290,17 @@ def check_task(cfg: Dict[str, Any]) -> None:
         raise ConfigError(f"dataset.num_images: expected at least 20 scenes, found {cfg['dataset']['num_images']}.")
 
 
+def check_finetune(cfg: Dict[str, Any]) -> None:
+    """A fine-tune that runs (finetune.mode, or the QAT fine-tune every int8_qat engine comes from)
+    must train: with 0 epochs an int8_qat engine would carry untrained quantization ranges."""
+    finetune = cfg["finetune"]
+    why = ("finetune.mode=" + finetune["mode"] if finetune["mode"] != "none"
+           else "int8_qat engines come from a QAT fine-tune" if "int8_qat" in cfg["precisions"] else "")
+    for leaf in ("epochs", "batch_size"):
+        if why and finetune[leaf] < 1:
+            raise ConfigError(f"finetune.{leaf}: expected an integer >= 1 ({why}), found {finetune[leaf]}.")
+
+
 def validate(cfg: Dict[str, Any]) -> None:
     """Checks across keys that a type schema cannot express."""
     check_choices(cfg)
@@ -289,6 +323,7 @@ def validate(cfg: Dict[str, Any]) -> None:
         section, leaf = key.split(".")
         if cfg[section][leaf] < minimum:
             raise ConfigError(f"{key}: expected an integer >= {minimum}, found {cfg[section][leaf]}.")
+    check_finetune(cfg)
     if any(b < 1 for b in cfg["evaluate"]["timing_batch_sizes"]):
         raise ConfigError(f"evaluate.timing_batch_sizes: expected positive sizes, found {cfg['evaluate']['timing_batch_sizes']}.")
     if cfg["dataset"]["name"] in ("image_folder", "coco_folder") and not cfg["dataset"]["path"]:

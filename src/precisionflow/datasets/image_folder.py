@@ -4,8 +4,8 @@
     root/train/cat/...  root/val/cat/...  root/test/cat/... -> the user's split
 
 fingerprint() identifies the files (names, sizes, content hashes) so that adding or changing an
-image gives the data node a new id; content hashes are cached by (path, size, mtime) so planning
-a large folder twice does not read every image twice.
+image gives the data node a new id, and checks that each image parses; content hashes are cached
+by (path, size, mtime) so planning a large folder twice does not read every image twice.
 """
 
 import hashlib
@@ -62,8 +62,11 @@ def fingerprint(root: Path, cache_file: Path) -> str:
     for path in all_files(root):
         stat = path.stat()
         key = f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
-        if key not in cache:
-            cache[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+        if key not in cache:  # a file hashed once was checked once: only new or changed files are read
+            content = path.read_bytes()
+            if path.suffix.lower() in IMAGE_SUFFIXES:
+                check_readable(path, content)
+            cache[key] = hashlib.sha256(content).hexdigest()
         digest.update(f"{path.relative_to(root)}\0{stat.st_size}\0{cache[key]}\n".encode())
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
@@ -84,14 +87,19 @@ def load_pixels(path: Path, size: Tuple[int, int], channels: int) -> np.ndarray:
     return array[..., np.newaxis] if channels == 1 else array
 
 
-def check_readable(path: Path) -> None:
-    """The image's header parses (dataset.cache=none decodes later: a broken file must fail now)."""
+def check_readable(path: Path, content: bytes = None) -> None:
+    """The image parses (PIL's verify: header and, for PNG, every chunk's checksum). Planning checks
+    each new file this way, so a broken image fails before any job, not in prepare_dataset."""
+    import io
+
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as image:
+        with Image.open(io.BytesIO(content) if content is not None else path) as image:
             image.verify()
-    except (UnidentifiedImageError, OSError, SyntaxError) as err:
+    except UnidentifiedImageError as err:
+        raise DataError(f"{path}: cannot be read as an image (not a format PIL recognises). Remove or replace the file.") from err
+    except (OSError, SyntaxError) as err:
         raise DataError(f"{path}: cannot be read as an image ({err}). Remove or replace the file.") from err
 
 
