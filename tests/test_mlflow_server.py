@@ -103,20 +103,22 @@ def log_one_sweep(uri: str, sweep: int, children: int, steps: int) -> None:
     client.set_terminated(parent.info.run_id)
 
 
-def test_concurrent_writers_to_one_server_lose_and_duplicate_nothing(server):
+@pytest.mark.parametrize("store", ["server", "sqlite file"])
+def test_concurrent_writers_to_one_store_lose_and_duplicate_nothing(server, tmp_path, store):
     import multiprocessing
 
     from precisionflow import tracking
 
-    tracking.init_store(server, "concurrent", Path("."))  # the store is initialised once, before jobs fan out
+    uri = server if store == "server" else f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking.init_store(uri, "concurrent", tmp_path)  # the store is initialised once, before jobs fan out
     context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=log_one_sweep, args=(server, sweep, 3, 25)) for sweep in range(8)]
+    workers = [context.Process(target=log_one_sweep, args=(uri, sweep, 3, 25)) for sweep in range(8)]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join(timeout=300)
     assert [worker.exitcode for worker in workers] == [0] * 8
-    client = tracking.client_for(server)
+    client = tracking.client_for(uri)
     experiment = client.get_experiment_by_name("concurrent")
     runs = client.search_runs([experiment.experiment_id], max_results=1000)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]

@@ -1,5 +1,7 @@
 """The TensorRT backend's pure logic runs everywhere; its runtime needs tensorrt and a GPU."""
 
+from pathlib import Path
+
 import pytest
 
 from precisionflow.backends import get_backend
@@ -48,6 +50,41 @@ def test_timing_cache_is_keyed_by_gpu_and_exact_version(tmp_path):
     assert h100 == tmp_path / "trt-timing" / "NVIDIA-H100-80GB-HBM3-trt10.14.1.48.cache"
     assert h100 != trt_backend.timing_cache_path(tmp_path, "NVIDIA H100 80GB HBM3", "10.14.2.1")
     assert h100 != trt_backend.timing_cache_path(tmp_path, "NVIDIA A100-SXM4-80GB", "10.14.1.48")
+
+
+def add_timings(path: str, writer: int, builds: int) -> None:
+    """What `builds` engine builds of one job do to the shared timing cache: merge their entries in.
+    The cache here is a JSON list standing in for TensorRT's serialized cache (combine = union);
+    the pause between reading and writing is where an unlocked writer would lose another's entries."""
+    import json
+    import time
+
+    def merged(current: bytes, entry: str) -> bytes:
+        entries = json.loads(current or b"[]")
+        time.sleep(0.002)
+        return json.dumps(entries + [entry]).encode()
+
+    for build in range(builds):
+        trt_backend.read_shared(Path(path))
+        trt_backend.merge_shared(Path(path), lambda current: merged(current, f"w{writer}-b{build}"))
+
+
+def test_parallel_builds_lose_no_timing_cache_entries(tmp_path):
+    import json
+    import multiprocessing
+
+    cache = tmp_path / "trt-timing" / "gpu-trt10.cache"
+    cache.parent.mkdir()
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=add_timings, args=(str(cache), writer, 25)) for writer in range(6)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=120)
+    assert [writer.exitcode for writer in writers] == [0] * 6
+    entries = json.loads(cache.read_bytes())
+    assert sorted(entries) == sorted(f"w{w}-b{b}" for w in range(6) for b in range(25))  # all 150, once each
+    assert [p.name for p in cache.parent.iterdir() if p.suffix == ".tmp"] == []
 
 
 def test_engine_metadata_and_provenance_check():

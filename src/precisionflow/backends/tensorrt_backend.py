@@ -16,7 +16,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -181,8 +181,6 @@ def _config(builder, precision: str, engine_params, profiles, version: str):
 
 def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target_def: Dict[str, Any],
           precision: str = "fp32", cache_root: Optional[Path] = None) -> Dict[str, Any]:
-    from filelock import FileLock
-
     _trt()
     import tensorrt as trt
 
@@ -197,22 +195,17 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
     config = _config(builder, precision, engine_params, profiles, version)
     cache_file = timing_cache_path(cache_root or Path(out_dir).parent.parent / ".cache", gpu["device_name"], version)
     cache_file.parent.mkdir(parents=True, exist_ok=True)
-    # Builds on one GPU model share (and grow) one cache. The lock is held to read it and to merge
-    # this build's timings back in, not for the build: parallel builds (a sweep on a cluster) do
-    # not wait for each other, and none loses the others' timings.
-    lock = FileLock(str(cache_file) + ".lock")
-    with lock:
-        cache = config.create_timing_cache(cache_file.read_bytes() if cache_file.exists() else b"")
+    # Builds on one GPU model share (and grow) one cache, read before the build and merged into
+    # after it: parallel builds (a sweep on a cluster) do not wait for each other's builds, and
+    # none loses the others' timings.
+    cache = config.create_timing_cache(read_shared(cache_file))
     config.set_timing_cache(cache, ignore_mismatch=False)
     started = time.perf_counter()
     serialized = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - started
     if serialized is None:
         raise EngineMismatchError(f"TensorRT {version} failed to build {graph_path} (see the log above).")
-    with lock:
-        merged = config.create_timing_cache(cache_file.read_bytes() if cache_file.exists() else b"")
-        merged.combine(config.get_timing_cache(), False)
-        _write_atomic(cache_file, bytes(merged.serialize()))
+    merge_shared(cache_file, lambda current: _with_build_timings(config, current))
     engine_path = Path(out_dir) / ENGINE_FILE
     engine_path.write_bytes(bytes(serialized))
     inspector = _save_inspector(logger, bytes(serialized), Path(out_dir) / INSPECTOR_FILE)
@@ -220,10 +213,30 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
     return {**description, "executed": executed.label(precision, executed.trt_layer_types(inspector), "TensorRT")}
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+def _with_build_timings(config, current: bytes) -> bytes:
+    """The shared cache as it is now, with this build's timings combined in."""
+    merged = config.create_timing_cache(current)
+    merged.combine(config.get_timing_cache(), False)
+    return bytes(merged.serialize())
+
+
+def read_shared(path: Path) -> bytes:
+    """A file several jobs update (the timing cache), read under its lock: never half-written."""
+    from filelock import FileLock
+
+    with FileLock(str(path) + ".lock"):
+        return path.read_bytes() if path.exists() else b""
+
+
+def merge_shared(path: Path, merge: Callable[[bytes], bytes]) -> None:
+    """Replace a shared file by merge(its current contents) under its lock, in one rename: concurrent
+    writers take turns, and each merges into what the previous one wrote (none is lost)."""
+    from filelock import FileLock
+
+    with FileLock(str(path) + ".lock"):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_bytes(merge(path.read_bytes() if path.exists() else b""))
+        tmp.replace(path)
 
 
 def _save_inspector(logger, plan: bytes, path: Path) -> Dict[str, Any]:
