@@ -133,12 +133,18 @@ def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
     """Snakemake under precisionflow's run lock: a second run on this results folder fails at once,
     and what a run that died left (its lock, staging folders, half-made outputs) is cleared first."""
     from precisionflow import runlock
+    from precisionflow.plan import missing_under_finished
 
     results = Path(plan["results_dir"])
     with runlock.exclusive_run(results):
         for note in runlock.recover(results, results.parent):
             print(f"precisionflow: {note}.")
-        command = snakemake_command(plan_file, args.cores, False, ["--rerun-incomplete", *extra], args.profile)
+        missing = missing_under_finished(plan)
+        if missing:
+            print(f"precisionflow: {', '.join(missing)} missing (deleted?) while nodes built from them are finished: "
+                  "recomputing them and everything built from them.")
+        force = ["--forcerun", *[str(results / key / "node.json") for key in missing]] if missing else []
+        command = snakemake_command(plan_file, args.cores, False, [*force, "--rerun-incomplete", *extra], args.profile)
         return subprocess.call(command, cwd=results.parent)
 
 

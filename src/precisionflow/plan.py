@@ -319,6 +319,19 @@ def plan_from_overrides(overrides=(), multirun: bool = False) -> Path:
     return write_plan(build_plan(points, default_results_dir(points), overrides))
 
 
+def missing_under_finished(plan: Dict[str, Any]) -> List[str]:
+    """Nodes whose folder is gone (deleted, as a refusal's advice says) while a node built from them
+    is finished. Snakemake would leave them missing (nothing up to date needs them), so the lineage
+    of what was built from them could no longer be walked: the run recomputes them and everything
+    downstream."""
+    from precisionflow.nodeio import NODE_FILE
+
+    results = Path(plan["results_dir"])
+    finished = {key for key in plan["nodes"] if (results / key / NODE_FILE).is_file()}
+    return sorted({upstream for key in finished for upstream in plan["nodes"][key]["inputs"].values()
+                   if upstream not in finished})
+
+
 def recheck_finished(plan: Dict[str, Any]) -> None:
     """Before anything runs, check the nodes that already exist: their files are as they wrote them
     (an engine or calibration cache copied in, a graph edited: refused here, not after Snakemake

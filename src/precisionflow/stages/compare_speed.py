@@ -8,8 +8,9 @@ landing in one side's figure. One node per engine: changing an engine re-times i
 (and the references they need), nothing more.
 """
 
+import contextlib
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from precisionflow import speed, timing
 from precisionflow.backends import get_backend
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
 from precisionflow.datasets.store import Split
+from precisionflow.errors import PrecisionflowError, StageError
 
 PACKAGES = ("numpy",)  # the engine backend's version is in params["runtime"], TensorFlow's in params["framework"]
 FRAMEWORK_PACKAGES = ("tensorflow", "tf-keras")
@@ -39,7 +41,6 @@ def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str
 def check_framework(planned: Dict[str, str]) -> None:
     """The TensorFlow side runs with the versions the node's id names, or not at all."""
     from precisionflow import identity
-    from precisionflow.errors import StageError
 
     found = identity.package_versions(FRAMEWORK_PACKAGES)
     if found != planned:
@@ -111,10 +112,14 @@ def side_worker(conn, role: str, folder: str, data_dir: str, threads: int, setti
     while the other sides take their turns."""
     if phase == "batch":
         pin_to_cpus(threads)
-    loader = keras_loader(Path(folder), threads) if role == "model" else engine_loader(Path(folder))
-    images = speed.timing_images(Split(Path(data_dir), "test"), settings)
-    timers = side_timers(loader, images, settings, phase)
-    conn.send(sorted(timers))
+    try:
+        loader = keras_loader(Path(folder), threads) if role == "model" else engine_loader(Path(folder))
+        images = speed.timing_images(Split(Path(data_dir), "test"), settings)
+        timers = side_timers(loader, images, settings, phase)
+    except PrecisionflowError as err:  # e.g. an engine built elsewhere: the job fails with this message
+        conn.send(("error", type(err).__name__, str(err)))
+        return
+    conn.send(("ready", sorted(timers)))
     for setting, seconds in iter(conn.recv, None):
         conn.send(timers[setting](seconds))
 
@@ -133,19 +138,33 @@ def compare(sides: Dict[str, tuple], data_dir: Path, settings: Dict[str, Any]) -
             workers.append(context.Process(target=side_worker, args=(child, role, str(folder), str(data_dir), threads,
                                                                      settings, phase)))
             workers[-1].start()
+            child.close()  # only the worker holds its end now: a worker that dies reads as EOF, not a hang
             connections[(phase, side)] = parent
     try:
-        found = {phase: connections[(phase, "engine")].recv() for phase in phases}
-        for (phase, side), conn in connections.items():
-            if side != "engine":
-                conn.recv()
+        ready = {key: _ready(conn, key) for key, conn in connections.items()}
         return {setting: _compare_setting({side: conn for (p, side), conn in connections.items() if p == phase}, setting, settings)
-                for phase in phases for setting in found[phase]}
+                for phase in phases for setting in ready[(phase, "engine")]}
     finally:
         for conn in connections.values():
-            conn.send(None)
+            with contextlib.suppress(OSError):  # a worker that failed has closed its end
+                conn.send(None)
         for worker in workers:
             worker.join()
+
+
+def _ready(conn, key) -> List[str]:
+    """The settings a side's process can time, once it has loaded; its failure as this job's error."""
+    from precisionflow import errors
+
+    phase, side = key
+    try:
+        message = conn.recv()
+    except EOFError:
+        raise StageError(f"The {side} side's timing process ({phase} settings) exited before it was ready; its "
+                         "traceback is above in this log.") from None
+    if message[0] == "error":
+        raise getattr(errors, message[1], StageError)(message[2])
+    return message[1]
 
 
 def _compare_setting(connections, setting: str, settings: Dict[str, Any]) -> Dict[str, Any]:
