@@ -74,3 +74,37 @@ def test_every_stage_writes_only_its_own_folder(tmp_path):
     stages = {key.split("/")[0] for key in frozen}
     assert len(frozen) == len(plan["nodes"]) and {"calibrate", "quantize_onnx", "report", "track_mlflow"} <= stages
     assert sum(1 for key in frozen if key.startswith("calibrate/")) >= 3  # entropy, minmax, and QAT's
+
+
+def test_parallel_jobs_over_one_export_do_not_interfere(tmp_path):
+    """Three calibrations and the fp16 graph, all reading one export, run two at a time by Snakemake
+    while the export (and everything before it) is immutable: each finishes, and jobs overlapped."""
+    import json
+
+    reason = immutable_supported(tmp_path)
+    if reason:
+        pytest.skip(reason)
+    results = tmp_path / "results"
+    common = [o for o in SWEEP if not o.startswith(("calibration=", "precisions="))] + ["precisions=[fp32,fp16,int8]"]
+
+    def run(*args, sweep=()):
+        command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", *sweep, f"results_dir={results}", *args]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    run(*common, "--", "--until", "export_onnx")
+    upstream = [path for stage in ("prepare_dataset", "train_model", "export_onnx") for path in results.glob(f"{stage}/*")]
+    for folder in upstream:
+        chattr("+i", folder)
+    try:
+        run(*common, "calibration=entropy,minmax,percentile", "--", "--until", "quantize_onnx", sweep=["-m"])
+    finally:
+        for folder in upstream:
+            chattr("-i", folder)
+    [export] = results.glob("export_onnx/*")
+    readers = [json.loads(path.read_text()) for stage in ("calibrate", "quantize_onnx")
+               for path in results.glob(f"{stage}/*/node.json")]
+    readers = [record for record in readers if f"export_onnx/{export.name}" in record["inputs"].values()]
+    assert sum(record["stage"] == "calibrate" for record in readers) == 3
+    spans = sorted((record["timings"]["started"], record["timings"]["finished"]) for record in readers)
+    assert any(later_start < earlier_end for (_, earlier_end), (later_start, _) in zip(spans, spans[1:]))
