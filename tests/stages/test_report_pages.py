@@ -41,3 +41,15 @@ def test_per_class_changes_draws_one_row_per_engine(tmp_path):
     report_pages.per_class_changes({"int8": {"0": -2.0, "1": 0.0}, "fp16": {"0": 0.0, "1": 1.5}}, ["0", "1"], "t",
                                    tmp_path / "classes.png")
     assert (tmp_path / "classes.png").stat().st_size > 0
+
+
+def test_an_engine_with_inf_or_nan_outputs_is_named_under_the_table():
+    from pathlib import Path
+
+    from precisionflow.stages.report import non_finite_notes
+
+    metrics = {Path("evaluate_engine/fp16-local-1"): {"non_finite_outputs": 1540, "top1": 0.09},
+               Path("evaluate_engine/fp32-local-2"): {"non_finite_outputs": 0, "top1": 0.97}}
+    [note] = non_finite_notes(metrics)
+    assert note.startswith("(!) fp16-local-1: 1540 non-finite outputs (inf/NaN) on the test split")
+    assert "overflow" in note and "not rounding" in note

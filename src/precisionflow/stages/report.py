@@ -223,6 +223,13 @@ def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED) -> st
     return "\n".join([line(columns), line(["-" * widths[c] for c in columns])] + [line([r[c] for c in columns]) for r in rows])
 
 
+def non_finite_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
+    """Engines whose outputs held inf/NaN: their accuracy columns measure an overflow, not a precision loss."""
+    return [f"(!) {eval_dir.name}: {found['non_finite_outputs']} non-finite outputs (inf/NaN) on the test split -- its "
+            "accuracy columns measure an overflow (values beyond fp16's range) or a broken graph, not rounding."
+            for eval_dir, found in metrics.items() if found.get("non_finite_outputs")]
+
+
 def chance_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     """Trainings that learned nothing, once each (their engines' rows compare noise)."""
     from precisionflow.stages.train_model import at_chance_message
@@ -245,6 +252,7 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> Li
         executed = found["engine"].get("executed", {})
         if not executed.get("as_requested", True):
             lines.append(f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision.")
+    lines += non_finite_notes(metrics)
     lines += chance_notes(metrics)
     runs = sorted({row["timed"] for row in rows if row["timed"]})
     if len(runs) > 1:
