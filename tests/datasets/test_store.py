@@ -165,3 +165,16 @@ def test_the_training_stream_is_a_new_permutation_every_epoch(node):
     assert not np.array_equal(epochs[0], epochs[1]) and not np.array_equal(epochs[0], np.arange(600))
     ordered = streaming.dataset(tf, split, 64, shuffle=False, seed=0)
     assert np.array_equal(np.concatenate([l.numpy() for _, l in ordered]), split.labels)
+
+
+def test_max_samples_of_all_the_images_or_more_keeps_them_all():
+    import numpy as np
+
+    from precisionflow.stages.prepare_dataset import _stratified_split
+
+    labels = np.repeat(np.arange(4), 25)
+    params = {"seed": 0, "val_fraction": 0.2, "test_fraction": 0.2}
+    for max_samples in (100, 500):
+        splits = _stratified_split(np.arange(100), labels, dict(params, max_samples=max_samples))
+        assert sorted(np.concatenate(list(splits.values())).tolist()) == list(range(100))
+    assert sum(len(v) for v in _stratified_split(np.arange(100), labels, dict(params, max_samples=60)).values()) == 60

@@ -101,7 +101,7 @@ def _stratified_split(indices: np.ndarray, labels: np.ndarray, params: Dict[str,
     from sklearn.model_selection import train_test_split
 
     seed = params["seed"]
-    if params["max_samples"]:
+    if params["max_samples"] and params["max_samples"] < len(indices):  # as many as there are, or more: all
         indices, _, labels, _ = train_test_split(
             indices, labels, train_size=params["max_samples"], stratify=labels, random_state=seed
         )
