@@ -66,6 +66,21 @@ def test_a_target_this_machine_cannot_build_is_refused_before_snakemake_starts(t
     assert not (tmp_path / ".snakemake").exists() and not (tmp_path / "results").exists()  # nothing ran, nothing written
 
 
+def test_a_target_whose_engines_were_built_elsewhere_is_not_refused(tmp_path):
+    """After `precisionflow land`, the GPU target's engines are finished: nothing is left to build here."""
+    from precisionflow.cli import check_targets_buildable_here
+    from precisionflow.plan import build_plan
+
+    plan = build_plan(expand(["targets=[a100]", "precisions=[fp32,fp16]"]), str(tmp_path / "results"))
+    engines = [key for key, spec in plan["nodes"].items() if spec["stage"] == "build_engine"]
+    with pytest.raises(ConfigError, match="target a100: its engines cannot be built on this machine"):
+        check_targets_buildable_here(plan)
+    for key in engines:
+        (tmp_path / "results" / key).mkdir(parents=True)
+        (tmp_path / "results" / key / "node.json").write_text("{}")
+    check_targets_buildable_here(plan)
+
+
 def test_more_calibration_samples_than_the_split_has_fails_at_planning(tmp_path):
     from precisionflow.plan import build_plan
 

@@ -112,11 +112,11 @@ def check_targets_buildable_here(plan: Dict) -> None:
     runtime version) is refused before anything runs, with the ways that do work."""
     from precisionflow.stages.build_engine import check_buildable_here
 
-    seen = set()
-    for spec in plan["nodes"].values():
+    results, seen = Path(plan["results_dir"]), set()
+    for key, spec in plan["nodes"].items():
         params = spec["params"]
-        if spec["stage"] != "build_engine" or params["target"] in seen:
-            continue
+        if spec["stage"] != "build_engine" or params["target"] in seen or (results / key / "node.json").is_file():
+            continue  # built already (e.g. landed from the GPU machine): nothing to build here
         seen.add(params["target"])
         try:
             check_buildable_here(params)

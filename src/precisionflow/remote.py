@@ -138,6 +138,8 @@ def collect(bundle: Path, out: Path, without_engine_files: bool = False) -> List
         engine_file = read_json(source / "engine.json")["engine_file"] if (source / "engine.json").is_file() else None
         ignore = shutil.ignore_patterns(engine_file) if without_engine_files and engine_file else None
         shutil.copytree(source, out / key, ignore=ignore)
+        if ignore:  # the node says so: its record names a file it no longer holds (nodeio.verify_node)
+            write_json_atomic(out / key / PACKED_FILE, {"rewritten": [], "left_out": [engine_file]})
         copied.append(key)
     return copied
 
