@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from precisionflow.errors import ConfigError, PrecisionflowError
+from precisionflow.nodeio import NODE_FILE
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,7 +86,7 @@ def node_mtimes(plan: Dict) -> Dict[str, float]:
     results = Path(plan["results_dir"])
     found = {}
     for key in plan["nodes"]:
-        marker = results / key / "node.json"
+        marker = results / key / NODE_FILE
         if marker.exists():
             found[key] = marker.stat().st_mtime
     return found
@@ -115,7 +116,7 @@ def check_targets_buildable_here(plan: Dict) -> None:
     results, seen = Path(plan["results_dir"]), set()
     for key, spec in plan["nodes"].items():
         params = spec["params"]
-        if spec["stage"] != "build_engine" or params["target"] in seen or (results / key / "node.json").is_file():
+        if spec["stage"] != "build_engine" or params["target"] in seen or (results / key / NODE_FILE).is_file():
             continue  # built already (e.g. landed from the GPU machine): nothing to build here
         seen.add(params["target"])
         try:
@@ -143,7 +144,7 @@ def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
         if missing:
             print(f"precisionflow: {', '.join(missing)} missing (deleted?) while nodes built from them are finished: "
                   "recomputing them and everything built from them.")
-        force = ["--forcerun", *[str(results / key / "node.json") for key in missing]] if missing else []
+        force = ["--forcerun", *[str(results / key / NODE_FILE) for key in missing]] if missing else []
         command = snakemake_command(plan_file, args.cores, False, [*force, "--rerun-incomplete", *extra], args.profile)
         return subprocess.call(command, cwd=results.parent)
 
@@ -206,7 +207,7 @@ def print_failures(plan: Dict) -> List[str]:
     failed = []
     for key in plan["nodes"]:
         log = results / "logs" / f"{key}.log"
-        if not (results / key / "node.json").exists() and log.exists():
+        if not (results / key / NODE_FILE).exists() and log.exists():
             tail = log.read_text(errors="replace").strip().splitlines()[-12:]
             print(f"\n--- {key} failed; end of {log}:\n" + "\n".join(tail), file=sys.stderr)
             failed.append(f"{key} (log: {log})")
@@ -268,7 +269,7 @@ def cmd_report(args) -> int:
 
     plan_file = plan_from_overrides(args.overrides, args.multirun)
     plan = read_json(plan_file)
-    if not (Path(plan["results_dir"]) / plan["report"] / "node.json").is_file():
+    if not (Path(plan["results_dir"]) / plan["report"] / NODE_FILE).is_file():
         print(f"precisionflow report: the report of this configuration has not been made yet ({plan['report']}); "
               "run it first (precisionflow run ...).", file=sys.stderr)
         return 2

@@ -88,14 +88,15 @@ def verify_node(node_dir: Path) -> Dict[str, Any]:
     return record
 
 
-def verify_finished_node(node_dir: Path) -> None:
+def verify_finished_node(node_dir: Path) -> Dict[str, Any]:
     """verify_node for every finished node before a run starts, cheap when nothing changed: files
     with the size and modification time they were recorded with are taken as unchanged (as git
-    does); any difference in names or stats means a full content check."""
+    does); any difference in names or stats means a full content check. Returns the node's record."""
     record = read_node(node_dir)
     recorded = record.get("file_stats")
     if recorded is None or file_stats(node_dir) != recorded:
         verify_node(node_dir)
+    return record
 
 
 def read_json(path: Path) -> Any:

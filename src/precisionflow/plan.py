@@ -337,13 +337,12 @@ def recheck_finished(plan: Dict[str, Any]) -> None:
     (an engine or calibration cache copied in, a graph edited: refused here, not after Snakemake
     decided they are up to date), and their thresholds hold (ids do not cover thresholds, so a
     tightened threshold must still fail the run)."""
-    from precisionflow.nodeio import NODE_FILE, read_json, verify_finished_node
+    from precisionflow.nodeio import NODE_FILE, verify_finished_node
 
     results = Path(plan["results_dir"])
     for key, spec in plan["nodes"].items():
-        marker = results / key / NODE_FILE
-        if not marker.is_file():
+        if not (results / key / NODE_FILE).is_file():
             continue
-        verify_finished_node(marker.parent)
+        record = verify_finished_node(results / key)
         if spec.get("checks"):
-            stage_module(spec["stage"]).check(spec["checks"], read_json(marker)["summary"])
+            stage_module(spec["stage"]).check(spec["checks"], record["summary"])

@@ -120,7 +120,7 @@ def _refuse_object_targets(key: str) -> None:
 
 
 def _free_form_parent(cfg, key: str) -> bool:
-    """'+' adds entries only to the free-form mappings (evaluate.budgets, target_defs, stage_resources):
+    """'+' adds entries only to the free-form mappings (evaluate.budgets, stage_resources):
     everywhere else the schema's keys are the only ones, and a new key is a typo to refuse."""
     from omegaconf import OmegaConf
 

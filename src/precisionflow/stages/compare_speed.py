@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 
-from precisionflow import speed, timing
+from precisionflow import errors, speed, timing
 from precisionflow.backends import get_backend
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
 from precisionflow.datasets.store import Split
@@ -154,8 +154,6 @@ def compare(sides: Dict[str, tuple], data_dir: Path, settings: Dict[str, Any]) -
 
 def _ready(conn, key) -> List[str]:
     """The settings a side's process can time, once it has loaded; its failure as this job's error."""
-    from precisionflow import errors
-
     phase, side = key
     try:
         message = conn.recv()
