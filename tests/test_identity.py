@@ -37,7 +37,7 @@ FLIP_VALUES = {
     "dataset.max_samples": 700, "dataset.cache": "disk", "fp16.op_block_list": ["Softmax"], "int8.exclude_nodes": ["some_node"],
     "finetune.exclude_layers": ["conv0"], "results_dir": "/tmp/elsewhere", "dataset.channels": 1,
     "evaluate.budget.speedup_at": "b1", "evaluate.budget.min_qat_agreement": 0.99, "evaluate.budget.min_speedup": 1.5,
-    "evaluate.budgets": {"fp16": {"min_speedup": 1.5}},
+    "evaluate.budgets": {"fp16": {"min_speedup": 1.5}}, "evaluate.confidence": 0.9,
     "stage_resources": {"train_model": {"slurm_partition": "gpu", "gpu": 1}},
     "engine.onnxruntime.cudnn_conv_algo_search": "HEURISTIC", "train.at_chance": "stop", "prune.criterion": "l2", "target_defs.local.backend_version": "9.9.9",
 }
@@ -58,7 +58,9 @@ EXPECTED = {
     "model.bn_momentum": NOTHING,
     **{f"train.{key}": TRAINED for key in ("epochs", "batch_size", "learning_rate", "lr_schedule", "optimizer", "seed",
                                            "early_stopping_patience", "precision_policy")},
-    "finetune.mode": TRAINED - {"train_model", "finetune_model"},  # a new fp32 fine-tune node joins, none changes
+    # an fp32 fine-tune on the main path is the node int8_qat's twin already planned (same settings), so its
+    # export is shared too: what changes is every graph, engine and measurement built from the main export
+    "finetune.mode": TRAINED - {"train_model", "finetune_model", "export_onnx"},
     **{f"finetune.{key}": QAT_BRANCH for key in ("epochs", "batch_size", "learning_rate", "seed", "exclude_layers")},
     "export.opset": TRAINED - {"train_model", "finetune_model", "benchmark_framework"},
     "export.max_abs_diff": NOTHING,  # a threshold: re-checked, never re-exported
@@ -99,6 +101,8 @@ EXPECTED = {
                                                                        "min_qat_agreement", "min_speedup", "speedup_at",
                                                                        "max_map_drop", "max_spurious_per_image")},
     "evaluate.budgets": {"report", "track_mlflow"},
+    # how sure a verdict must be: a threshold too (the report's verdicts change, nothing is measured again)
+    "evaluate.confidence": {"report", "track_mlflow"}, "evaluate.accept_undecided": {"report", "track_mlflow"},
     "tracking.enabled": NOTHING,  # the tracking node leaves the plan; no other node changes
     "tracking.uri": {"track_mlflow"}, "tracking.experiment": {"track_mlflow"},
     "results_dir": NOTHING,
@@ -124,6 +128,8 @@ CONDITIONAL = [
     (["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=null"], "int8.mixed_keep_fp", 2, GRAPHS),
     (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_keep_fp", 2, NOTHING),  # the search does not read it
     (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_max_val_drop", 0.5, GRAPHS),
+    # int8_mixed's search decides by intervals: their confidence is part of its graph
+    (["precisions=[fp32,int8,int8_mixed]"], "evaluate.confidence", 0.9, GRAPHS | {"report", "track_mlflow"}),
     (["finetune=qat"], "finetune.epochs", 5, TRAINED - {"train_model"}),
     # Pruning: the prune node and everything downstream of it; training is untouched.
     *[(["prune=channel", "finetune.mode=fp32"], f"prune.{key}", value, (TRAINED - {"train_model"}) | {"prune_model"})

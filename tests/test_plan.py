@@ -73,8 +73,9 @@ def test_build_plan_has_one_report_and_one_tracking_node(tmp_path):
     finals = [key.split("/")[0] for key in built["final"]]
     assert sorted(finals) == ["report", "track_mlflow"]
     report = built["nodes"][built["report"]]
-    # 2 trainings x (fp32, fp16, int8, int8_qat) evaluations and ratio jobs + 2 framework baselines
-    assert len(report["inputs"]) == 18
+    # 2 trainings x (fp32, fp16, int8, int8_qat, int8_qat's fp32 twin) evaluations, 2 x 4 ratio jobs
+    # (the twin is judged, not timed) + 2 framework baselines
+    assert len(report["inputs"]) == 20
 
 
 def test_plan_file_is_content_addressed(tmp_path):
@@ -85,8 +86,10 @@ def test_plan_file_is_content_addressed(tmp_path):
 def test_int8_qat_fine_tunes_from_the_trained_model_and_shares_the_fp32_reference():
     nodes, evals = _plan(["precisions=[fp32,int8_qat]"])
     [train] = [k for k in nodes if k.startswith("train_model/")]
-    [finetune] = [n for k, n in nodes.items() if k.startswith("finetune_model/")]
-    assert finetune.params["finetune"]["mode"] == "qat" and finetune.inputs["model"] == train
+    finetunes = {n.params["finetune"]["mode"]: n for k, n in nodes.items() if k.startswith("finetune_model/")}
+    assert set(finetunes) == {"qat", "fp32"}  # the QAT fine-tune and its fp32 twin, both from the trained model
+    finetune = finetunes["qat"]
+    assert finetune.inputs["model"] == train and finetunes["fp32"].inputs["model"] == train
     calibrations = [n for k, n in nodes.items() if k.startswith("calibrate/")]
     assert [c.params["source"] for c in calibrations] == ["qat"]
     references = {ev.inputs["reference"] for ev in evals}
@@ -95,7 +98,8 @@ def test_int8_qat_fine_tunes_from_the_trained_model_and_shares_the_fp32_referenc
 
 def test_finetune_mode_qat_on_the_main_path_is_the_same_node_as_the_int8_qat_branch():
     nodes, _ = _plan(["precisions=[fp32,int8_qat]", "finetune=qat"])
-    assert Counter(k.split("/")[0] for k in nodes)["finetune_model"] == 1
+    modes = sorted(n.params["finetune"]["mode"] for k, n in nodes.items() if k.startswith("finetune_model/"))
+    assert modes == ["fp32", "qat"]  # one QAT fine-tune (main path and int8_qat branch), and int8_qat's fp32 twin
 
 
 def test_finetune_settings_do_not_touch_plans_that_do_not_finetune():
@@ -141,7 +145,8 @@ def test_scheduler_resources_travel_with_the_node_but_not_in_its_id():
     before, _ = _plan(["targets=[h200]"])
     after, _ = _plan(["targets=[h200]", "target_defs.h200.resources.gpu_model=h200_141gb"])
     assert set(before) == set(after)
-    [engine] = [n for n in before.values() if n.stage == "build_engine" and n.id.startswith("fp32")]
+    [engine, twin] = [n for n in before.values() if n.stage == "build_engine" and n.id.startswith("fp32")]
+    assert twin.resources == engine.resources  # int8_qat's fp32 twin is built where the engines are
     assert engine.resources == {"gpu": 1, "gpu_model": "h200"}
 
 

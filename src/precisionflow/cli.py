@@ -187,7 +187,7 @@ def cmd_run(args, extra: List[str]) -> int:
 
 def print_verdicts(plan: Dict) -> int:
     """Each engine's verdict against its budget; 1 when any engine breaks it (so CI can gate on it)."""
-    from precisionflow.budget import format_verdicts, verdicts
+    from precisionflow.budget import format_verdicts, gate_fails, verdicts
 
     found = verdicts(plan)
     if not found:
@@ -195,9 +195,16 @@ def print_verdicts(plan: Dict) -> int:
               "for this configuration; run it first (precisionflow run ...).", file=sys.stderr)
         return 2
     failed = [entry for entry in found if entry["verdict"] == "FAIL"]
-    print("\nBudgets (evaluate.budget / evaluate.budgets.<precision>):\n" + format_verdicts(found))
-    print(f"\n{len(found) - len(failed)} of {len(found)} engines within budget" + (f"; {len(failed)} broke it." if failed else "."))
-    return 1 if failed else 0
+    undecided = [entry for entry in found if entry["verdict"] == "UNDECIDED"]
+    passed = len(found) - len(failed) - len(undecided)
+    print("\nBudgets (evaluate.budget / evaluate.budgets.<precision>; [..] = 95% interval from the paired test images):\n"
+          + format_verdicts(found))
+    print(f"\n{passed} of {len(found)} engines within budget" + (f"; {len(failed)} broke it" if failed else "")
+          + (f"; {len(undecided)} undecided (the test split cannot tell"
+             + ("; accepted: evaluate.accept_undecided=true)" if all(e["accept_undecided"] for e in undecided)
+                else "; a gate never passes what it cannot tell: more test images, or evaluate.accept_undecided=true)")
+             if undecided else "") + ".")
+    return 1 if any(gate_fails(entry) for entry in found) else 0
 
 
 def print_failures(plan: Dict) -> List[str]:

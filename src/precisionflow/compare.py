@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Tuple
 
 from precisionflow.nodeio import read_json, read_node
 
+PER_SAMPLE_FILE = "per_sample.npz"  # an evaluation's test-split predictions and labels (classification)
 RATIOS = (("vs_fp32", "x_fp32"), ("vs_tf", "x_tf"))
 # The accuracy figures of an engine's metrics.json that the table and MLflow carry, by task.
 HEADLINE_METRICS = {

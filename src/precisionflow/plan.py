@@ -165,6 +165,8 @@ class PlanBuilder:
             graphs[precision] = self._add_graph(cfg, precision, onnx, data, graphs, trained)
         engines = {(p, t): self._add_engine(cfg, graphs[p], t) for p in cfg["precisions"] for t in cfg["targets"]}
         measured = []
+        if "int8_qat" in cfg["precisions"]:  # int8_qat's fair reference: its fine-tune, run in fp32
+            measured += self._add_qat_twin(cfg, trained, graphs["int8_qat"], onnx, data)
         for (precision, target), engine in engines.items():
             # Every engine is compared with the same fp32 reference: the main path's exported model.
             measured.append(self._add_evaluation(cfg, precision, target, engine, graphs[precision], onnx, data))
@@ -239,6 +241,24 @@ class PlanBuilder:
             qat_export = self.nodes[graph.inputs["onnx"]]
             inputs.update(qat_export=qat_export, qat_model=self.nodes[qat_export.inputs["model"]])
         return self.add("evaluate_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, inputs, resources=resources)
+
+    def _add_qat_twin(self, cfg, trained: Node, qat_graph: Node, onnx: Node, data: Node) -> List[Node]:
+        """The QAT fine-tune run again in fp32 (same epochs, learning rate, seed, data), exported,
+        built and evaluated like the fp32 engine: int8_qat's delta against it is what precision
+        cost; against the base fp32 model it also holds what the extra training gave."""
+        from precisionflow.budget import TWIN
+
+        qat_model = self.nodes[self.nodes[qat_graph.inputs["onnx"]].inputs["model"]]
+        twin_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="fp32"), trained, data)
+        twin_graph = self._add_graph(cfg, "fp32", self._add_export(cfg, twin_model, data), data, {}, trained)
+        evaluations = []
+        for target in cfg["targets"]:
+            engine = self._add_engine(cfg, twin_graph, target)
+            runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
+            params = {**stage_module("evaluate_engine").reads(cfg, TWIN, target, runtime), "twin_of": qat_model.key}
+            evaluations.append(self.add("evaluate_engine", f"{TWIN}-{target}", params,
+                                        {"engine": engine, "data": data, "reference": onnx}, resources=resources))
+        return evaluations
 
     def _add_comparison(self, cfg, target: str, engine: Node, fp32_engine: Node, model: Node, data: Node) -> Node:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])

@@ -108,3 +108,28 @@ def test_models_build_and_user_files_load_safely(tmp_path):
     risky.save(tmp_path / "lambda.h5")
     with pytest.raises(DataError, match="Lambda layer"):
         models.build(keras, dict(base, name="keras_file", path=str(tmp_path / "lambda.h5")), (4,), 3)
+
+
+def test_training_reports_the_weights_it_keeps_not_the_last_epoch(workspace):
+    """EarlyStopping(restore_best_weights) keeps the best epoch: the summary's val_accuracy is
+    measured on the saved model, with the epoch it came from."""
+    import numpy as np
+    from pathlib import Path
+
+    from precisionflow.stages.train_model import kept_epoch, test_accuracy
+    from precisionflow.tfenv import import_tensorflow
+
+    # A learning rate high enough that validation accuracy swings between epochs.
+    trained, _ = train_and_export(workspace, "early", {"epochs": 6, "learning_rate": 0.05, "early_stopping_patience": 6})
+    summary = trained["summary"]
+    results = Path(workspace[0]["results_dir"])
+    history = json.loads((results / "train_model" / "t-early" / "history.json").read_text())
+    _, keras = import_tensorflow()
+    saved = keras.models.load_model(results / "train_model" / "t-early" / "model.keras", compile=False)
+    assert summary["val_accuracy"] == pytest.approx(test_accuracy(saved, results / "prepare_dataset" / "d1", "val"))
+    assert summary["kept_epoch"] == int(np.argmax(history["val_accuracy"])) + 1
+    assert summary["last_epoch_val_accuracy"] == history["val_accuracy"][-1]
+    # the restored epoch's accuracy, not the last one's (Keras measured it during training, in the same mode)
+    assert summary["val_accuracy"] == pytest.approx(max(history["val_accuracy"]), abs=0.02)
+    assert kept_epoch({"loss": [1, 1, 1], "val_accuracy": [0.2, 0.9, 0.5]}, restored_best=True) == 2
+    assert kept_epoch({"loss": [1, 1, 1], "val_accuracy": [0.2, 0.9, 0.5]}, restored_best=False) == 3

@@ -279,6 +279,11 @@ class EvaluateConf:
     # for every precision; `budgets.<precision>` replaces the keys it sets (null switches a check off).
     budget: BudgetConf = field(default_factory=BudgetConf)
     budgets: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    # Verdicts read each accuracy delta's interval at this confidence (paired samples: the same test
+    # images through both engines). PASS = the interval clears the budget, FAIL = it lies beyond
+    # it, UNDECIDED = it straddles it; `check` fails on UNDECIDED unless accept_undecided.
+    confidence: float = 0.95
+    accept_undecided: bool = False
 
 
 @dataclass

@@ -65,6 +65,7 @@ def report(outputs: np.ndarray, reference_outputs: np.ndarray, test: Split, sett
         "map": scored["map"], "map50": scored["map50"], "per_class_ap": scored["per_class_ap"],
         "reference_map": reference_scored["map"], "reference_map50": reference_scored["map50"],
         **metrics.summary(rows),
+        "spurious_by_image": [row["spurious"] for row in rows],  # per image: the verdict's bootstrap resamples it
         "max_abs_logit_diff": float(np.max(np.abs(outputs - reference_outputs))),
         "non_finite_outputs": int(np.sum(~np.isfinite(outputs))),
         "score_threshold": settings["score_threshold"], "match_iou": settings["match_iou"],

@@ -15,7 +15,7 @@ import numpy as np
 
 from precisionflow import speed
 from precisionflow.backends import get_backend
-from precisionflow.compare import HEADLINE_METRICS, task_of
+from precisionflow.compare import HEADLINE_METRICS, PER_SAMPLE_FILE, task_of
 from precisionflow.datasets.store import Split, predict_in_batches
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
 
@@ -54,6 +54,7 @@ def accuracy_report(logits, reference_logits, labels, class_names) -> Dict[str, 
     per_class = {name: float(np.mean(predicted[labels == index] == index))
                  for index, name in enumerate(class_names) if np.any(labels == index)}
     report = {
+        "test_images": int(len(labels)),
         "top1": float(np.mean(predicted == labels)),
         "reference_top1": float(np.mean(reference == labels)),
         "agreement": float(np.mean(predicted == reference)),
@@ -113,6 +114,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         metrics = detection_report(logits, reference_logits, test, params["detection"], out, inputs)
     else:
         metrics = accuracy_report(logits, reference_logits, test.labels, test.classes)
+        # Per image, so a verdict can pair this engine with its fp32 engine on the same images.
+        np.savez(out / PER_SAMPLE_FILE, predictions=logits.argmax(axis=1).astype(np.int32),
+                 labels=np.asarray(test.labels, dtype=np.int32))
         if "qat_model" in inputs:
             metrics["qat"] = qat_fidelity(logits, inputs)
         write_flipped(out / "flipped.csv", logits, reference_logits, test.labels)

@@ -28,6 +28,8 @@ def reads(cfg: Dict[str, Any], precision: str) -> Dict[str, Any]:
         mixed = ("mixed_max_val_drop",) + (("mixed_keep_fp",) if cfg["int8"]["mixed_max_val_drop"] is None else ())
         keys = INT8_KEYS + (mixed if precision == "int8_mixed" else ())
         params["int8"] = {key: cfg["int8"][key] for key in keys}
+        if precision == "int8_mixed" and cfg["int8"]["mixed_max_val_drop"] is not None:
+            params["int8"]["confidence"] = cfg["evaluate"]["confidence"]  # the search's intervals decide
     return params
 
 
@@ -56,7 +58,7 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
     if params["precision"] == "int8_mixed" and int8.get("mixed_max_val_drop") is not None:
         from precisionflow.quant import mixed
 
-        kept_float, search = mixed.search(source, ranges, nodes, inputs["data"], int8)
+        kept_float, search = mixed.search(source, ranges, nodes, inputs["data"], int8, int8["confidence"])
         nodes = [name for name in nodes if name not in kept_float]
     elif params["precision"] == "int8_mixed":
         rows = _read_rows(inputs["int8"] / "layer_error.csv")

@@ -11,6 +11,7 @@ What a row claims is what it measured:
 """
 
 import csv
+import os
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -24,17 +25,20 @@ NOISY_MARK = "*"
 # Accuracy columns by task: a classifier's rows fill top1..flipped, a detector's map50..shadow_100;
 # the printed and HTML tables leave out columns no row fills.
 DETECTION_COLUMNS = ["map50", "map", "box_agreement", "spurious_100", "lost_100", "shadow_100"]
-COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "target", "ran", "top1", "top5", "agreement", "flipped",
+COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "target", "ran", "top1", "top5",
+           "change_pts", "change_low", "change_high", "vs", "verdict", "agreement", "flipped",
            *DETECTION_COLUMNS, "qat_agreement",
            "int8_frac", "p50_ms_b1", "p99_ms_b1", "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams",
            "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb",
-           "timed", "load", "node"]
-PRINTED = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "ran", "top1", "agreement", "flipped",
+           "noisy", "loaded", "timed", "load", "node"]
+PRINTED = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "ran", "top1", "change_95", "verdict",
+           "agreement", "flipped",
            *DETECTION_COLUMNS, "qat_agreement", "int8_frac",
            "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1",
            "x_tf_bmax", "x_tf_streams", "engine_kb", "timed", "load"]
 # The page fits a 1366-px window: node ids live in tooltips (the precision cell), models by their hash.
-HTML_COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "target", "ran", "top1", "top5", "agreement", "flipped",
+HTML_COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "target", "ran", "top1", "top5",
+                "change_95", "verdict", "agreement", "flipped",
                 *DETECTION_COLUMNS, "qat_agreement",
                 "int8_frac", "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams",
                 "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb"]
@@ -47,22 +51,27 @@ def reads(budgets: Dict[str, Any]) -> Dict[str, Any]:
     return {"budgets": budgets}
 
 
-def marked(value: float, digits: int, noisy: bool) -> str:
-    return f"{round(value, digits)}{NOISY_MARK if noisy else ''}"
+def loaded(taken: Dict[str, Any]) -> bool:
+    """Whether a timing job shared the machine: the 1-min load, at its start or end, above the cores."""
+    cores = taken.get("cpu_count") or 0
+    return bool(cores) and max(taken.get("loadavg_1m", 0), taken.get("finished_loadavg_1m", 0)) > cores
 
 
 def speed_columns(speed: Dict[str, Any]) -> Dict[str, Any]:
+    """Numbers only (summary.csv is read by spreadsheets); which of them were noisy is the `noisy` column."""
     batch, streams = speed["batch"], speed["streams"]
     smallest, largest = min(batch, key=int), max(batch, key=int)
     most = max(streams, key=int) if streams else None
     taken = speed.get("conditions", {})
+    noisy = ["p50_ms_b1", "sps_b1"] * bool(batch[smallest]["noisy"]) + ["sps_bmax"] * bool(batch[largest]["noisy"])
     return {
-        "p50_ms_b1": marked(batch[smallest]["p50_ms"], 4, batch[smallest]["noisy"]),
+        "p50_ms_b1": round(batch[smallest]["p50_ms"], 4),
         "p99_ms_b1": round(batch[smallest]["p99_ms"], 4), "cv_pct_b1": round(batch[smallest]["cv_percent"], 1),
-        "sps_b1": marked(batch[smallest]["throughput_sps"], 1, batch[smallest]["noisy"]),
-        "sps_bmax": marked(batch[largest]["throughput_sps"], 1, batch[largest]["noisy"]), "bmax": int(largest),
+        "sps_b1": round(batch[smallest]["throughput_sps"], 1),
+        "sps_bmax": round(batch[largest]["throughput_sps"], 1), "bmax": int(largest),
         "sps_streams": round(streams[most]["throughput_sps"], 1) if most else "", "streams": most or "",
-        "timed": timed(taken), "load": taken.get("loadavg_1m", ""),
+        "timed": timed(taken), "load": taken.get("loadavg_1m", ""), "noisy": " ".join(noisy),
+        "loaded": "yes" if loaded(taken) else "",
     }
 
 
@@ -102,7 +111,24 @@ def engine_options(description: Dict[str, Any]) -> str:
 def ratio_columns(ratio_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     if not ratio_metrics:
         return {}
-    return {column: marked(stats["median"], 2, stats["noisy"]) for column, stats in ratio_values(ratio_metrics).items()}
+    values = ratio_values(ratio_metrics)
+    found: Dict[str, Any] = {column: round(stats["median"], 2) for column, stats in values.items()}
+    found["ratio_noisy"] = [column for column, stats in values.items() if stats["noisy"]]
+    found["ratio_loaded"] = loaded(ratio_metrics.get("conditions", {}))
+    return found
+
+
+def displayed(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The printed/HTML rows: a noisy figure carries NOISY_MARK -- unless its row was timed on a
+    loaded machine, which the notes say once (a mark on every figure would say nothing)."""
+    shown = []
+    for row in rows:
+        copy = dict(row)
+        if not row.get("loaded"):
+            for column in str(row.get("noisy", "")).split():
+                copy[column] = f"{row[column]}{NOISY_MARK}"
+        shown.append(copy)
+    return shown
 
 
 def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
@@ -118,7 +144,7 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
     lineage = named_lineage(eval_dir)
     executed = metrics["engine"].get("executed", {})
     graph = lineage["quantize_onnx"]["summary"]
-    row = {column: "" for column in COLUMNS}
+    row = {column: "" for column in COLUMNS + ["change_95"]}
     row.update({
         "model": lineage["train_model"]["id"], "precision": metrics["precision"], "variant": variant(lineage),
         "options": engine_options(metrics["engine"]), **pruning_columns(lineage),
@@ -129,6 +155,9 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
         **speed_columns(metrics["speed"]), **ratio_columns(ratios.get(engine_key(eval_dir))),
         "engine_kb": round(metrics["engine"]["engine_bytes"] / 1024, 1), "node": eval_dir.name,
     })
+    row["noisy"] = " ".join(row["noisy"].split() + row.pop("ratio_noisy", []))
+    row["loaded"] = "yes" if row["loaded"] or row.pop("ratio_loaded", False) else ""
+    row.pop("ratio_loaded", None)
     return row
 
 
@@ -141,7 +170,7 @@ def accuracy_columns(metrics: Dict[str, Any]) -> Dict[str, Any]:
             "agreement": round(metrics["agreement"], 4), "flipped": metrics["flipped"]}
 
 
-TASK_COLUMNS = {"top1", "top5", "agreement", "flipped", *DETECTION_COLUMNS}
+TASK_COLUMNS = {"top1", "top5", "agreement", "flipped", "change_95", "verdict", *DETECTION_COLUMNS}
 
 
 def filled(columns: List[str], rows: List[Dict[str, Any]]) -> List[str]:
@@ -152,7 +181,7 @@ def filled(columns: List[str], rows: List[Dict[str, Any]]) -> List[str]:
 
 def framework_row(framework_dir: Path) -> Dict[str, Any]:
     metrics = read_json(framework_dir / "metrics.json")
-    row = {column: "" for column in COLUMNS}
+    row = {column: "" for column in COLUMNS + ["change_95"]}
     lineage = named_lineage(framework_dir, ("model", "data"))
     row.update({"model": lineage["train_model"]["id"], "precision": "tensorflow", **pruning_columns(lineage),
                 "target": metrics["target"], "ran": f"fp32 ({metrics['device']})", "node": framework_dir.name})
@@ -223,6 +252,17 @@ def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED) -> st
     return "\n".join([line(columns), line(["-" * widths[c] for c in columns])] + [line([r[c] for c in columns]) for r in rows])
 
 
+def load_notes(rows: List[Dict[str, Any]]) -> List[str]:
+    """Once per table: the rows timed while the machine was shared (their figures are not marked one by one)."""
+    shared = [row for row in rows if row.get("loaded")]
+    if not shared:
+        return []
+    loads = sorted(float(row["load"]) for row in shared if row["load"] != "")
+    span = f"{loads[0]}-{loads[-1]}" if loads else "unknown"
+    return [f"(!) {len(shared)} of {len(rows)} rows were timed while the machine was loaded (1-min load {span}, above its "
+            f"{os.cpu_count()} cores): every figure of theirs is noisy, so none carries {NOISY_MARK}; time again on an idle machine."]
+
+
 def non_finite_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     """Engines whose outputs held inf/NaN: their accuracy columns measure an overflow, not a precision loss."""
     return [f"(!) {eval_dir.name}: {found['non_finite_outputs']} non-finite outputs (inf/NaN) on the test split -- its "
@@ -245,13 +285,14 @@ def chance_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
 def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     """What a reader must know to read the table right."""
     lines = [f"{NOISY_MARK} = uncertain above its flag threshold (timed windows: CV > 5%; ratios: standard error of the "
-             "median of the rounds > 5%): read the figure as noisy.",
+             "median of the rounds > 5%): read the figure as noisy (summary.csv: the `noisy` column names them).",
              "x_fp32_* / x_tf_* = throughput ratios measured side by side in one job per engine (alternating rounds, "
              "median of the rounds); absolute figures are each engine's own timing job (timed = start of the workflow run it ran in, load = 1-min load average)."]
     for eval_dir, found in metrics.items():
         executed = found["engine"].get("executed", {})
         if not executed.get("as_requested", True):
             lines.append(f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision.")
+    lines += load_notes(rows)
     lines += non_finite_notes(metrics)
     lines += chance_notes(metrics)
     runs = sorted({row["timed"] for row in rows if row["timed"]})
@@ -259,6 +300,24 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> Li
         lines.append(f"Absolute figures come from {len(runs)} workflow runs (timed = the run's start: {', '.join(runs)}); "
                      "machine load differs between runs: compare engines through the x_* columns, which never mix jobs.")
     return lines
+
+
+def add_verdict_columns(rows: List[Dict[str, Any]], found: List[Dict[str, Any]]) -> None:
+    """Each judged row's accuracy change against its reference, with the 95% interval from the
+    paired test images, and its verdict: summary.csv gets the numbers apart, the printed table one cell."""
+    by_node = {entry["node"].split("/", 1)[-1]: entry for entry in found}
+    for row in rows:
+        entry = by_node.get(row["node"])
+        if not entry:
+            continue
+        drop = entry.get("drop")
+        row.update({"verdict": entry["verdict"], "vs": "fp32 twin" if entry.get("vs_base_fp32") else "fp32",
+                    "change_pts": round(0.0 - entry["drop_points"], 2)})
+        if drop:
+            row.update({"change_low": round(0.0 - drop["high"], 2), "change_high": round(0.0 - drop["low"], 2)})
+            row["change_95"] = f"{0.0 - entry['drop_points']:+.2f} [{0.0 - drop['high']:+.1f},{0.0 - drop['low']:+.1f}]"
+        else:
+            row["change_95"] = f"{0.0 - entry['drop_points']:+.2f}"
 
 
 def verdicts_of(params: Dict[str, Any], evals: List[Path], speeds: List[Path]) -> List[Dict[str, Any]]:
@@ -278,12 +337,14 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     metrics = {path: read_json(path / "metrics.json") for path in evals}
     rows = [engine_row(path, metrics[path], ratios) for path in evals] + [framework_row(path) for path in frameworks]
     rows.sort(key=lambda r: (r["model"], str(r["pruned"]), r["target"], r["precision"] == "tensorflow", r["precision"], r["variant"]))
+    found = verdicts_of(params, evals, speeds)
+    add_verdict_columns(rows, found)
     with open(out / "summary.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     reading_notes = notes(rows, metrics)
-    table = "\n".join([format_table(rows, filled(PRINTED, rows)), ""] + reading_notes)
+    table = "\n".join([format_table(displayed(rows), filled(PRINTED, rows)), ""] + reading_notes)
     (out / "summary.txt").write_text(table + "\n")
     pareto = []
     for target in sorted({row["target"] for row in rows}):
@@ -297,9 +358,8 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
                  draw_flipped(path, out, data_cache) for path in evals if path not in detection and metrics[path]["flipped"]],
              "Spurious and lost boxes (engine vs fp32)": [
                  draw_worst_boxes(path, out, data_cache) for path in detection if read_json(path / "worst_boxes.json")]}
-    found = verdicts_of(params, evals, speeds)
     write_json_atomic(out / "verdicts.json", found)
-    (out / "report.html").write_text(report_pages.html_page(rows, filled(HTML_COLUMNS, rows), plots, reading_notes, found))
+    (out / "report.html").write_text(report_pages.html_page(displayed(rows), filled(HTML_COLUMNS, rows), plots, reading_notes, found))
     print(table)
     return {"engines": len(evals), "ratio_jobs": len(speeds), "frameworks": len(frameworks),
             "seconds": round(time.perf_counter() - started, 3)}

@@ -145,7 +145,7 @@ STYLE = (
     "body{font-family:sans-serif;max-width:1330px;margin:0 auto;padding:0 12px}"
     "table{border-collapse:collapse;font-size:11px;margin-bottom:8px}td,th{border:1px solid #ccc;padding:2px 3px}"
     "th{background:#f0f0f0;font-size:10px}tr.ref td{font-weight:bold;background:#eef4fb}tr.fail td{background:#fde7e7}"
-    "td.noisy{background:#fff4c2}td.pass{color:#2e7d32;font-weight:bold}td.fail{color:#c62828;font-weight:bold}"
+    "td.noisy{background:#fff4c2}td.pass{color:#2e7d32;font-weight:bold}td.fail{color:#c62828;font-weight:bold}td.undecided{color:#b26a00;font-weight:bold}"
     "img{max-width:100%;height:auto}.note{font-size:12px;color:#333;margin:2px 0}"
 )
 # After load: each picture says whether it loaded, and the page whether it is wider than the window.
@@ -164,11 +164,25 @@ def _cell(value, title: str = "") -> str:
     return f"<td{css}{tip}>{html.escape(text)}</td>"
 
 
+def accuracy_change(entry: Dict[str, Any]) -> str:
+    """"top-1 -0.44 [-1.8, +0.9] vs its fp32 twin; +27.1 [..] vs base fp32" and int8_mixed's validation."""
+    from precisionflow.budget import interval_text
+
+    against = "vs its fp32 twin" if entry.get("vs_base_fp32") else "vs fp32"
+    text = f"{entry['accuracy_name']} {0.0 - entry['drop_points']:+.2f}{interval_text(entry.get('drop'))} points {against}"
+    base = entry.get("vs_base_fp32")
+    if base:
+        text += f"; {0.0 - base['drop_points']:+.2f}{interval_text(base['drop'])} vs base fp32 (the fine-tune's extra training)"
+    if entry.get("validation"):
+        text += f"; {entry['validation']}"
+    return text
+
+
 def verdict_table(verdicts: List[Dict[str, Any]]) -> str:
     if not verdicts:
         return "<p class='note'>No budgets to check (no fp32 engine in this report).</p>"
-    head = "<tr><th>verdict</th><th>engine</th><th>target</th><th>ran</th><th>accuracy vs fp32</th><th>agreement</th>" \
-           "<th>worst class</th><th>speed vs fp32</th><th>what broke it</th></tr>"
+    head = "<tr><th>verdict</th><th>engine</th><th>target</th><th>ran</th><th>accuracy vs fp32 [95% interval]</th>" \
+           "<th>agreement</th><th>worst class</th><th>speed vs fp32</th><th>what broke it, or what the sample cannot tell</th></tr>"
     rows = []
     for entry in verdicts:
         worst = entry["worst_class"]
@@ -177,9 +191,9 @@ def verdict_table(verdicts: List[Dict[str, Any]]) -> str:
             f"<tr class='{'fail' if entry['breaches'] else ''}'><td class='{entry['verdict'].lower()}'>{entry['verdict']}</td>"
             f"<td title='{html.escape(entry['node'] + ' from ' + entry['model'])}'>{html.escape(entry['precision'])}</td>"
             f"<td>{html.escape(entry['target'])}</td><td>{html.escape(entry['ran'])}</td>"
-            f"<td>{html.escape(entry['accuracy_name'])} {0.0 - entry['drop_points']:+.2f} points</td><td>{entry['agreement']:.4f}</td>"
+            f"<td>{html.escape(accuracy_change(entry))}</td><td>{entry['agreement']:.4f}</td>"
             f"<td>{html.escape(f'{worst[0]}: {0.0 - worst[1]:+.1f}') if worst else ''}</td><td>{speed}</td>"
-            f"<td>{html.escape('; '.join(entry['breaches']))}</td></tr>")
+            f"<td>{html.escape('; '.join(entry['breaches'] + entry.get('undecided', [])))}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
 
 

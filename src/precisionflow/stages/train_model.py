@@ -142,10 +142,19 @@ def predict_split(model, data_dir: Path, split_name: str) -> np.ndarray:
     return predict_in_batches(lambda batch: model.predict_on_batch(batch), Split(data_dir, split_name), EVAL_BATCH)
 
 
-def test_accuracy(model, data_dir: Path) -> float:
-    test = Split(data_dir, "test")
-    logits = predict_in_batches(lambda batch: model.predict_on_batch(batch), test, EVAL_BATCH)
-    return float(np.mean(np.argmax(logits, axis=1) == test.labels))
+def test_accuracy(model, data_dir: Path, split: str = "test") -> float:
+    images = Split(data_dir, split)
+    logits = predict_in_batches(lambda batch: model.predict_on_batch(batch), images, EVAL_BATCH)
+    return float(np.mean(np.argmax(logits, axis=1) == images.labels))
+
+
+def kept_epoch(history: Dict[str, list], restored_best: bool) -> int:
+    """The epoch (1-based) whose weights the model keeps: EarlyStopping(restore_best_weights)
+    restores the first epoch of best val_accuracy when training ends (stopped early or not)."""
+    values = history.get("val_accuracy") or []
+    if restored_best and values:
+        return int(np.argmax(values)) + 1
+    return len(history["loss"])
 
 
 def save_curves(history: Dict[str, list], path: Path, title: str) -> None:
@@ -202,7 +211,7 @@ def check(limits: Dict[str, Any], summary: Dict[str, Any]) -> None:
 
 
 def save_outputs(out: Path, model, history, seconds: float, data_dir: Path, title: str,
-                 task: str = "classification") -> Dict[str, Any]:
+                 task: str = "classification", restored_best: bool = False) -> Dict[str, Any]:
     model.save(out / "model.keras")
     write_json_atomic(out / "history.json", history)
     save_curves(history, out / "curves.png", title)
@@ -212,9 +221,11 @@ def save_outputs(out: Path, model, history, seconds: float, data_dir: Path, titl
 
         scores = detection_summary(model, data_dir)
     else:
-        scores = {"test_accuracy": test_accuracy(model, data_dir), "val_accuracy": history["val_accuracy"][-1],
-                  "classes": int(model.output_shape[-1])}
-    return {**scores, "epochs_run": epochs, "train_seconds": round(seconds, 3), "seconds_per_epoch": round(seconds / epochs, 3),
+        # val_accuracy is measured on the weights saved (the restored best epoch, not the last one):
+        # the at-chance check and every table read the model that is exported.
+        scores = {"test_accuracy": test_accuracy(model, data_dir), "val_accuracy": test_accuracy(model, data_dir, "val"),
+                  "last_epoch_val_accuracy": history["val_accuracy"][-1], "classes": int(model.output_shape[-1])}
+    return {**scores, "kept_epoch": kept_epoch(history, restored_best), "epochs_run": epochs, "train_seconds": round(seconds, 3), "seconds_per_epoch": round(seconds / epochs, 3),
             "parameters": int(model.count_params())}
 
 
@@ -235,5 +246,5 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     history, seconds = fit(keras, model, inputs["data"], {**train, "task": params["task"]}, opt, params["cache"])
     model = rebuild_fp32(keras, params["model"], model, meta)
     summary = save_outputs(out, model, history, seconds, inputs["data"], f"{params['model']['name']} ({train['precision_policy']})",
-                           params["task"])
+                           params["task"], restored_best=bool(train["early_stopping_patience"]))
     return {**summary, "startup_seconds": round(startup_seconds, 3), "precision_policy": train["precision_policy"]}
