@@ -251,6 +251,9 @@ def judge(results: Path, key: str, reference_key: str, metrics, reference, budge
     classes = list(metrics.get("per_class_top1", {}))
     pairs = paired_drops(results / key, results / reference_key, budget["confidence"], classes) \
         if task_of(metrics) == "classification" else None
+    if key == reference_key:  # the fp32 engine against itself: no drop to judge, only what it computed
+        budget = dict(budget, max_top1_drop=None, max_class_drop=None, max_map_drop=None)
+        pairs = None
     found = checks(metrics, reference, budget, ratios, pairs)
     drop = pairs["all"].to_json() if pairs else None
     return {"checks": found, "verdict": overall(found), "drop": drop, "reference": reference_key}

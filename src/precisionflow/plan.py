@@ -286,6 +286,7 @@ def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequen
             tracking = {**{k: cfg["tracking"][k] for k in ("uri", "experiment")},
                         "tensorrt_version": cfg["calibration"]["tensorrt_version"]}
             measured_by_tracking.setdefault(json.dumps(tracking, sort_keys=True), {}).update(point)
+    warn_unresolvable(builder, budgets)
     report_params = stage_module("report").reads(dict(sorted(budgets.items())))
     report = _add_aggregate(builder, "report", "sweep", report_params, measured)
     final = [report]
@@ -300,6 +301,34 @@ def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequen
         "report": report.key,
         "budgets": budgets,  # thresholds per evaluation: checked by precisionflow check, never hashed
     }
+
+
+def resolution_warnings(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) -> List[str]:
+    """Budgets finer than their test split can resolve: with n images even an engine that flips not
+    one of them has a drop interval wider than the budget, so its verdict can only be UNDECIDED."""
+    from precisionflow import stats
+
+    found = set()
+    for key, budget in budgets.items():
+        node = builder.nodes[key]
+        limit = budget.get("max_top1_drop")
+        if limit is None or node.params["precision"] == "fp32" or node.params.get("task", "classification") != "classification":
+            continue
+        images = builder.split_sizes(builder.nodes[node.inputs["data"]])["test"]
+        finest = stats.zero_flip_resolution(images, budget.get("confidence", 0.95))
+        if limit < finest:
+            found.add(f"precisionflow: warning: max_top1_drop={limit} for {node.params['precision']} is finer than "
+                      f"{images} test images can resolve (one image = {100 / images:.2f} points; even with no image "
+                      f"flipped the drop's interval reaches {finest:.2f}): its verdict can only be UNDECIDED. Use "
+                      "more test images (dataset.test_fraction, a larger data set) or a budget of at least that.")
+    return sorted(found)
+
+
+def warn_unresolvable(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) -> None:
+    import sys
+
+    for line in resolution_warnings(builder, budgets):
+        print(line, file=sys.stderr)
 
 
 def _add_aggregate(builder: PlanBuilder, stage: str, slug: str, params, measured: Dict[str, Node], extra=None) -> Node:

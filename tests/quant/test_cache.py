@@ -23,7 +23,7 @@ def test_trt_cache_round_trips_to_the_same_scales(tmp_path):
 
 
 def test_cache_writes_all_formats(tmp_path):
-    cache.write_cache(tmp_path, RANGES, {"graph_sha256": "abc", "source": "ptq"})
+    cache.write_cache(tmp_path, RANGES, {"graph_sha256": "abc", "source": "ptq", "method": "entropy"})
     for name in ("ranges.json", "ort/calibration.json", "ort/calibration.flatbuffers", "ort/calibration.cache"):
         assert (tmp_path / name).is_file(), name
     ranges, lineage = cache.load_cache(tmp_path, "abc")
@@ -41,3 +41,23 @@ def test_cache_of_another_model_is_refused(tmp_path):
     assert "computed on graph aaaaaaaaaaaaaaaa" in message
     assert "model node opset17-111" in message
     assert f"delete {tmp_path} and run precisionflow run again" in message
+
+
+@pytest.mark.parametrize("lineage, algorithm", [
+    ({"source": "ptq", "method": "entropy"}, "EntropyCalibration2"),
+    ({"source": "ptq", "method": "minmax"}, "MinMaxCalibration"),
+    ({"source": "ptq", "method": "percentile"}, "LegacyCalibration"),
+    ({"source": "qat", "method": "minmax"}, "MinMaxCalibration"),  # QAT's learned ranges, used as they are
+])
+def test_trt_cache_header_names_the_method_that_made_the_ranges(tmp_path, lineage, algorithm):
+    cache.write_cache(tmp_path, RANGES, {"graph_sha256": "abc", **lineage})
+    header, _ = cache.parse_trt_text(cache.write_trt_cache(tmp_path, tmp_path / "x.cache", "10.14.1").read_text())
+    assert header == f"TRT-101401-{algorithm}"
+    # the form TensorRT's calibrators check: TRT-<NV_TENSORRT_VERSION>-<CalibrationAlgoType name>
+    assert algorithm in {"EntropyCalibration2", "EntropyCalibration", "MinMaxCalibration", "LegacyCalibration"}
+
+
+def test_a_cache_of_unknown_method_gets_no_header_it_did_not_earn(tmp_path):
+    cache.write_cache(tmp_path, RANGES, {"graph_sha256": "abc", "source": "ptq", "method": "magic"})
+    with pytest.raises(LineageError, match="expected a method among"):
+        cache.write_trt_cache(tmp_path, tmp_path / "x.cache", "10.14.1")

@@ -131,7 +131,8 @@ class CalibrationConf:
     batch_size: int = 32
     # train or val: calibration is a decision, and decisions never look at the test split.
     split: str = "train"
-    # Header version of the TensorRT-native cache (TRT-<MMmmpp>-EntropyCalibration2): TensorRT
+    # Header version of the TensorRT-native cache (TRT-<MMmmpp>-<calibrator>, the calibrator named after the
+    # method that made the ranges: EntropyCalibration2, MinMaxCalibration, LegacyCalibration): TensorRT
     # ignores a cache whose version differs from its own, so set the version your users deploy.
     tensorrt_version: str = "10.14.1"
 

@@ -20,7 +20,15 @@ from precisionflow.nodeio import read_json, write_json_atomic
 
 RANGES_FILE = "ranges.json"
 TRT_CACHE_FILE = "calibration.trt.cache"
-TRT_ALGORITHM = "EntropyCalibration2"  # the calibrator name DeepStream/tao-converter caches carry
+# The header's last field names the TensorRT calibrator (CalibrationAlgoType) the ranges match;
+# TensorRT's calibrators skip a cache whose header names another one, so the name must be true.
+TRT_ALGORITHMS = {
+    "entropy": "EntropyCalibration2",  # KL-divergence thresholds, as IInt8EntropyCalibrator2
+    "minmax": "MinMaxCalibration",  # the observed |x| maximum, as IInt8MinMaxCalibrator
+    # a quantile of |x| (clipping the tail): TensorRT's quantile-based calibrator is the legacy one
+    "percentile": "LegacyCalibration",
+}
+QAT_ALGORITHM = "MinMaxCalibration"  # QAT's learned ranges are used as they are: amax / 127, no search
 
 Ranges = Dict[str, Tuple[float, float]]
 
@@ -39,8 +47,19 @@ def scale_of(low: float, high: float) -> float:
     return max(abs(low), abs(high)) / 127.0
 
 
-def to_trt_text(ranges: Ranges, tensorrt_version: str) -> str:
-    lines = [f"TRT-{trt_version_code(tensorrt_version)}-{TRT_ALGORITHM}"]
+def trt_algorithm(lineage: Dict) -> str:
+    """The calibrator name of a cache's header, from the lineage of its ranges."""
+    if lineage.get("source") == "qat":
+        return QAT_ALGORITHM
+    method = lineage.get("method")
+    if method not in TRT_ALGORITHMS:
+        raise LineageError(f"calibration cache lineage: expected a method among {sorted(TRT_ALGORITHMS)} (or QAT ranges), "
+                           f"found '{method}'; recalibrate (delete the calibrate node and run again).")
+    return TRT_ALGORITHMS[method]
+
+
+def to_trt_text(ranges: Ranges, tensorrt_version: str, algorithm: str = TRT_ALGORITHMS["entropy"]) -> str:
+    lines = [f"TRT-{trt_version_code(tensorrt_version)}-{algorithm}"]
     for name in sorted(ranges):
         lines.append(f"{name}: {struct.pack('!f', scale_of(*ranges[name])).hex()}")
     return "\n".join(lines) + "\n"
@@ -65,9 +84,10 @@ def write_cache(folder: Path, ranges: Ranges, lineage: Dict) -> None:
 
 def write_trt_cache(cache_folder: Path, target: Path, tensorrt_version: str) -> Path:
     """TensorRT's text cache of a calibrate node's ranges, written to `target` (another node's folder)."""
-    ranges = read_json(Path(cache_folder) / RANGES_FILE)["ranges"]
+    data = read_json(Path(cache_folder) / RANGES_FILE)
     Path(target).parent.mkdir(parents=True, exist_ok=True)
-    Path(target).write_text(to_trt_text({name: tuple(bounds) for name, bounds in ranges.items()}, tensorrt_version))
+    Path(target).write_text(to_trt_text({name: tuple(bounds) for name, bounds in data["ranges"].items()}, tensorrt_version,
+                                        trt_algorithm(data["lineage"])))
     return Path(target)
 
 

@@ -127,7 +127,9 @@ def log_child(client, context, eval_dir: Path) -> bool:
 
     lineage = named_lineage(eval_dir)
     metrics = read_json(eval_dir / "metrics.json")
-    name = f"{metrics['precision']} · {lineage['train_model']['id']} · {metrics['target']}"
+    method = lineage.get("calibrate", {}).get("params", {}).get("method")  # two int8 engines of two calibrations
+    label = metrics["precision"] + (f" ({method})" if method and metrics["precision"] != "int8_qat" else "")
+    name = f"{label} · {lineage['train_model']['id']} · {metrics['target']}"
     run = tracking.resumable_run(client, context["experiment_id"], {tracking.NODE_TAG: node_key(lineage["evaluate_engine"])},
                                  name, context["parent_id"])
     mark_sweep(client, run, context["sweep_id"])
@@ -135,16 +137,44 @@ def log_child(client, context, eval_dir: Path) -> bool:
         return False
     run_id = run.info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in child_params(lineage).items()])
-    values = {**child_metrics(metrics, context["ratios"].get(engine_key(eval_dir))), **graph_metrics(lineage)}
+    verdict = context["verdicts"].get(node_key(lineage["evaluate_engine"]), {})
+    values = {**child_metrics(metrics, context["ratios"].get(engine_key(eval_dir))), **graph_metrics(lineage),
+              **verdict_metrics(verdict)}
     training_runs = {f"training_run.{name}": log_training(client, context, record)
                      for name, record in lineage.items() if record["stage"] in TRAINING_STAGES}
     client.log_batch(run_id, metrics=[Metric(k, v, 0, 0) for k, v in values.items()],
-                     tags=[RunTag(k, v) for k, v in {**training_runs, **child_tags(lineage, metrics, context["commit"])}.items()])
+                     tags=[RunTag(k, v) for k, v in {**training_runs, **child_tags(lineage, metrics, context["commit"]),
+                                                     **verdict_tags(verdict)}.items()])
     for artifact in artifacts(eval_dir, lineage) + trt_caches(lineage, context["results"], context["out"], context["tensorrt_version"]):
         client.log_artifact(run_id, str(artifact))
     client.set_tag(run_id, tracking.COMPLETE_TAG, "1")
     client.set_terminated(run_id)
     return True
+
+
+def verdict_metrics(verdict: Dict[str, Any]) -> Dict[str, float]:
+    """The accuracy change against the reference the budget reads, with its interval (points)."""
+    found: Dict[str, float] = {}
+    if verdict.get("drop"):
+        found.update({"top1_drop_points": verdict["drop"]["drop"], "top1_drop_low": verdict["drop"]["low"],
+                      "top1_drop_high": verdict["drop"]["high"], "top1_drop_p_value": verdict["drop"]["p_value"]})
+    base = verdict.get("vs_base_fp32")
+    if base and base.get("drop"):
+        found.update({"top1_drop_vs_base_fp32": base["drop"]["drop"], "top1_drop_vs_base_fp32_low": base["drop"]["low"],
+                      "top1_drop_vs_base_fp32_high": base["drop"]["high"]})
+    return found
+
+
+def verdict_tags(verdict: Dict[str, Any]) -> Dict[str, str]:
+    if not verdict:
+        return {}
+    tags = {"verdict": verdict["verdict"], "judged_against": verdict["judged_against"]}
+    if verdict.get("vs_base_fp32"):
+        tags["qat_twin"] = verdict["judged_against"]  # int8_qat's reference: its fine-tune run in fp32
+    reasons = verdict["breaches"] + verdict["undecided"]
+    if reasons:
+        tags["verdict_reasons"] = "; ".join(reasons)[:5000]
+    return tags
 
 
 def log_parent(client, experiment_id: str, sweep_id: str, params: Dict[str, Any], report_dir: Path):
@@ -171,7 +201,8 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     parent = log_parent(client, experiment_id, sweep_id, params, inputs["report"])
     context = {"experiment_id": experiment_id, "parent_id": parent.info.run_id, "sweep_id": sweep_id,
                "commit": tracking.git_commit(), "results": results, "out": out, "ratios": ratios_by_engine(speed_dirs),
-               "tensorrt_version": params["tensorrt_version"]}
+               "tensorrt_version": params["tensorrt_version"],
+               "verdicts": {entry["node"]: entry for entry in read_json(inputs["report"] / "verdicts.json")}}
     logged = sum(log_child(client, context, path) for path in eval_dirs)
     client.set_terminated(parent.info.run_id)
     return {"tracking_uri": uri, "experiment_id": experiment_id, "parent_run_id": parent.info.run_id,
