@@ -137,6 +137,8 @@ def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
     parts = [graph["calibration_method"]] if graph.get("calibration_source") == "ptq" else []
     parts += ["qat ranges"] if graph.get("calibration_source") == "qat" else []
     parts += [f"{len(graph['kept_float'])} op(s) fp"] if graph.get("kept_float") else []
+    if lineage["evaluate_engine"]["params"].get("twin_of"):
+        parts.append("int8_qat's twin")  # the QAT fine-tune run in fp32: int8_qat's reference
     return ", ".join(parts)
 
 
