@@ -123,7 +123,7 @@ CONDITIONAL = [
     (["calibration.num_samples=128"], "calibration.split", "val", {"calibrate"} | GRAPHS),
     (["engine=tensorrt"], "engine.trt_builder_optimization_level", 5, ENGINES),
     (["engine=tensorrt"], "engine.max_batch", 128, ENGINES),
-    (["engine=tensorrt"], "engine.trt_int8_fp16", False, ENGINES),
+    (["engine=tensorrt"], "engine.trt_int8_fp16", True, ENGINES),
     (["engine=tensorrt"], "engine.optimization_level", "basic", NOTHING),
     (["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=null"], "int8.mixed_keep_fp", 2, GRAPHS),
     (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_keep_fp", 2, NOTHING),  # the search does not read it

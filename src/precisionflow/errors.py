@@ -23,3 +23,7 @@ class LineageError(PrecisionflowError):
 
 class EngineMismatchError(PrecisionflowError):
     """An engine was built for another device or runtime version than the current one."""
+
+
+class CudaError(PrecisionflowError):
+    """A CUDA runtime call failed: a device or driver fault, not a wrong engine (rebuilding will not help)."""

@@ -129,33 +129,143 @@ def test_missing_tensorrt_gives_an_actionable_error():
         get_backend("tensorrt").describe_runtime({})
 
 
-def test_inspector_layer_types_say_what_tensorrt_runs():
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def real_inspector(name: str):
+    import json
+
+    return json.loads((FIXTURES / name).read_text())
+
+
+def test_labels_count_compute_layers_of_real_tensorrt_10_inspector_output():
+    """NVIDIA's own int8 QAT MobileNetV2 engine JSON: 5 convolutions (one of them the classifier),
+    all on int8 inputs; the Q/DQ reformats, the pooling and the fp32 engine output are no compute."""
     from precisionflow.backends import executed
 
-    inspector = {"Layers": [
-        {"Name": "conv0", "Inputs": [{"Format/Datatype": "Int8 NC/32HW32"}]},
-        {"Name": "conv1", "Inputs": [{"Format/Datatype": "Int8 NC/32HW32"}]},
-        {"Name": "logits", "Inputs": [{"Format/Datatype": "Half format"}]},
-        "a layer named only",
-    ]}
+    inspector = real_inspector("trt10_mobilenet_qat.engine.graph.json")
     counts = executed.trt_layer_types(inspector)
-    assert counts == {"int8": 2, "fp16": 1}
-    label = executed.label("int8", counts, "TensorRT")
-    assert label["as_requested"] and label["executed_precision"] == "int8 2 + fp16 1"
-    assert not executed.label("fp16", executed.trt_layer_types({"Layers": [{"Inputs": [{"Format/Datatype": "Float"}]}]}), "TensorRT")["as_requested"]
+    assert counts == {"int8": 5}
+    label = executed.label("int8", counts, "TensorRT", trt_backend.typing_of("int8", ENGINE, "10.14.1"))
+    assert label["as_requested"] and label["executed_precision"] == "int8"
+    assert label["label"] == "int8 graph, ran int8 on TensorRT, strongly typed (the graph's types)"
+    # the words TensorRT 10 really writes
+    assert executed.trt_type("Row major linear FP32") == "fp32"
+    assert executed.trt_type("Thirty-two wide channel vectorized row major FP16 format") == "fp16"
+    assert executed.trt_type("Four wide channel vectorized row major Int8 format") == "int8"
+
+
+def test_fp16_engine_with_fp32_io_reads_fp16():
+    """An fp16 engine keeps fp32 inputs/outputs (reformats, not compute) and is not flagged '(!)'."""
+    from precisionflow.backends import executed
+
+    layers = [{"LayerType": "Reformat", "ParameterType": "Reformat", "Inputs": [{"Format/Datatype": "Row major linear FP32"}]},
+              {"LayerType": "CaskConvolution", "ParameterType": "Convolution",
+               "Inputs": [{"Format/Datatype": "Thirty-two wide channel vectorized row major FP16 format"}]},
+              {"LayerType": "CaskGemmConvolution", "ParameterType": "Convolution",
+               "Inputs": [{"Format/Datatype": "Channel major FP16 format where channel % 8 == 0"}]},
+              {"LayerType": "Shuffle", "ParameterType": "Shuffle", "Inputs": [{"Format/Datatype": "Row major linear Int32"}]},
+              {"LayerType": "Reformat", "ParameterType": "Reformat", "Inputs": [{"Format/Datatype": "Row major linear FP16 format"}]}]
+    counts = executed.trt_layer_types({"Layers": layers})
+    assert counts == {"fp16": 2}  # the shape tensor (Int32) and the I/O reformats are not counted
+    assert executed.label("fp16", counts, "TensorRT")["as_requested"]
+
+
+def test_tensorrt_11_data_type_field_is_read():
+    """TensorRT 11's inspector gives a tensor's data type its own field beside Format (schema of
+    NVIDIA's 10.x-to-11.x IEngineInspector migration guide; no real 11.x engine JSON was found)."""
+    from precisionflow.backends import executed
+
+    layer = {"LayerType": "CaskConvolution", "ParameterType": "Convolution",
+             "Inputs": [{"Name": "x", "DataType": "Half", "Format": "Row major linear FP32 format (kLINEAR)"}]}
+    assert executed.trt_layer_types({"Layers": [layer]}) == {"fp16": 1}  # DataType wins over the format's words
+    layer["Inputs"][0]["DataType"] = "Int8"
+    assert executed.trt_layer_types({"Layers": [layer]}) == {"int8": 1}
 
 
 @pytest.mark.parametrize("precision, version, allow, network, builder", [
-    ("int8", "10.14.1", True, [], {"TF32": True, "INT8": True, "FP16": True}),  # trtexec --int8 --fp16
+    ("int8", "10.14.1", True, [], {"TF32": True, "INT8": True, "FP16": True}),  # trtexec --int8 --fp16, asked for
     ("int8_qat", "10.14.1", True, [], {"TF32": True, "INT8": True, "FP16": True}),
+    ("int8_mixed", "10.14.1", True, ["STRONGLY_TYPED"], {"TF32": True}),  # never: its float ops were chosen in fp32
     ("int8", "10.14.1", False, ["STRONGLY_TYPED"], {"TF32": True}),
     ("int8", "11.4.0", True, [], {"TF32": True}),  # 11.x: always strongly typed, no fp16 fallback
     ("fp16", "10.14.1", True, ["STRONGLY_TYPED"], {"TF32": True}),
 ])
-def test_int8_engines_may_run_unquantized_layers_in_fp16_on_tensorrt_10(precision, version, allow, network, builder):
+def test_weak_typing_only_when_asked_on_10_and_never_for_int8_mixed(precision, version, allow, network, builder):
     params = dict(ENGINE, trt_int8_fp16=allow)
     assert trt_backend.network_flag_names(version, precision, params) == network
     assert trt_backend.builder_flag_changes(precision, params, version) == builder
+    typing = trt_backend.typing_of(precision, params, version)
+    assert typing.startswith("weakly" if "INT8" in builder else "strongly")
+
+
+def test_strongly_typed_is_the_default():
+    from precisionflow.config.compose import expand
+
+    [cfg] = expand(["engine=tensorrt"])
+    assert cfg["engine"]["trt_int8_fp16"] is False
+    assert trt_backend.network_flag_names("10.14.1", "int8", cfg["engine"]) == ["STRONGLY_TYPED"]
+
+
+def test_a_fixed_batch_is_kept_in_the_profile():
+    shapes = trt_backend.profile_shapes([8, 32, 32, 3], ENGINE)
+    assert shapes == {"min": (8, 32, 32, 3), "opt": (8, 32, 32, 3), "max": (8, 32, 32, 3)}
+
+
+@pytest.mark.parametrize("result", [None, False, -1])
+def test_failure_values_of_tensorrt_calls_are_refused_with_advice(result):
+    with pytest.raises(trt_backend.TensorRTCallFailed, match="BuilderConfig.add_optimization_profile failed .* check engine"):
+        trt_backend.checked(result, "BuilderConfig.add_optimization_profile", "check engine.min/opt/max_batch.")
+    assert trt_backend.checked(0, "x", "") == 0 and trt_backend.checked(True, "x", "") is True
+
+
+def test_an_engine_tensorrt_cannot_deserialize_says_rebuild():
+    class Runtime:
+        def deserialize_cuda_engine(self, plan):
+            return None  # what TensorRT returns for a plan of another version or GPU
+
+    with pytest.raises(trt_backend.TensorRTCallFailed, match="delete the engine folder and run again"):
+        trt_backend.deserialized(Runtime(), b"plan", "results/build_engine/x/engine.plan")
+
+
+def test_cuda_failures_are_cuda_errors_not_engine_mismatches():
+    from precisionflow.backends import cuda_clock
+    from precisionflow.errors import CudaError
+
+    class ErrorString:  # a ctypes function of libcudart: restype is set before the call
+        restype = None
+
+        def __call__(self, status):
+            return b"an illegal memory access was encountered"
+
+    class Cudart:
+        cudaGetErrorString = ErrorString()
+
+    with pytest.raises(CudaError, match="CUDA error 700 .an illegal memory access.*rebuilding will not help") as caught:
+        cuda_clock.check_status(Cudart(), 700, "cudaEventSynchronize")
+    assert not isinstance(caught.value, EngineMismatchError)
+
+
+@pytest.mark.parametrize("environ, chosen", [
+    ({}, "0"),
+    ({"CUDA_VISIBLE_DEVICES": "3"}, "3"),
+    ({"CUDA_VISIBLE_DEVICES": "2,5"}, "2"),
+    ({"CUDA_VISIBLE_DEVICES": "GPU-8b1c2d3e-aaaa-bbbb-cccc-0123456789ab"}, "GPU-8b1c2d3e-aaaa-bbbb-cccc-0123456789ab"),
+    ({"CUDA_VISIBLE_DEVICES": ""}, None), ({"CUDA_VISIBLE_DEVICES": "-1"}, None),
+    ({"SLURM_JOB_GPUS": "6,7"}, "6"),  # SLURM without CUDA_VISIBLE_DEVICES
+])
+def test_the_gpu_asked_about_is_the_one_the_job_was_given(environ, chosen):
+    from precisionflow.backends import devices
+
+    assert devices.visible_gpu(environ) == chosen
+
+
+def test_engine_provenance_records_the_timing_cache_state_it_was_built_with(tmp_path):
+    cache_file = trt_backend.timing_cache_path(tmp_path, "NVIDIA H200", "10.14.1")
+    empty = trt_backend.timing_cache_state(cache_file, b"")
+    warm = trt_backend.timing_cache_state(cache_file, b"timings")
+    assert empty == {"file": ".cache/trt-timing/NVIDIA-H200-trt10.14.1.cache", "bytes_read": 0, "sha256_read": None}
+    assert warm["bytes_read"] == 7 and len(warm["sha256_read"]) == 64
 
 
 def test_tensorrt_version_comes_from_whichever_distribution_provides_it(monkeypatch):

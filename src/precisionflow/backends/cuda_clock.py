@@ -12,8 +12,11 @@ the last kernel excluded. trtexec reports GPU compute time the same way.
 import ctypes
 from typing import Callable, Optional
 
+from precisionflow.errors import CudaError
+
 CUDART_NAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so")
 NON_BLOCKING = 1  # cudaStreamNonBlocking: no implicit synchronisation with the legacy default stream
+HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2  # cudaMemcpyKind
 
 
 def load_cudart() -> Optional[ctypes.CDLL]:
@@ -26,8 +29,46 @@ def load_cudart() -> Optional[ctypes.CDLL]:
     return None
 
 
-class CudaError(RuntimeError):
-    pass
+def check_status(cudart, status: int, call: str) -> None:
+    """A failed CUDA call, named with CUDA's own error string: a device fault, never "rebuild the engine"."""
+    if status != 0:
+        name = ""
+        if hasattr(cudart, "cudaGetErrorString"):
+            cudart.cudaGetErrorString.restype = ctypes.c_char_p
+            name = (cudart.cudaGetErrorString(status) or b"").decode(errors="replace")
+        raise CudaError(f"{call} failed with CUDA error {status}{f' ({name})' if name else ''}. This is a fault of the "
+                        "GPU, its driver or the memory a kernel touched (error 700: an illegal address), not of the "
+                        "engine's provenance: rebuilding will not help. Check nvidia-smi and the job's log; a sticky "
+                        "error leaves the process unusable, so the job must be run again in a new process.")
+
+
+class DeviceBuffer:
+    """`nbytes` of device memory, freed once (close or garbage collection)."""
+
+    def __init__(self, cudart, nbytes: int):
+        self.cudart, self.nbytes = cudart, max(int(nbytes), 1)
+        self.pointer = ctypes.c_void_p()
+        check_status(cudart, cudart.cudaMalloc(ctypes.byref(self.pointer), ctypes.c_size_t(self.nbytes)), "cudaMalloc")
+
+    @property
+    def address(self) -> int:
+        return int(self.pointer.value or 0)
+
+    def copy_from_host(self, host_address: int, nbytes: int, stream: ctypes.c_void_p) -> None:
+        check_status(self.cudart, self.cudart.cudaMemcpyAsync(self.pointer, ctypes.c_void_p(host_address), ctypes.c_size_t(nbytes),
+                                                              HOST_TO_DEVICE, stream), "cudaMemcpyAsync (host to device)")
+
+    def copy_to_host(self, host_address: int, nbytes: int, stream: ctypes.c_void_p) -> None:
+        check_status(self.cudart, self.cudart.cudaMemcpyAsync(ctypes.c_void_p(host_address), self.pointer, ctypes.c_size_t(nbytes),
+                                                              DEVICE_TO_HOST, stream), "cudaMemcpyAsync (device to host)")
+
+    def close(self) -> None:
+        if self.pointer.value:
+            self.cudart.cudaFree(self.pointer)
+            self.pointer = ctypes.c_void_p()
+
+    def __del__(self):
+        self.close()
 
 
 class CudaClock:
@@ -43,8 +84,7 @@ class CudaClock:
             self._check(cudart.cudaEventCreate(ctypes.byref(event)), "cudaEventCreate")
 
     def _check(self, status: int, call: str) -> None:
-        if status != 0:
-            raise CudaError(f"{call} failed with CUDA error {status}")
+        check_status(self.cudart, status, call)
 
     @property
     def stream_pointer(self) -> int:
@@ -62,3 +102,17 @@ class CudaClock:
 
     def synchronize(self) -> None:
         self._check(self.cudart.cudaStreamSynchronize(self.stream), "cudaStreamSynchronize")
+
+    def close(self) -> None:
+        """Destroy the events and the stream (once): a context that goes away releases what it made."""
+        for event in (self.start, self.end):
+            if event.value:
+                self.cudart.cudaEventDestroy(event)
+                event.value = None
+        if self.stream.value:
+            self.cudart.cudaStreamDestroy(self.stream)
+            self.stream.value = None
+
+    def __del__(self):
+        if getattr(self, "cudart", None) is not None and hasattr(self, "end"):
+            self.close()

@@ -65,15 +65,49 @@ def compute_op_types(model) -> Counter:
     return counts
 
 
+# TensorRT's words for data types: in 10.x's "Format/Datatype" strings ("Row major linear FP32",
+# "Thirty-two wide channel vectorized row major Int8 format") and in the DataType fields and weight
+# types ("Float", "Half", "Int8") of both majors.
+TRT_TYPE_WORDS = {"fp32": "fp32", "float": "fp32", "fp16": "fp16", "half": "fp16", "bf16": "bf16", "bfloat16": "bf16",
+                  "int8": "int8", "fp8": "fp8", "int4": "int4", "fp4": "fp4", "int32": "int32", "int64": "int64",
+                  "uint8": "uint8", "bool": "bool"}
+# Layers that carry the weights and the arithmetic (what the ONNX label counts as compute ops).
+TRT_COMPUTE_PARAMETERS = {"Convolution", "Deconvolution", "MatrixMultiply", "FullyConnected", "Gemm"}
+
+
+def trt_type(described: Any) -> str:
+    """The data type a TensorRT inspector string or field names ("other" when none)."""
+    for word in str(described).replace("/", " ").replace("(", " ").replace(")", " ").split():
+        if word.lower() in TRT_TYPE_WORDS:
+            return TRT_TYPE_WORDS[word.lower()]
+    return "other"
+
+
+def trt_tensor_type(tensor: Dict[str, Any]) -> str:
+    """A layer input's data type: TensorRT 11 gives it its own field (DataType, beside Format);
+    10.x folds it into Format/Datatype."""
+    if "DataType" in tensor:
+        return trt_type(tensor["DataType"])
+    return trt_type(tensor.get("Format/Datatype", ""))
+
+
+def trt_is_compute(layer: Dict[str, Any]) -> bool:
+    kind = str(layer.get("ParameterType", ""))
+    return kind in TRT_COMPUTE_PARAMETERS or any(word in str(layer.get("LayerType", ""))
+                                                 for word in ("Convolution", "Gemm", "MatrixMultiply"))
+
+
 def trt_layer_types(inspector: Dict[str, Any]) -> Counter:
-    """{data type: layers} from TensorRT's detailed engine inspector JSON (first input of each layer)."""
-    keywords = (("Int8", "int8"), ("FP8", "fp8"), ("Half", "fp16"), ("BFloat16", "bf16"), ("Float", "fp32"))
+    """{data type: compute layers} from TensorRT's detailed engine inspector JSON: convolutions and
+    matrix products only (reformats, Q/DQ scales, pooling, shape tensors and fp32 engine I/O say
+    nothing of the arithmetic), each by the type of its activation input, else its weights."""
     counts: Counter = Counter()
     for layer in inspector.get("Layers", []):
-        if not isinstance(layer, dict) or not layer.get("Inputs"):
+        if not isinstance(layer, dict) or not trt_is_compute(layer):
             continue
-        described = str(layer["Inputs"][0].get("Format/Datatype", ""))
-        counts[next((name for word, name in keywords if word in described), "other")] += 1
+        inputs = [trt_tensor_type(tensor) for tensor in layer.get("Inputs", []) if isinstance(tensor, dict)]
+        kind = inputs[0] if inputs and inputs[0] != "other" else trt_type(layer.get("Weights", {}).get("Type", ""))
+        counts[kind] += 1
     return counts
 
 
@@ -86,14 +120,20 @@ def executed_precision(counts: Counter) -> str:
     return " + ".join(f"{name} {count}" for name, count in counts.most_common())
 
 
-def label(graph_precision: str, counts: Counter, provider: str) -> Dict[str, Any]:
+def label(graph_precision: str, counts: Counter, provider: str, typing: str = "") -> Dict[str, Any]:
     """What ran, and whether it is what the graph asked for: every compute op in fp32 (fp32 graph),
-    in fp16 (fp16 graph), or some of them in int8 (int8 graphs keep the output layer in float)."""
+    most in fp16 (an fp16 graph keeps its blocked ops in fp32), or some in int8 (int8 graphs keep the
+    output layer in float). `typing`: how TensorRT chose the types (strongly typed: the graph's)."""
     ran = executed_precision(counts)
     if graph_precision.startswith("int8"):
         as_requested = counts.get("int8", 0) > 0
+    elif graph_precision == "fp16":
+        as_requested = bool(counts) and counts.most_common(1)[0][0] == "fp16"
     else:
         as_requested = ran == graph_precision
-    return {"graph_precision": graph_precision, "executed_precision": ran, "compute_op_types": dict(counts),
-            "provider": provider, "as_requested": as_requested,
-            "label": f"{graph_precision} graph, ran {ran} on {provider}"}
+    where = f"{provider}, {typing}" if typing else provider
+    found = {"graph_precision": graph_precision, "executed_precision": ran, "compute_op_types": dict(counts),
+             "provider": provider, "as_requested": as_requested, "label": f"{graph_precision} graph, ran {ran} on {where}"}
+    if typing:
+        found["typing"] = typing
+    return found

@@ -210,8 +210,10 @@ class EngineConf:
     opt_spatial: List[int] = field(default_factory=list)
     max_spatial: List[int] = field(default_factory=list)
     sparse_weights: bool = False
-    # TensorRT 10: int8 engines may run their unquantized layers in fp16 (trtexec --int8 --fp16).
-    trt_int8_fp16: bool = True
+    # TensorRT 10 only, off by default: build int8 / int8_qat engines weakly typed, letting their
+    # unquantized layers run in fp16 (trtexec --int8 --fp16). Never for int8_mixed (its float ops were
+    # chosen in fp32); TensorRT 11 is always strongly typed. The label says which typing was used.
+    trt_int8_fp16: bool = False
     onnxruntime: OrtCudaConf = field(default_factory=OrtCudaConf)
 
 
