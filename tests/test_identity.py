@@ -71,6 +71,7 @@ EXPECTED = {
     "calibration.split": None,  # val has 179 images, fewer than the default 256 samples: see CONDITIONAL
     "calibration.tensorrt_version": {"track_mlflow"},
     "int8.exclude_nodes": GRAPHS, "int8.keep_output_layer": GRAPHS, "int8.mixed_keep_fp": NOTHING,
+    "int8.simulate_tensorrt": {"report", "track_mlflow"},  # the simulation rows leave the plan and its report
     "int8.report_samples": GRAPHS, "int8.report_split": GRAPHS, "int8.mixed_max_val_drop": NOTHING,
     "engine.backend": ENGINES, "engine.optimization_level": ENGINES,
     "engine.intra_op_threads": ENGINES | {"benchmark_framework"},

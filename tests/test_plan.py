@@ -41,7 +41,11 @@ def test_calibration_is_shared_and_int8_mixed_reuses_the_int8_graph():
                       "targets=[local]"], multirun=True)
     counts = Counter(key.split("/")[0] for key in nodes)
     assert counts["calibrate"] == 1
-    assert counts["quantize_onnx"] == 4  # fp32, int8, int8_mixed keep1, int8_mixed keep3
+    # fp32, int8, int8_mixed keep1, int8_mixed keep3 placed for this CPU's ONNX Runtime, and the three
+    # int8 graphs again with TensorRT's placement (their simulation rows) -- all over one calibration
+    assert counts["quantize_onnx"] == 7
+    placements = Counter(n.params["int8"]["placement"] for k, n in nodes.items() if k.startswith("quantize_onnx/int8"))
+    assert placements == {"onnxruntime_cpu": 3, "tensorrt": 3}
     mixed = [n for key, n in nodes.items() if key.startswith("quantize_onnx/int8_mixed")]
     assert all(n.inputs["int8"].startswith("quantize_onnx/int8-") for n in mixed)
 
@@ -73,9 +77,10 @@ def test_build_plan_has_one_report_and_one_tracking_node(tmp_path):
     finals = [key.split("/")[0] for key in built["final"]]
     assert sorted(finals) == ["report", "track_mlflow"]
     report = built["nodes"][built["report"]]
-    # 2 trainings x (fp32, fp16, int8, int8_qat, int8_qat's fp32 twin) evaluations, 2 x 4 ratio jobs
-    # (the twin is judged, not timed) + 2 framework baselines
-    assert len(report["inputs"]) == 20
+    # 2 trainings x (fp32, fp16, int8, int8_qat, int8_qat's fp32 twin, and int8 and int8_qat with
+    # TensorRT's placement simulated on this CPU) evaluations, 2 x 4 ratio jobs (the twin and the
+    # simulations are judged, not timed) + 2 framework baselines
+    assert len(report["inputs"]) == 24
 
 
 def test_plan_file_is_content_addressed(tmp_path):

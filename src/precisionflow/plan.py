@@ -160,17 +160,23 @@ class PlanBuilder:
         if cfg["finetune"]["mode"] != "none":
             model = self._add_finetune(cfg, cfg["finetune"], model, data)
         onnx = self._add_export(cfg, model, data)
-        graphs: Dict[str, Node] = {}
+        placements = {target: self.placement(cfg, target) for target in cfg["targets"]}
+        graphs: Dict[tuple, Node] = {}  # (precision, placement: int8 only) -> graph
         for precision in cfg["precisions"]:  # int8_mixed needs the int8 graph's report: order matters
-            graphs[precision] = self._add_graph(cfg, precision, onnx, data, graphs, trained)
-        engines = {(p, t): self._add_engine(cfg, graphs[p], t) for p in cfg["precisions"] for t in cfg["targets"]}
+            for placement in sorted(set(placements.values())) if precision.startswith("int8") else [None]:
+                graphs[(precision, placement)] = self._add_graph(cfg, precision, onnx, data, graphs, trained, placement)
+        graph_of = {(p, t): graphs[(p, placements[t] if p.startswith("int8") else None)]
+                    for p in cfg["precisions"] for t in cfg["targets"]}
+        engines = {key: self._add_engine(cfg, graph, key[1]) for key, graph in graph_of.items()}
         measured = []
         if "int8_qat" in cfg["precisions"]:  # int8_qat's fair reference: its fine-tune, run in fp32
-            measured += self._add_qat_twin(cfg, trained, graphs["int8_qat"], onnx, data)
+            measured += self._add_qat_twin(cfg, trained, graph_of[("int8_qat", cfg["targets"][0])], onnx, data)
         for (precision, target), engine in engines.items():
             # Every engine is compared with the same fp32 reference: the main path's exported model.
-            measured.append(self._add_evaluation(cfg, precision, target, engine, graphs[precision], onnx, data))
+            measured.append(self._add_evaluation(cfg, precision, target, engine, graph_of[(precision, target)], onnx, data))
             measured.append(self._add_comparison(cfg, target, engine, engines[("fp32", target)], model, data))
+            if precision.startswith("int8") and placements[target] != "tensorrt" and cfg["int8"]["simulate_tensorrt"]:
+                measured.append(self._add_tensorrt_simulation(cfg, precision, target, onnx, data, graphs, trained))
         measured += [self._add_framework(cfg, target, model, data) for target in cfg["targets"]
                      if cfg["target_defs"][target]["framework"]]
         return measured
@@ -211,8 +217,31 @@ class PlanBuilder:
         slug = f"{source}-{params['method']}-n{params['num_samples']}"
         return self.add("calibrate", slug, params, {"onnx": onnx, "data": data})
 
-    def _add_graph(self, cfg, precision: str, onnx: Node, data: Node, graphs: Dict[str, Node], trained: Node) -> Node:
-        params = stage_module("quantize_onnx").reads(cfg, precision)
+    def placement(self, cfg, target: str) -> str:
+        """Where a target's int8 Q/DQ goes: the placement of the runtime that runs its engines."""
+        from precisionflow.quant.qdq import placement_for
+
+        on_gpu = stage_module("build_engine").may_run_on_gpu(cfg["target_defs"][target])
+        return placement_for(cfg["engine"]["backend"], on_gpu)
+
+    def _add_tensorrt_simulation(self, cfg, precision: str, target: str, onnx: Node, data: Node,
+                                 graphs: Dict[tuple, Node], trained: Node) -> Node:
+        """The TensorRT-placed int8 graph run on this CPU target: what TensorRT would compute (its
+        accuracy; its speed is not TensorRT's, so no timing ratio is planned), a row of its own."""
+        graph = graphs.get((precision, "tensorrt")) or self._add_graph(cfg, precision, onnx, data, graphs, trained, "tensorrt")
+        graphs[(precision, "tensorrt")] = graph
+        engine = self._add_engine(cfg, graph, target)
+        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
+        params = {**stage_module("evaluate_engine").reads(cfg, precision, target, runtime), "simulates": "tensorrt"}
+        inputs = {"engine": engine, "data": data, "reference": onnx}
+        if precision == "int8_qat":
+            qat_export = self.nodes[graph.inputs["onnx"]]
+            inputs.update(qat_export=qat_export, qat_model=self.nodes[qat_export.inputs["model"]])
+        return self.add("evaluate_engine", f"{precision}-trtsim-{target}", params, inputs, resources=resources)
+
+    def _add_graph(self, cfg, precision: str, onnx: Node, data: Node, graphs: Dict[tuple, Node], trained: Node,
+                   placement: Optional[str] = None) -> Node:
+        params = stage_module("quantize_onnx").reads(cfg, precision, placement or "tensorrt")
         inputs = {"onnx": onnx}
         if precision == "int8_qat":
             qat_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="qat"), trained, data)
@@ -221,8 +250,8 @@ class PlanBuilder:
             inputs["calibration"] = self._add_calibration(cfg, inputs["onnx"], data, "qat" if precision == "int8_qat" else "ptq")
             inputs["data"] = data
         if precision == "int8_mixed":
-            inputs["int8"] = graphs.get("int8") or self._add_graph(cfg, "int8", onnx, data, graphs, trained)
-        slug = precision
+            inputs["int8"] = graphs.get(("int8", placement)) or self._add_graph(cfg, "int8", onnx, data, graphs, trained, placement)
+        slug = precision + ("-ortcpu" if placement == "onnxruntime_cpu" else "")
         if precision == "int8_mixed":
             drop = cfg["int8"]["mixed_max_val_drop"]
             slug += f"-keep{cfg['int8']['mixed_keep_fp']}" if drop is None else f"-drop{drop}"
@@ -250,7 +279,7 @@ class PlanBuilder:
 
         qat_model = self.nodes[self.nodes[qat_graph.inputs["onnx"]].inputs["model"]]
         twin_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="fp32"), trained, data)
-        twin_graph = self._add_graph(cfg, "fp32", self._add_export(cfg, twin_model, data), data, {}, trained)
+        twin_graph = self._add_graph(cfg, "fp32", self._add_export(cfg, twin_model, data), data, {}, trained, None)
         evaluations = []
         for target in cfg["targets"]:
             engine = self._add_engine(cfg, twin_graph, target)

@@ -125,15 +125,25 @@ def label(graph_precision: str, counts: Counter, provider: str, typing: str = ""
     most in fp16 (an fp16 graph keeps its blocked ops in fp32), or some in int8 (int8 graphs keep the
     output layer in float). `typing`: how TensorRT chose the types (strongly typed: the graph's)."""
     ran = executed_precision(counts)
+    notes = []
     if graph_precision.startswith("int8"):
         as_requested = counts.get("int8", 0) > 0
+        if as_requested:  # "int8 5/6": the share of compute ops in integer kernels (the rest stayed float)
+            total = sum(counts.values())
+            ran = "int8" if counts["int8"] == total else f"int8 {counts['int8']}/{total}"
+        if provider.startswith("CUDA"):
+            notes.append("ONNX Runtime's CUDA provider has no int8 convolution kernels: this engine runs Q/DQ around "
+                         "float convolutions, so its speed is not int8's; int8 speed on a GPU needs TensorRT")
     elif graph_precision == "fp16":
         as_requested = bool(counts) and counts.most_common(1)[0][0] == "fp16"
     else:
         as_requested = ran == graph_precision
     where = f"{provider}, {typing}" if typing else provider
     found = {"graph_precision": graph_precision, "executed_precision": ran, "compute_op_types": dict(counts),
-             "provider": provider, "as_requested": as_requested, "label": f"{graph_precision} graph, ran {ran} on {where}"}
+             "provider": provider, "as_requested": as_requested,
+             "label": f"{graph_precision} graph, ran {ran} on {where}" + "".join(f" -- {note}" for note in notes)}
+    if counts:
+        found["integer_fraction"] = round(counts.get("int8", 0) / sum(counts.values()), 4)
     if typing:
         found["typing"] = typing
     return found

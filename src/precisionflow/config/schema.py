@@ -146,13 +146,17 @@ class Int8Conf:
     # int8_mixed, accuracy-driven: keep ops in float, most sensitive first (each op's effect on the
     # outputs measured alone), as few as bisection finds that keep top-1 on `report_split` within
     # this many points of fp32. null: keep exactly `mixed_keep_fp` ops (ranked by per-tensor error).
-    mixed_max_val_drop: Optional[float] = 1.0
+    mixed_max_val_drop: Optional[float] = 2.0
     # int8_mixed with mixed_max_val_drop=null: how many of the most damaged quantized ops to leave in float.
     mixed_keep_fp: int = 1
     # Samples of `report_split` used for the per-tensor error report (which int8_mixed ranks by):
     # train or val, never test -- the test split only scores.
     report_samples: int = 128
     report_split: str = "val"
+    # On a CPU target, int8 engines run ONNX Runtime's own placement (integer kernels); the
+    # TensorRT-placed graph is also evaluated there, as a labelled simulation of what TensorRT
+    # computes (accuracy only: its speed on a CPU says nothing of TensorRT's).
+    simulate_tensorrt: bool = True
 
 
 class PruneMethod(str, Enum):

@@ -24,20 +24,23 @@ def _outputs(graph: Path, images: np.ndarray) -> np.ndarray:
     return session.run(None, {session.get_inputs()[0].name: images})[0]
 
 
-def _quantized_outputs(source: Path, ranges, nodes: Sequence[str], images: np.ndarray, scratch: Path) -> np.ndarray:
+def _quantized_outputs(source: Path, ranges, nodes: Sequence[str], images: np.ndarray, scratch: Path,
+                       placement: str = "tensorrt") -> np.ndarray:
     target = scratch / f"trial-{len(list(scratch.iterdir()))}.onnx"
-    qdq.quantize_int8(source, target, ranges, list(nodes))
+    qdq.quantize_int8(source, target, ranges, list(nodes), placement)
     return _outputs(target, images)
 
 
-def sensitivity(source: Path, ranges, nodes: Sequence[str], images: np.ndarray, reference: np.ndarray, scratch: Path):
+def sensitivity(source: Path, ranges, nodes: Sequence[str], images: np.ndarray, reference: np.ndarray, scratch: Path,
+                placement: str = "tensorrt"):
     """[(op, mean |output change| with only that op quantized)], most sensitive first."""
-    scored = [(float(np.mean(np.abs(_quantized_outputs(source, ranges, [op], images, scratch) - reference))), op) for op in nodes]
+    scored = [(float(np.mean(np.abs(_quantized_outputs(source, ranges, [op], images, scratch, placement) - reference))), op)
+              for op in nodes]
     return [(op, score) for score, op in sorted(scored, reverse=True)]
 
 
 def search(source: Path, ranges, nodes: List[str], data_dir: Path, int8: Dict[str, Any],
-           confidence: float = 0.95) -> Tuple[List[str], Dict[str, Any]]:
+           confidence: float = 0.95, placement: str = "tensorrt") -> Tuple[List[str], Dict[str, Any]]:
     """(ops to keep in float, the search's record: order, trials with intervals, what it reached)."""
     from precisionflow.datasets.store import Split
 
@@ -47,11 +50,11 @@ def search(source: Path, ranges, nodes: List[str], data_dir: Path, int8: Dict[st
     reference = _outputs(source, images)
     with tempfile.TemporaryDirectory(prefix="pf-mixed-") as folder:
         scratch = Path(folder)
-        order = sensitivity(source, ranges, nodes, images, reference, scratch)
+        order = sensitivity(source, ranges, nodes, images, reference, scratch, placement)
 
         def predictions(kept: int) -> np.ndarray:  # the decision split through the graph with `kept` ops in float
             quantized = [op for op, _ in order[kept:]]
-            return _quantized_outputs(source, ranges, quantized, images, scratch).argmax(1)
+            return _quantized_outputs(source, ranges, quantized, images, scratch, placement).argmax(1)
 
         chosen, record = choose(len(order), predictions, reference.argmax(1), labels, int8["mixed_max_val_drop"], confidence)
     kept = [op for op, _ in order[:chosen]]

@@ -1,8 +1,13 @@
-"""int8 graphs TensorRT accepts: explicit symmetric Q/DQ, and a checker for them.
+"""int8 graphs for the runtime that runs them: one set of ranges, two placements of Q/DQ.
 
-TensorRT's explicit quantization wants int8 with zero point 0 for activations, per-output-channel
-symmetric weights, biases left in float, and Q/DQ on the inputs of the ops it can run in int8
-(Conv, MatMul/Gemm, both inputs of a residual Add). The output layer stays in floating point.
+* `tensorrt`: TensorRT's explicit quantization wants int8 with zero point 0 for activations,
+  per-output-channel symmetric weights, biases left in float, and Q/DQ on the inputs of the ops it
+  can run in int8 (Conv, MatMul/Gemm, both inputs of a residual Add); a checker holds graphs to it.
+* `onnxruntime_cpu`: ONNX Runtime's CPU provider computes in integers only where it can fuse
+  DQ -> op -> Q into QLinearConv / QLinearMatMul / QLinearAdd ..., so op outputs are quantized too
+  (ONNX Runtime's own QDQ placement), with uint8 activations and int8 per-channel weights (U8S8,
+  the fast kernels on x86: measured in benchmarks/cpu_int8_placement.py).
+Both quantize the same compute ops (the output layer and any op kept in float stay float).
 """
 
 import shutil
@@ -50,10 +55,18 @@ def quantizable_nodes(model, exclude: Iterable[str] = (), keep_output_layer: boo
             if node.name not in skip and (node.op_type in COMPUTE_OPS or is_residual_add(node, constants))]
 
 
-def quantize_int8(fp32_path: Path, out_path: Path, ranges: Dict[str, Tuple[float, float]], nodes: Sequence[str]) -> None:
-    """Write the QDQ graph of `nodes` using the cache's ranges (no calibration happens here)."""
+PLACEMENTS = ("tensorrt", "onnxruntime_cpu")
+
+
+def quantize_int8(fp32_path: Path, out_path: Path, ranges: Dict[str, Tuple[float, float]], nodes: Sequence[str],
+                  placement: str = "tensorrt") -> None:
+    """Write the QDQ graph of `nodes` using the cache's ranges (no calibration happens here), with
+    Q/DQ placed for `placement`'s runtime."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
+
+    if placement not in PLACEMENTS:
+        raise ValueError(f"int8 placement: expected one of {PLACEMENTS}, found '{placement}'")
 
     tensors = TensorsData(CalibrationMethod.MinMax, {
         name: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for name, (lo, hi) in ranges.items()
@@ -64,11 +77,19 @@ def quantize_int8(fp32_path: Path, out_path: Path, ranges: Dict[str, Tuple[float
         # quantize_static writes model-inferred.onnx next to its input: quantize a copy in scratch,
         # never the upstream node's own file.
         source = shutil.copy(fp32_path, Path(scratch) / "source.onnx")
+        if placement == "tensorrt":
+            options = dict(op_types_to_quantize=list(COMPUTE_OPS) + ["Add"], nodes_to_quantize=list(nodes),
+                           activation_type=QuantType.QInt8, extra_options=TRT_PLACEMENT)
+        else:  # every op ONNX Runtime can fuse, less the compute ops that stay float
+            import onnx
+
+            model = onnx.load(str(source))
+            left_float = [name for name in quantizable_nodes(model, keep_output_layer=False) if name not in set(nodes)]
+            options = dict(nodes_to_exclude=left_float, activation_type=QuantType.QUInt8, extra_options=ORT_CPU_PLACEMENT)
         quantize_static(
-            str(source), str(out_path), calibration_data_reader=None, quant_format=QuantFormat.QDQ,
-            op_types_to_quantize=list(COMPUTE_OPS) + ["Add"], nodes_to_quantize=list(nodes), per_channel=True,
-            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
-            calibration_cache_path=str(cache_path), extra_options=TRT_PLACEMENT,
+            str(source), str(out_path), calibration_data_reader=None, quant_format=QuantFormat.QDQ, per_channel=True,
+            weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
+            calibration_cache_path=str(cache_path), **options,
         )
 
 
@@ -82,6 +103,20 @@ TRT_PLACEMENT = {
     "OpTypesToExcludeOutputQuantization": list(COMPUTE_OPS) + ["Add"],
     "QDQKeepRemovableActivations": True, "DedicatedQDQPair": True,
 }
+
+
+# ONNX Runtime's own placement for its CPU provider: Q/DQ on op outputs as well as inputs, so the
+# graph transformers fuse each DQ -> op -> Q into an integer kernel; activations uint8 with their
+# calibrated zero point, weights int8 symmetric per channel. A symmetric range becomes zero point 128
+# at the same resolution, so QAT's (and TensorRT's) ranges feed it unchanged.
+ORT_CPU_PLACEMENT = {"WeightSymmetric": True, "ActivationSymmetric": False}
+
+
+def placement_for(backend: str, on_gpu: bool) -> str:
+    """The Q/DQ placement of a target's int8 graphs: ONNX Runtime on a CPU gets its own; TensorRT,
+    and ONNX Runtime's CUDA provider (it has no int8 convolution kernels either way: int8 on a GPU
+    is TensorRT's), get TensorRT's, so the graph measured there is the one TensorRT would build."""
+    return "onnxruntime_cpu" if backend == "onnxruntime" and not on_gpu else "tensorrt"
 
 
 def _constant(model, name: str):

@@ -24,6 +24,10 @@ from precisionflow.datasets.store import Split
 
 PACKAGES = ("onnx", "onnxruntime", "numpy")
 CALIBRATION_KEYS = ("method", "num_samples", "batch_size", "split")
+# Ranges for every tensor either placement quantizes: TensorRT's (inputs of Conv/MatMul/Gemm and of
+# residual Adds) and ONNX Runtime's CPU placement (outputs of the ops it fuses into integer kernels).
+CALIBRATED_OPS = ["Add", "Mul", "Relu", "Clip", "MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Reshape",
+                  "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Pad"]
 
 
 def reads(cfg: Dict[str, Any], source: str) -> Dict[str, Any]:
@@ -47,7 +51,7 @@ def _calibrator(graph: Path, params: Dict[str, Any], scratch: Path):
     if params["method"] not in methods:
         raise ConfigError(f"calibration.method: expected one of {sorted(methods)}, found '{params['method']}'.")
     extra = {"percentile": params["percentile"]} if params["method"] == "percentile" else {}
-    op_types = list(qdq.COMPUTE_OPS) + ["Add"]
+    op_types = list(qdq.COMPUTE_OPS) + CALIBRATED_OPS
     return create_calibrator(str(graph), op_types, augmented_model_path=str(scratch / "augmented.onnx"),
                              calibrate_method=methods[params["method"]], extra_options=extra)
 

@@ -20,7 +20,8 @@ PACKAGES = ("onnx", "onnxconverter-common", "onnxruntime", "matplotlib", "numpy"
 INT8_KEYS = ("exclude_nodes", "keep_output_layer", "report_samples", "report_split")
 
 
-def reads(cfg: Dict[str, Any], precision: str) -> Dict[str, Any]:
+def reads(cfg: Dict[str, Any], precision: str, placement: str = "tensorrt") -> Dict[str, Any]:
+    """`placement`: the runtime int8 Q/DQ is placed for (qdq.placement_for the target)."""
     params: Dict[str, Any] = {"precision": precision}
     if precision == "fp16":
         params["fp16"] = {"op_block_list": cfg["fp16"]["op_block_list"]}
@@ -30,6 +31,7 @@ def reads(cfg: Dict[str, Any], precision: str) -> Dict[str, Any]:
         params["int8"] = {key: cfg["int8"][key] for key in keys}
         if precision == "int8_mixed" and cfg["int8"]["mixed_max_val_drop"] is not None:
             params["int8"]["confidence"] = cfg["evaluate"]["confidence"]  # the search's intervals decide
+        params["int8"]["placement"] = placement
     return params
 
 
@@ -52,13 +54,14 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
     ranges, lineage = cache.load_cache(inputs["calibration"], file_hash(source))
     fp32_model = onnx.load(str(source))
     int8 = params["int8"]
+    placement = int8.get("placement", "tensorrt")
     candidates = qdq.quantizable_nodes(fp32_model, (), keep_output_layer=False)
     nodes = qdq.quantizable_nodes(fp32_model, int8["exclude_nodes"], int8["keep_output_layer"])
     kept_float, search = [], {}
     if params["precision"] == "int8_mixed" and int8.get("mixed_max_val_drop") is not None:
         from precisionflow.quant import mixed
 
-        kept_float, search = mixed.search(source, ranges, nodes, inputs["data"], int8, int8["confidence"])
+        kept_float, search = mixed.search(source, ranges, nodes, inputs["data"], int8, int8["confidence"], placement)
         nodes = [name for name in nodes if name not in kept_float]
     elif params["precision"] == "int8_mixed":
         rows = _read_rows(inputs["int8"] / "layer_error.csv")
@@ -66,20 +69,24 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
         nodes = [name for name in nodes if name not in kept_float]
     refuse_empty(params, nodes, candidates, kept_float)
     qat = {}
-    if lineage["source"] == "qat":
+    trt = placement == "tensorrt"
+    if lineage["source"] == "qat" and trt:
         learned = {name: ranges[name] for name in lineage["ranges"]["learned_tensors"]}
         ranges, qat = learned_input_ranges(fp32_model, nodes, ranges, learned)
-    qdq.quantize_int8(source, target, ranges, nodes)
-    if lineage["source"] == "qat" and int8["keep_output_layer"]:
+    # ONNX Runtime's CPU placement quantizes layer outputs: there the cache already holds QAT's
+    # learned range for every tensor QAT put a quantizer on (and a measured one elsewhere).
+    qdq.quantize_int8(source, target, ranges, nodes, placement)
+    if lineage["source"] == "qat" and int8["keep_output_layer"] and trt:
         qat["qat_output_layer_input"] = fake_quantize_output_input(fp32_model, target, learned)
-    qdq.assert_trt_legal(target, int8["keep_output_layer"])
+    if trt:
+        qdq.assert_trt_legal(target, int8["keep_output_layer"])
     # The per-tensor report ranks ops for int8_mixed: a decision, so it never sees the test split.
     images = Split(inputs["data"], int8["report_split"]).head(int8["report_samples"])
     rows = layer_error.per_tensor_error(source, target, images)
     layer_error.write_report(rows, out)
     return {"quantized_nodes": len(nodes), "quantizable_ops": len(candidates),
             "quantized_fraction": round(len(nodes) / len(candidates), 4), "kept_float": kept_float,
-            "calibration_source": lineage["source"], "calibration_method": lineage["method"],
+            "calibration_source": lineage["source"], "calibration_method": lineage["method"], "placement": placement,
             "report_split": int8["report_split"], "calibration_split": lineage["settings"].get("split"), **qat,
             **({"mixed_search": search} if search else {}),
             "worst_tensor": rows[0]["tensor"] if rows else None,

@@ -42,6 +42,8 @@ HTML_COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "
                 *DETECTION_COLUMNS, "qat_agreement",
                 "int8_frac", "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams",
                 "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb"]
+SPEED_COLUMNS = ["p50_ms_b1", "p99_ms_b1", "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams",
+                 "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1", "x_tf_bmax", "x_tf_streams", "noisy", "loaded"]
 FIGURES = "figures"  # pictures live in one folder of the node: Snakemake's report collects it
 
 
@@ -139,6 +141,8 @@ def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
     parts += [f"{len(graph['kept_float'])} op(s) fp"] if graph.get("kept_float") else []
     if lineage["evaluate_engine"]["params"].get("twin_of"):
         parts.append("int8_qat's twin")  # the QAT fine-tune run in fp32: int8_qat's reference
+    if lineage["evaluate_engine"]["params"].get("simulates") == "tensorrt":
+        parts.append("TensorRT Q/DQ, simulated")
     return ", ".join(parts)
 
 
@@ -157,6 +161,9 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
         **speed_columns(metrics["speed"]), **ratio_columns(ratios.get(engine_key(eval_dir))),
         "engine_kb": round(metrics["engine"]["engine_bytes"] / 1024, 1), "node": eval_dir.name,
     })
+    if lineage["evaluate_engine"]["params"].get("simulates"):
+        # what TensorRT would compute, run on this CPU: its accuracy is the row's point, its speed none
+        row.update({column: "" for column in SPEED_COLUMNS})
     row["noisy"] = " ".join(row["noisy"].split() + row.pop("ratio_noisy", []))
     row["loaded"] = "yes" if row["loaded"] or row.pop("ratio_loaded", False) else ""
     row.pop("ratio_loaded", None)
@@ -292,7 +299,10 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> Li
              "median of the rounds); absolute figures are each engine's own timing job (timed = start of the workflow run it ran in, load = 1-min load average)."]
     for eval_dir, found in metrics.items():
         executed = found["engine"].get("executed", {})
-        if not executed.get("as_requested", True):
+        if read_node(eval_dir)["params"].get("simulates") == "tensorrt":
+            lines.append(f"(sim) {eval_dir.name}: TensorRT's Q/DQ placement run on this CPU ({executed.get('label', '')}): "
+                         "its accuracy is what TensorRT's int8 computes; it is not timed (a CPU says nothing of TensorRT's speed).")
+        elif not executed.get("as_requested", True) or "--" in executed.get("label", ""):
             lines.append(f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision.")
     lines += load_notes(rows)
     lines += non_finite_notes(metrics)
