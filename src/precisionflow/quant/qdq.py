@@ -62,18 +62,12 @@ def quantize_int8(fp32_path: Path, out_path: Path, ranges: Dict[str, Tuple[float
                   placement: str = "tensorrt") -> None:
     """Write the QDQ graph of `nodes` using the cache's ranges (no calibration happens here), with
     Q/DQ placed for `placement`'s runtime."""
+    import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
 
     if placement not in PLACEMENTS:
         raise ValueError(f"int8 placement: expected one of {PLACEMENTS}, found '{placement}'")
-
-    tensors = TensorsData(CalibrationMethod.MinMax, {
-        name: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for name, (lo, hi) in ranges.items()
-    })
     with tempfile.TemporaryDirectory(prefix="pf-quant-") as scratch:
-        cache_path = Path(scratch) / "tensors.json"
-        save_tensors_data(tensors, cache_path)
         # quantize_static writes model-inferred.onnx next to its input: quantize a copy in scratch,
         # never the upstream node's own file.
         source = shutil.copy(fp32_path, Path(scratch) / "source.onnx")
@@ -81,16 +75,26 @@ def quantize_int8(fp32_path: Path, out_path: Path, ranges: Dict[str, Tuple[float
             options = dict(op_types_to_quantize=list(COMPUTE_OPS) + ["Add"], nodes_to_quantize=list(nodes),
                            activation_type=QuantType.QInt8, extra_options=TRT_PLACEMENT)
         else:  # every op ONNX Runtime can fuse, less the compute ops that stay float
-            import onnx
-
             model = onnx.load(str(source))
             left_float = [name for name in quantizable_nodes(model, keep_output_layer=False) if name not in set(nodes)]
+            ranges = non_negative_after_relu(model, ranges)
             options = dict(nodes_to_exclude=left_float, activation_type=QuantType.QUInt8, extra_options=ORT_CPU_PLACEMENT)
         quantize_static(
             str(source), str(out_path), calibration_data_reader=None, quant_format=QuantFormat.QDQ, per_channel=True,
             weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
-            calibration_cache_path=str(cache_path), **options,
+            calibration_cache_path=str(_ranges_file(ranges, Path(scratch))), **options,
         )
+
+
+def _ranges_file(ranges: Dict[str, Tuple[float, float]], folder: Path) -> Path:
+    """The ranges in ONNX Runtime's calibration-cache file, which quantize_static reads instead of calibrating."""
+    from onnxruntime.quantization import CalibrationMethod
+    from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
+
+    path = folder / "tensors.json"
+    save_tensors_data(TensorsData(CalibrationMethod.MinMax, {
+        name: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for name, (lo, hi) in ranges.items()}), path)
+    return path
 
 
 # TensorRT's explicit-quantization placement: Q/DQ on the inputs of weighted layers (and of residual
@@ -110,6 +114,19 @@ TRT_PLACEMENT = {
 # calibrated zero point, weights int8 symmetric per channel. A symmetric range becomes zero point 128
 # at the same resolution, so QAT's (and TensorRT's) ranges feed it unchanged.
 ORT_CPU_PLACEMENT = {"WeightSymmetric": True, "ActivationSymmetric": False}
+
+
+def non_negative_after_relu(model, ranges: Dict[str, Tuple[float, float]]) -> Dict[str, Tuple[float, float]]:
+    """Ranges of ReLU outputs start at 0. ONNX Runtime fuses Conv -> Relu -> Q into one integer
+    kernel by dropping the Relu, which is exact only when the Q's zero point clips negatives (range
+    minimum 0); a symmetric range (QAT learns [-a, a] for a ReLU output) would keep them and undo the
+    ReLU. [0, a] holds every value the ReLU can give, at a finer step."""
+    adjusted = dict(ranges)
+    for node in model.graph.node:
+        if node.op_type == "Relu" and node.output[0] in adjusted:
+            low, high = adjusted[node.output[0]]
+            adjusted[node.output[0]] = (max(0.0, low), max(high, 1e-8))
+    return adjusted
 
 
 def placement_for(backend: str, on_gpu: bool) -> str:

@@ -43,7 +43,7 @@ def pareto_plot(rows: List[Dict[str, Any]], target: str, path: Path) -> None:
     # A detector's rows carry mAP@.5 where a classifier's carry top-1.
     column = "map50" if any(r.get("map50", "") != "" for r in rows if r["target"] == target) else "top1"
     points = [(number(r["p50_ms_b1"]), float(r[column]), point_label(r, len(models) > 1))
-              for r in rows if r["target"] == target and r.get(column, "") != ""]
+              for r in rows if r["target"] == target and r.get(column, "") != "" and r["p50_ms_b1"] != ""]  # simulations: untimed
     front = pareto_front(points)
     fig, axis = plt.subplots(figsize=(7, 4.2))
     axis.scatter([p[0] for p in points], [p[1] for p in points], color="#4f81bd", label="engines")
