@@ -95,3 +95,34 @@ def test_a_layer_tfmot_cannot_quantize_stays_float_with_a_note():
     quantized, left_float = qat.quantize_model(keras, model, [])
     assert left_float == ["rescale (Rescaling)"]
     assert any(type(layer).__name__ == "QuantizeWrapperV2" and layer.layer.name == "conv" for layer in quantized.layers)
+
+
+@pytest.mark.parametrize("model", ["small_cnn", "resnet_mini"])
+def test_int8_qat_placed_for_the_cpu_reproduces_the_qat_model_in_integer_kernels(data_plan, model):
+    """The same learned ranges, ONNX Runtime's CPU placement: the engine computes in QLinearConv
+    kernels and still decides as the QAT model does."""
+    import onnxruntime as ort
+
+    [cfg] = expand([f"model={model}", "train.epochs=1", "finetune=qat", "finetune.epochs=1", "train.batch_size=32",
+                    "calibration.num_samples=64", "int8.report_samples=16"])
+    data = {"data": "prepare_dataset/quadrants"}
+    results = Path(data_plan["results_dir"])
+    if not (results / f"calibrate/{model}-qat/node.json").exists():  # the TensorRT-placement test made them
+        test_int8_qat_graph_reproduces_the_qat_model(data_plan, model)
+    graph = run(data_plan, "quantize_onnx", f"{model}-int8_qat-cpu", quantize_onnx.reads(cfg, "int8_qat", "onnxruntime_cpu"),
+                {"onnx": f"export_onnx/{model}-qat", "calibration": f"calibrate/{model}-qat", **data})
+    assert graph["placement"] == "onnxruntime_cpu"
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(results / f"{model}-cpu-optimised.onnx")
+    session = ort.InferenceSession(str(results / f"quantize_onnx/{model}-int8_qat-cpu/model.onnx"), options,
+                                   providers=["CPUExecutionProvider"])
+    ops = [node.op_type for node in __import__("onnx").load(options.optimized_model_filepath).graph.node]
+    assert "QLinearConv" in ops
+    images = Split(results / "prepare_dataset" / "quadrants", "test").array()
+    deployed = session.run(None, {session.get_inputs()[0].name: images})[0]
+    trained = np.load(results / f"finetune_model/{model}-qat/qat_logits.npy")
+    ordered = np.sort(trained, axis=1)
+    clear = ordered[:, -1] - ordered[:, -2] > 0.25
+    agreement = float(np.mean(deployed.argmax(1) == trained.argmax(1)))
+    print(json.dumps({"model": model, "placement": "onnxruntime_cpu", "agreement_with_qat_model": agreement}))
+    assert np.all(deployed.argmax(1)[clear] == trained.argmax(1)[clear]) and agreement >= 0.95

@@ -1,0 +1,73 @@
+"""One calibration, two placements: int8 graphs for the runtime that runs them (quant/qdq.py)."""
+
+import numpy as np
+import onnx
+import pytest
+
+from precisionflow.backends import get_backend
+from precisionflow.quant import qdq
+from tests.quant.test_qdq_and_calibration import _calibrate, _quantize, data_dir, export_dir  # noqa: F401 (fixtures)
+
+ORT_CPU = {"backend": "onnxruntime", "optimization_level": "all", "intra_op_threads": 1}
+
+
+def engine_ops(graph_dir, out_dir):
+    """Op types of the optimised graph ONNX Runtime's CPU provider really runs (the engine file)."""
+    description = get_backend("onnxruntime").build(graph_dir / "model.onnx", out_dir, ORT_CPU, {"device": "cpu", "expect_device": ""},
+                                                   "int8")
+    ops = [node.op_type for node in onnx.load(str(out_dir / description["engine_file"])).graph.node]
+    return ops, description["executed"]
+
+
+def test_the_cpu_placement_runs_integer_convolutions_and_the_tensorrt_one_stays_legal(tmp_path, export_dir, data_dir):
+    calibration = _calibrate(tmp_path, export_dir, data_dir)
+    cpu_graph, cpu = _quantize(tmp_path, export_dir, data_dir, calibration, placement="onnxruntime_cpu")
+    trt_graph, trt = _quantize(tmp_path, export_dir, data_dir, calibration, placement="tensorrt")
+    assert cpu["placement"] == "onnxruntime_cpu" and trt["placement"] == "tensorrt"
+    assert cpu["quantized_nodes"] == trt["quantized_nodes"] == 1  # the same op quantized; the classifier stays float
+    assert qdq.check_qdq(onnx.load(str(trt_graph / "model.onnx"))) == []  # TensorRT's stays TensorRT-legal
+    (tmp_path / "cpu-engine").mkdir()
+    (tmp_path / "trt-engine").mkdir()
+    cpu_ops, cpu_label = engine_ops(cpu_graph, tmp_path / "cpu-engine")
+    trt_ops, trt_label = engine_ops(trt_graph, tmp_path / "trt-engine")
+    assert "QLinearConv" in cpu_ops and "Conv" not in cpu_ops  # the convolution runs in an integer kernel
+    assert cpu_label["executed_precision"] == "int8 1/2" and cpu_label["integer_fraction"] == 0.5  # + the float classifier
+    assert "QLinearConv" not in trt_ops and trt_label["executed_precision"] == "fp32" and not trt_label["as_requested"]
+
+
+def test_relu_outputs_quantize_from_zero_so_the_fused_relu_stays_exact():
+    from tests.conftest import make_tiny_cnn
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        model = onnx.load(str(make_tiny_cnn(Path(folder) / "m.onnx")))
+    ranges = {"relu": (-5.7, 5.7), "conv": (-1.0, 2.0)}  # QAT learns a symmetric range for a ReLU output
+    adjusted = qdq.non_negative_after_relu(model, ranges)
+    assert adjusted["relu"] == (0.0, 5.7) and adjusted["conv"] == (-1.0, 2.0)
+
+
+@pytest.mark.parametrize("backend, on_gpu, placement", [
+    ("onnxruntime", False, "onnxruntime_cpu"), ("onnxruntime", True, "tensorrt"), ("tensorrt", True, "tensorrt")])
+def test_placement_follows_the_runtime_of_the_target(backend, on_gpu, placement):
+    assert qdq.placement_for(backend, on_gpu) == placement
+
+
+def test_a_sweep_over_a_cpu_and_a_tensorrt_target_plans_two_int8_graphs_over_one_calibration(tmp_path):
+    from collections import Counter
+
+    from precisionflow.config.compose import expand
+    from precisionflow.plan import build_plan
+
+    plan = build_plan(expand(["targets=[local,h200]", "precisions=[fp32,int8]"]), str(tmp_path / "results"))
+    nodes = plan["nodes"]
+    graphs = {key: node for key, node in nodes.items() if key.startswith("quantize_onnx/int8")}
+    assert Counter(node["params"]["int8"]["placement"] for node in graphs.values()) == {"onnxruntime_cpu": 1, "tensorrt": 1}
+    assert len({node["inputs"]["calibration"] for node in graphs.values()}) == 1
+    engines = {node["params"]["target"]: nodes[node["inputs"]["graph"]]["params"]["int8"]["placement"]
+               for key, node in nodes.items() if key.startswith("build_engine/int8") and node["params"]["target"] == "h200"}
+    assert engines == {"h200": "tensorrt"}
+    # the CPU target's int8 engine runs the CPU placement, and its TensorRT-placed twin is a simulation row
+    local = [node for key, node in nodes.items() if key.startswith("evaluate_engine/int8") and node["params"]["target"] == "local"]
+    assert sorted(node["params"].get("simulates", "") for node in local) == ["", "tensorrt"]
