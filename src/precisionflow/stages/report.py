@@ -31,11 +31,16 @@ COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "optio
            "int8_frac", "p50_ms_b1", "p99_ms_b1", "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams",
            "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb",
            "noisy", "loaded", "timed", "load", "node"]
-PRINTED = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "ran", "top1", "change_95", "verdict",
-           "agreement", "flipped",
-           *DETECTION_COLUMNS, "qat_agreement", "int8_frac",
-           "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1",
-           "x_tf_bmax", "x_tf_streams", "engine_kb", "timed", "load"]
+# The printed table fits a 120-column terminal: these columns, most important first, less those no
+# row fills; while it is wider, the last ones go (summary.csv and the report keep every column).
+PRINTED = ["precision", "ran", "top1", "change_95", "verdict", "variant", "map50", "map", "spurious_100", "shadow_100",
+           "x_fp32_bmax", "p50_ms_b1", "sps_bmax", "agreement", "box_agreement", "x_fp32_b1", "x_tf_bmax", "model", "pruned",
+           "params", "mflops", "options", "qat_agreement", "lost_100", "flipped", "x_fp32_streams", "sps_streams", "x_tf_b1",
+           "int8_frac", "engine_kb"]
+TERMINAL_WIDTH = 120
+HEADERS = {"change_95": "vs fp32 [95%]", "x_fp32_bmax": "x_fp32@bmax", "x_fp32_b1": "x_fp32@1", "x_tf_bmax": "x_tf@bmax",
+           "x_fp32_streams": "x_fp32@strm", "x_tf_b1": "x_tf@1", "p50_ms_b1": "p50_ms@1", "sps_bmax": "img/s@bmax",
+           "sps_streams": "img/s@strm", "agreement": "agree", "box_agreement": "box_agree", "qat_agreement": "qat_agree"}
 # The page fits a 1366-px window: node ids live in tooltips (the precision cell), models by their hash.
 HTML_COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "target", "ran", "top1", "top5",
                 "change_95", "verdict", "agreement", "flipped",
@@ -137,12 +142,12 @@ def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
     """What distinguishes graphs of one precision: calibration method, ops kept in float."""
     graph = lineage["quantize_onnx"]["summary"]
     parts = [graph["calibration_method"]] if graph.get("calibration_source") == "ptq" else []
-    parts += ["qat ranges"] if graph.get("calibration_source") == "qat" else []
+    parts += ["qat"] if graph.get("calibration_source") == "qat" else []
     parts += [f"{len(graph['kept_float'])} op(s) fp"] if graph.get("kept_float") else []
     if lineage["evaluate_engine"]["params"].get("twin_of"):
-        parts.append("int8_qat's twin")  # the QAT fine-tune run in fp32: int8_qat's reference
+        parts.append("qat twin")  # the QAT fine-tune run in fp32: int8_qat's reference
     if lineage["evaluate_engine"]["params"].get("simulates") == "tensorrt":
-        parts.append("TensorRT Q/DQ, simulated")
+        parts.append("TRT-sim")  # TensorRT's Q/DQ placement simulated on this CPU (a note says so)
     return ", ".join(parts)
 
 
@@ -255,10 +260,37 @@ def class_changes(eval_dirs: List[Path], out: Path) -> List[str]:
     return pictures
 
 
-def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED) -> str:
-    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in columns}
+def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED, headers: Dict[str, str] = HEADERS) -> str:
+    names = [headers.get(c, c) for c in columns]
+    widths = {c: max([len(name)] + [len(str(r.get(c, ""))) for r in rows]) for c, name in zip(columns, names)}
     line = lambda values: "  ".join(str(v).ljust(widths[c]) for c, v in zip(columns, values)).rstrip()
-    return "\n".join([line(columns), line(["-" * widths[c] for c in columns])] + [line([r[c] for c in columns]) for r in rows])
+    return "\n".join([line(names), line(["-" * widths[c] for c in columns])] + [line([r.get(c, "") for c in columns]) for r in rows])
+
+
+def fitted(rows: List[Dict[str, Any]], width: int = TERMINAL_WIDTH) -> List[str]:
+    """The printed columns: PRINTED's filled ones (a single model's column says nothing), less the
+    least important while the table is wider than `width`."""
+    columns = [c for c in PRINTED if any(str(row.get(c, "")) != "" for row in rows)]
+    if len({row["model"] for row in rows}) <= 1 and "model" in columns:
+        columns.remove("model")  # named once above the table instead
+    while len(columns) > 4 and len(format_table(rows, columns).splitlines()[1]) > width:
+        columns.pop()
+    return columns
+
+
+def short_model(model_id: str) -> str:
+    """'small_cnn-fp32-e12-fee2a144cb4e' -> 'small_cnn-fee2a1' (the full id is in summary.csv)."""
+    return f"{model_id.split('-')[0]}-{model_id.rsplit('-', 1)[-1][:6]}" if "-" in model_id else model_id
+
+
+def printed_table(rows: List[Dict[str, Any]]) -> str:
+    shown = [dict(row, model=short_model(str(row["model"]))) for row in displayed(rows)]
+    columns = fitted(shown)
+    models = sorted({str(row["model"]) for row in rows})
+    head = [f"model: {models[0]}"] if len(models) == 1 else []
+    left_out = [c for c in PRINTED if c not in columns and c != "model" and any(str(r.get(c, "")) != "" for r in rows)]
+    tail = [f"(more columns in summary.csv and report.html: {', '.join(left_out)})"] if left_out else []
+    return "\n".join(head + [format_table(shown, columns)] + tail)
 
 
 def load_notes(rows: List[Dict[str, Any]]) -> List[str]:
@@ -314,6 +346,30 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> Li
     return lines
 
 
+def trade_offs(found: List[Dict[str, Any]]) -> List[str]:
+    """One plain line per target: the fastest engine within its budget (measured side by side with
+    the fp32 engine), and what it costs in accuracy."""
+    from precisionflow.budget import interval_text
+
+    lines = []
+    for target in sorted({entry["target"] for entry in found}):
+        timed = [e for e in found if e["target"] == target and e["verdict"] == "PASS" and e["speedup_vs_fp32"]
+                 and e["precision"] != "fp32"]
+        if not timed:
+            lines.append(f"{target}: no engine within its budget was timed against fp32 here.")
+            continue
+        best = max(timed, key=lambda entry: entry["speedup_vs_fp32"])
+        against = "its fp32 twin" if best.get("vs_base_fp32") else "fp32"
+        cost = f"{best['accuracy_name']} {0.0 - best['drop_points']:+.2f}{interval_text(best.get('drop'))} points vs {against}"
+        if best["speedup_vs_fp32"] <= 1.0:
+            lines.append(f"{target}: no engine within its budget is faster than fp32 (best {best['precision']}: "
+                         f"{best['speedup_vs_fp32']}x at {best['speedup_at']}, {cost}).")
+        else:
+            lines.append(f"{target}: fastest within budget: {best['precision']} ({best['ran']}), {best['speedup_vs_fp32']}x "
+                         f"fp32's throughput at {best['speedup_at']}, for {cost}.")
+    return lines
+
+
 def add_verdict_columns(rows: List[Dict[str, Any]], found: List[Dict[str, Any]]) -> None:
     """Each judged row's accuracy change against its reference, with the 95% interval from the
     paired test images, and its verdict: summary.csv gets the numbers apart, the printed table one cell."""
@@ -355,8 +411,8 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    reading_notes = notes(rows, metrics)
-    table = "\n".join([format_table(displayed(rows), filled(PRINTED, rows)), ""] + reading_notes)
+    reading_notes = trade_offs(found) + notes(rows, metrics)
+    table = "\n".join([printed_table(rows), ""] + reading_notes)
     (out / "summary.txt").write_text(table + "\n")
     pareto = []
     for target in sorted({row["target"] for row in rows}):
