@@ -88,3 +88,23 @@ def test_the_table_names_the_cuda_options_an_engine_ran_with():
         "no TF32, NHWC, no CUDA graph (nodes on CPU)"
     assert engine_options({"cuda_options": dict(options, use_tf32="1", enable_cuda_graph="1")}) == "TF32, NHWC, CUDA graph"
     assert engine_options({"cuda_options": None}) == ""
+
+
+def test_an_engine_that_fails_its_first_run_with_nhwc_is_built_without_it_and_says_why(tmp_path):
+    """MobileNetV2's int8 engine with prefer_nhwc built on the H200 and failed at its first inference;
+    the build now runs one batch, and on such a failure builds again without NHWC."""
+    from precisionflow.backends.onnxruntime_backend import built_without_refused_nhwc
+    from precisionflow.errors import EngineMismatchError
+
+    message = "Input channels C is not equal to kernel channels * group. C: 32 kernel channels: 3 group: 1"
+    tried = []
+
+    def attempt(cuda):
+        tried.append(dict(cuda))
+        return cuda, message if cuda["prefer_nhwc"] else None
+
+    cuda, refused = built_without_refused_nhwc(attempt, {"prefer_nhwc": True, "cuda_graph": False}, tmp_path / "engine.onnx")
+    assert cuda["prefer_nhwc"] is False and refused == message and [t["prefer_nhwc"] for t in tried] == [True, False]
+    assert built_without_refused_nhwc(attempt, {"prefer_nhwc": False}, tmp_path / "e.onnx") == ({"prefer_nhwc": False}, None)
+    with pytest.raises(EngineMismatchError, match="fails when loaded and run"):
+        built_without_refused_nhwc(lambda cuda: (cuda, "broken"), {"prefer_nhwc": False}, tmp_path / "e.onnx")

@@ -119,21 +119,22 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
     options = _session_options(engine_params["optimization_level"], engine_params["intra_op_threads"], engine_path)
     started = time.perf_counter()
     cuda = engine_params.get("cuda") if runtime["device"] == "cuda" else None
-    cuda, graph_refused = _optimise_and_save(graph_path, options, runtime["device"], cuda)
-    providers = _providers(runtime["device"], cuda)
+    graph_refused = None
+
+    def attempt(settings):
+        nonlocal graph_refused
+        settings, graph_refused = _optimise_and_save(graph_path, options, runtime["device"], settings)
+        return settings, _first_inference_error(engine_path, engine_params["optimization_level"], runtime["device"], settings)
+
+    cuda, nhwc_refused = built_without_refused_nhwc(attempt, cuda, engine_path)
     build_seconds = time.perf_counter() - started
-    try:  # the artifact must load as it will be measured (layout-transformed CUDA graphs included)
-        _ort().InferenceSession(str(engine_path), _session_options(engine_params["optimization_level"], 1), providers=providers)
-    except Exception as err:  # noqa: BLE001 -- onnxruntime raises its own exception types
-        raise EngineMismatchError(f"The engine ONNX Runtime saved ({engine_path}) does not load back with the same "
-                                  f"settings: {err}. Try engine.optimization_level=basic, or without "
-                                  "engine.onnxruntime.prefer_nhwc.") from err
     return {**runtime, "engine_file": ENGINE_FILE, "engine_bytes": engine_path.stat().st_size,
             "build_seconds": round(build_seconds, 4), "optimization_level": engine_params["optimization_level"],
             "intra_op_threads": engine_params["intra_op_threads"],
             "cuda_options": cuda_provider_options(cuda) if runtime["device"] == "cuda" else None,
             "cuda_settings": cuda,
             "cuda_graph_refused": graph_refused,
+            "nhwc_refused": nhwc_refused,
             "executed": executed_types(engine_path, precision, PROVIDERS[runtime["device"]])}
 
 
@@ -152,6 +153,38 @@ def _optimise_and_save(graph_path: Path, options, device: str, cuda: Optional[Di
         cuda = dict(cuda, cuda_graph=False)
         _ort().InferenceSession(str(graph_path), options, providers=_providers(device, cuda))
         return cuda, reason
+
+
+def _first_inference_error(engine_path: Path, level: str, device: str, cuda) -> Optional[str]:
+    """Load the saved engine as it will be measured and run one batch of zeros: some layouts load
+    but fail at their first run (MobileNetV2's int8 graph with NHWC on the H200: "Input channels C
+    is not equal to kernel channels * group"). None when it runs; else ONNX Runtime's message."""
+    import numpy as np
+
+    try:
+        session = _ort().InferenceSession(str(engine_path), _session_options(level, 1), providers=_providers(device, cuda))
+        model_input = session.get_inputs()[0]
+        shape = [dim if isinstance(dim, int) and dim > 0 else 1 for dim in model_input.shape]
+        session.run(None, {model_input.name: np.zeros(shape, dtype=np.float32)})
+        return None
+    except Exception as err:  # noqa: BLE001 -- onnxruntime raises its own exception types
+        return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def built_without_refused_nhwc(attempt, cuda, engine_path: Path):
+    """(CUDA settings the engine has, why NHWC was refused or None): build with the settings asked
+    for; if the engine fails at its first inference with prefer_nhwc on, build it again without
+    NHWC and record why (as CUDA graphs refused are), instead of failing the evaluation later."""
+    cuda, failure = attempt(cuda)
+    refused = None
+    if failure and cuda and cuda.get("prefer_nhwc"):
+        refused = failure
+        cuda, failure = attempt(dict(cuda, prefer_nhwc=False))
+    if failure:
+        raise EngineMismatchError(f"The engine ONNX Runtime saved ({engine_path}) fails when loaded and run with the "
+                                  f"settings it was built with: {failure}. Try engine.optimization_level=basic, or "
+                                  "without engine.onnxruntime.prefer_nhwc.")
+    return cuda, refused
 
 
 def executed_types(engine_path: Path, precision: str, provider: str) -> Dict[str, Any]:

@@ -108,6 +108,7 @@ def engine_options(description: Dict[str, Any]) -> str:
         return ""
     parts = ["TF32" if cuda["use_tf32"] == "1" else "no TF32"]
     parts += ["NHWC"] if cuda.get("prefer_nhwc") == "1" else []
+    parts += ["no NHWC (failed at first run)"] if description.get("nhwc_refused") else []
     if cuda.get("enable_cuda_graph") == "1":
         parts.append("CUDA graph")
     elif description.get("cuda_graph_refused"):
