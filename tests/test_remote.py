@@ -77,3 +77,56 @@ def test_land_refuses_folders_of_another_plan(tmp_path):
     (foreign / "node.json").write_text(json.dumps({"id": "fp32-cpu-000000000000"}))
     with pytest.raises(LineageError, match="not a node of this plan"):
         remote.land(tmp_path / "collected", {"results_dir": str(tmp_path / "results"), "nodes": {}})
+
+
+def test_keep_going_reports_every_failure_and_runs_the_rest(tmp_path, monkeypatch, capsys):
+    """A node whose exception has no message (a timing worker's EOFError) once crashed the batch."""
+    from precisionflow import runner
+
+    bundle = tmp_path / "bundle"
+    (bundle / "results").mkdir(parents=True)
+    keys = ["build_engine/a", "compare_speed/a", "evaluate_engine/b", "compare_speed/b"]
+    (bundle / "plan.json").write_text(json.dumps({"nodes": {key: {} for key in keys}}))
+    (bundle / "manifest.json").write_text(json.dumps({"nodes": keys}))
+    ran = []
+
+    def run_node(plan, key, results):
+        ran.append(key)
+        if key == "compare_speed/a":
+            raise EOFError()  # what a dead worker's pipe gives
+        if key == "evaluate_engine/b":
+            raise StageError("first line\nsecond line")
+        return {"timings": {"seconds": 0.1}}
+
+    monkeypatch.setattr(runner, "run_node", run_node)
+    with pytest.raises(StageError, match=r"2 nodes failed: \['compare_speed/a', 'evaluate_engine/b'\]"):
+        remote.run_bundle(bundle, keep_going=True)
+    assert ran == keys  # every node after a failure still ran
+    printed = capsys.readouterr().out
+    assert "compare_speed/a: FAILED: EOFError (no message)" in printed
+    assert "evaluate_engine/b: FAILED: StageError: first line" in printed and "second line" not in printed
+
+
+def test_a_timing_worker_that_dies_mid_round_fails_its_node_with_a_clear_message():
+    import multiprocessing
+
+    from precisionflow.stages import compare_speed
+
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    worker = context.Process(target=os._exit, args=(3,))  # dies as a CUDA fault would: at once, no message
+    worker.start()
+    child.close()
+    with pytest.raises(StageError, match=r"engine side's timing process died while timing b8 \(exit code 3\)"):
+        compare_speed._compare_setting({"engine": (parent, worker), "fp32": (FakeSide(), None)}, "b8",
+                                       {"ratio_rounds": 2, "ratio_window_s": 0.01})
+
+
+class FakeSide:
+    """A side that always answers (the fp32 engine's worker)."""
+
+    def send(self, message):
+        self.last = message
+
+    def recv(self):
+        return 100.0

@@ -94,6 +94,12 @@ def pack(plan: Dict[str, Any], target: str, bundle: Path) -> Dict[str, Any]:
     return manifest
 
 
+def failure_line(err: BaseException) -> str:
+    """One line for a failed node, whatever the exception holds (an EOFError has no message)."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:300]}" if text else f"{type(err).__name__} (no message)"
+
+
 def run_bundle(bundle: Path, keep_going: bool = False) -> List[Dict[str, Any]]:
     """Run every node of the bundle not finished yet, in order, through the runner. With
     keep_going, a failed node does not stop the others (those reading it fail on their own)."""
@@ -115,7 +121,7 @@ def run_bundle(bundle: Path, keep_going: bool = False) -> List[Dict[str, Any]]:
         except Exception as err:  # noqa: BLE001 -- reported with the node; nothing half-written is published
             if not keep_going:
                 raise
-            print(f"{key}: FAILED: {str(err).splitlines()[0][:300]}", flush=True)
+            print(f"{key}: FAILED: {failure_line(err)}", flush=True)
             failed.append(key)
             continue
         print(f"{key}: done in {record['timings']['seconds']} s", flush=True)

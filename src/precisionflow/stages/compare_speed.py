@@ -130,7 +130,7 @@ def compare(sides: Dict[str, tuple], data_dir: Path, settings: Dict[str, Any]) -
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
-    connections, workers = {}, []
+    connections, workers, processes = {}, [], {}
     phases = ["batch"] + (["streams"] if settings["streams"] else [])
     for phase in phases:
         for side, (role, folder, threads) in sides.items():
@@ -140,9 +140,11 @@ def compare(sides: Dict[str, tuple], data_dir: Path, settings: Dict[str, Any]) -
             workers[-1].start()
             child.close()  # only the worker holds its end now: a worker that dies reads as EOF, not a hang
             connections[(phase, side)] = parent
+            processes[(phase, side)] = workers[-1]
     try:
         ready = {key: _ready(conn, key) for key, conn in connections.items()}
-        return {setting: _compare_setting({side: conn for (p, side), conn in connections.items() if p == phase}, setting, settings)
+        return {setting: _compare_setting({side: (conn, processes[(p, side)]) for (p, side), conn in connections.items()
+                                           if p == phase}, setting, settings)
                 for phase in phases for setting in ready[(phase, "engine")]}
     finally:
         for conn in connections.values():
@@ -165,11 +167,29 @@ def _ready(conn, key) -> List[str]:
     return message[1]
 
 
-def _compare_setting(connections, setting: str, settings: Dict[str, Any]) -> Dict[str, Any]:
-    def turn(conn):
-        return lambda seconds: (conn.send((setting, seconds)), conn.recv())[1]
+def died(side: str, setting: str, process) -> StageError:
+    """A side's timing process that died in the middle of the rounds, as this job's error."""
+    process.join(5)
+    code = process.exitcode
+    how = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-code}" if code else "still running"
+    return StageError(f"The {side} side's timing process died while timing {setting} ({how}); its traceback is above in "
+                      "this log. A CUDA error there (700: an illegal memory access) is a fault of that engine's run on "
+                      "the GPU, not of these settings: run the node again (a new process); if it recurs, time it "
+                      "without CUDA graphs (engine.onnxruntime.cuda_graph=false).")
 
-    measured = timing.alternating_rounds({side: turn(conn) for side, conn in connections.items()},
+
+def _compare_setting(connections, setting: str, settings: Dict[str, Any]) -> Dict[str, Any]:
+    """`connections`: {side: (pipe to its worker, its process)}."""
+    def turn(side, conn, process):
+        def timed(seconds):
+            try:
+                conn.send((setting, seconds))
+                return conn.recv()
+            except (EOFError, BrokenPipeError, ConnectionResetError):
+                raise died(side, setting, process) from None
+        return timed
+
+    measured = timing.alternating_rounds({side: turn(side, conn, process) for side, (conn, process) in connections.items()},
                                          settings["ratio_rounds"], settings["ratio_window_s"])
     entry: Dict[str, Any] = {"throughput_sps": {side: float(np.median(values)) for side, values in measured.items()}}
     for reference, key in (("fp32", "vs_fp32"), ("tensorflow", "vs_tf")):
