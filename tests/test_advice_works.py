@@ -22,7 +22,9 @@ from tests.test_end_to_end import TINY
 
 pytestmark = pytest.mark.slow
 
-BASE = [override for override in TINY if not override.startswith("precisions=")] + ["precisions=[fp32,int8]"]
+# What is tested is each error's advice, not the verdicts: a model at chance cannot be judged.
+BASE = [override for override in TINY if not override.startswith("precisions=")] + ["precisions=[fp32,int8]",
+                                                                                     "evaluate.accept_undecided=true"]
 # Measured here: 1 epoch at a learning rate of 1e-9 leaves seed 3's small_cnn at validation top-1 0.071
 # (chance 0.1; "at chance" is below 0.15).
 LEARNED_NOTHING = ["train.learning_rate=1e-9", "train.epochs=1", "train.seed=3"]

@@ -16,7 +16,8 @@ from precisionflow.runlock import RunLockedError
 
 TINY = ["dataset.max_samples=400", "train.epochs=40", "precisions=[fp32,fp16]", "evaluate.duration_s=0.05",
         "evaluate.warmup_s=0.01", "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2", "evaluate.streams=[2]",
-        "evaluate.ratio_rounds=2", "evaluate.ratio_window_s=0.03"]
+        "evaluate.ratio_rounds=2", "evaluate.ratio_window_s=0.03",
+        "evaluate.accept_undecided=true"]  # 100 test images decide no default budget: not what is tested here
 
 
 def test_a_second_run_on_a_live_run_s_folder_fails_at_once(tmp_path):
@@ -118,3 +119,21 @@ def test_kill_9_while_a_stage_runs_then_a_plain_run_completes(tmp_path, stage):
     assert set(parents) <= set(runs["run_id"])  # no orphaned child
     child = runs[runs["tags.precision"].notna()].iloc[0]["run_id"]
     assert len(mlflow.MlflowClient().get_metric_history(child, "agreement")) == 1  # logged once
+
+
+@pytest.mark.slow
+def test_two_sibling_results_folders_run_at_the_same_time(tmp_path):
+    """results_dir=/data/a and /data/b once shared one .snakemake (Snakemake ran in their parent)
+    and the second run was refused; each folder now holds its own."""
+    small = ["dataset.max_samples=300", "train.epochs=1", "precisions=[fp32]", "tracking.enabled=false",
+             "target_defs.local.framework=false", *TINY[3:]]
+    runs = [subprocess.Popen([sys.executable, "-m", "precisionflow.cli", "run", "--cores", "1",
+                              f"results_dir={tmp_path / name}", *small, f"train.seed={seed}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+            for seed, name in enumerate(["a", "b"])]
+    outputs = [run.communicate(timeout=600)[0] for run in runs]
+    for run, output in zip(runs, outputs):
+        assert run.returncode == 0, output[-3000:]
+        assert "planned jobs executed" in output and "running in" not in output
+    assert (tmp_path / "a" / ".snakemake").is_dir() and (tmp_path / "b" / ".snakemake").is_dir()
+    assert not (tmp_path / ".snakemake").exists()

@@ -101,6 +101,13 @@ def profile_dir(name: str) -> Path:
     return folder
 
 
+def snakemake_dir(results: Path) -> Path:
+    """Where Snakemake runs (its .snakemake: locks, logs, metadata): the results folder itself, so
+    sibling folders (results_dir=/data/a and /data/b) run at the same time without sharing a lock."""
+    results.mkdir(parents=True, exist_ok=True)
+    return results
+
+
 def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[str], profile: str = "local") -> List[str]:
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(PROJECT_ROOT / "Snakefile"),
                "--workflow-profile", str(profile_dir(profile)),
@@ -138,7 +145,7 @@ def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
 
     results = Path(plan["results_dir"])
     with runlock.exclusive_run(results):
-        for note in runlock.recover(results, results.parent):
+        for note in runlock.recover(results, snakemake_dir(results)):
             print(f"precisionflow: {note}.")
         missing = missing_under_finished(plan)
         if missing:
@@ -146,7 +153,7 @@ def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
                   "recomputing them and everything built from them.")
         force = ["--forcerun", *[str(results / key / NODE_FILE) for key in missing]] if missing else []
         command = snakemake_command(plan_file, args.cores, False, [*force, "--rerun-incomplete", *extra], args.profile)
-        return subprocess.call(command, cwd=results.parent)
+        return subprocess.call(command, cwd=snakemake_dir(results))
 
 
 def cmd_run(args, extra: List[str]) -> int:
@@ -162,7 +169,7 @@ def cmd_run(args, extra: List[str]) -> int:
     before = node_mtimes(plan)
     if args.dry_run:
         code = subprocess.call(snakemake_command(plan_file, args.cores, True, extra, args.profile),
-                               cwd=Path(plan["results_dir"]).parent)
+                               cwd=snakemake_dir(Path(plan["results_dir"])))
         print_why(plan)
         return code
     code = run_exclusively(plan, plan_file, args, extra)
@@ -281,7 +288,8 @@ def cmd_report(args) -> int:
               "run it first (precisionflow run ...).", file=sys.stderr)
         return 2
     out = (args.out or Path(plan["results_dir"]) / "snakemake-report.html").resolve()
-    code = subprocess.call(snakemake_command(plan_file, "1", False, ["--report", str(out)]), cwd=Path(plan["results_dir"]).parent)
+    code = subprocess.call(snakemake_command(plan_file, "1", False, ["--report", str(out)]),
+                           cwd=snakemake_dir(Path(plan["results_dir"])))
     if code == 0:
         print(f"Snakemake report: {out}")
     return code

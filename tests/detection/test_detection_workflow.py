@@ -57,7 +57,7 @@ def test_evaluations_record_boxes_and_the_fp32_comparison(detection_run):
 
 def test_verdicts_report_and_mlflow_speak_detection(detection_run):
     results, output = detection_run
-    assert re.search(r"(PASS|FAIL)\s+int8\s+local .* mAP \d+\.\d+ \([+-]\d+\.\d+ vs fp32\)", output)
+    assert re.search(r"(PASS|FAIL|UNDECIDED)\s+int8\s+local .* mAP \d+\.\d+ \([+-]\d+\.\d+ vs fp32\)", output)
     report = Path(re.search(r"^Summary table:\s+(\S+)/summary.csv$", output, re.MULTILINE).group(1))
     page = (report / "report.html").read_text()
     assert "Spurious and lost boxes" in page or not any(
@@ -68,4 +68,5 @@ def test_verdicts_report_and_mlflow_speak_detection(detection_run):
     mlflow.set_tracking_uri(f"sqlite:///{results / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["precisionflow"])
     engines = runs[runs["tags.precision"].notna()]
-    assert len(engines) == 4 and engines["metrics.map50"].notna().all() and engines["metrics.shadow_per_100"].notna().all()
+    assert len(engines) == 5 and set(engines["tags.precision"]) == {"fp32", "fp16", "int8", "int8_qat", "fp32_twin"}
+    assert engines["metrics.map50"].notna().all() and engines["metrics.shadow_per_100"].notna().all()
