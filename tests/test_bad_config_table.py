@@ -52,7 +52,7 @@ CATEGORIES = {
         ("'+' on a fixed section", ["+train.foo=1"], "train.foo: no such key. Valid keys here: at_chance"),
         ("`_target_` key", ["+model._target_=os.system"], "model._target_: precisionflow builds no objects named in the configuration"),
         ("key of an unselected dataset", ["dataset.path=/data"], "dataset.path is set, but dataset.name=digits does not read it"),
-        ("key of an unselected model", ["model.path=/m.keras"], "model.path is set, but model.name=small_cnn does not read it"),
+        ("key of an unselected model", ["model.path=/m.keras"], "model.path is set, but model.name=resnet_mini does not read it"),
     ],
     "types and choices": [
         ("wrong type", ["train.epochs=abc"], "train.epochs='abc': Value 'abc' of type 'str' could not be converted to Integer"),

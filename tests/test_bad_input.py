@@ -47,7 +47,7 @@ def test_a_training_at_chance_is_flagged_and_stops_the_run_when_asked(capsys):
     ("train.lr_schedule=cosin", r"Did you mean 'cosine'\?"),
     ("engine.onnxruntime.cudnn_conv_algo_search=exhaustive", r"Did you mean 'EXHAUSTIVE'\?"),
     ("dataset.path=/tmp/images", r"dataset.path is set, but dataset.name=digits does not read it .* dataset=image_folder"),
-    ("model.path=/tmp/m.keras", r"model.path is set, but model.name=small_cnn does not read it"),
+    ("model.path=/tmp/m.keras", r"model.path is set, but model.name=resnet_mini does not read it"),
 ])
 def test_string_choices_and_keys_of_unselected_components_fail_at_composition(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -150,3 +150,16 @@ def test_a_logging_that_died_half_way_is_started_over_without_duplicate_points(t
     assert again.info.run_id == run.info.run_id  # a complete logging is kept as it is
     assert len(client.get_metric_history(run.info.run_id, "top1")) == 1
     assert len(client.search_runs([experiment])) == 1
+
+
+def test_the_export_check_passes_float_rounding_of_a_deep_model_and_fails_a_wrong_conversion():
+    """ResNet-50 at 224x224 (2 epochs) differed from its export by 2.93e-3 with logits near 10: float
+    rounding, scaled by the logits. A conversion that is wrong moves logits by a share of their scale."""
+    from precisionflow.stages import export_onnx
+
+    limits = {"max_abs_diff": 1e-3, "rtol": 1e-3}
+    export_onnx.check(limits, {"max_abs_diff_vs_keras": 2.93e-3, "max_abs_keras_logit": 9.6})
+    with pytest.raises(StageError, match=r"max \|logit difference\| 0.41 .* expected <= 0.0106"):
+        export_onnx.check(limits, {"max_abs_diff_vs_keras": 0.41, "max_abs_keras_logit": 9.6})
+    with pytest.raises(StageError, match="export.rtol=0"):  # the absolute check alone, when asked
+        export_onnx.check({"max_abs_diff": 1e-3, "rtol": 0}, {"max_abs_diff_vs_keras": 2.93e-3, "max_abs_keras_logit": 9.6})

@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-TINY = ["dataset.max_samples=700", "train.epochs=4", "precisions=[fp32,fp16,int8]", "calibration.num_samples=128",
+TINY = ["model=small_cnn", "dataset.max_samples=700", "train.epochs=4", "precisions=[fp32,fp16,int8]", "calibration.num_samples=128",
         "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01", "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2",
         "evaluate.streams=[2]", "evaluate.ratio_rounds=3", "evaluate.ratio_window_s=0.03",
         # 175 test images, ~17 per class: budgets they can resolve (with no image flipped the top-1
@@ -170,7 +170,7 @@ def test_check_gates_on_budgets_and_runs_nothing(first_run, tmp_path):
 def test_a_changed_threshold_rechecks_without_rerunning(first_run):
     results, _ = first_run
     command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *TINY,
-               "export.max_abs_diff=1e-12"]
+               "export.max_abs_diff=1e-12", "export.rtol=0"]
     done = subprocess.run(command, capture_output=True, text=True, cwd=results.parent)
     assert done.returncode == 2 and "export.max_abs_diff=1e-12" in done.stderr
     assert executed(run_cli(results)) == 0
@@ -236,7 +236,7 @@ def test_snakemake_report_registers_the_report_items(first_run, tmp_path):
 def test_a_failed_run_says_what_failed_and_where_its_log_is(tmp_path):
     results = tmp_path / "results"
     command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}",
-               "dataset.max_samples=200", "train.epochs=1", "precisions=[fp32]", "export.max_abs_diff=0",
+               "model=small_cnn", "dataset.max_samples=200", "train.epochs=1", "precisions=[fp32]", "export.max_abs_diff=0", "export.rtol=0",
                "tracking.enabled=false"]  # no export matches Keras exactly: the export's own check fails the job
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode != 0

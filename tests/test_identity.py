@@ -29,7 +29,7 @@ NOTHING = set()
 # strings and lists get another element).
 FLIP_VALUES = {
     "dataset.name": None,  # a data set choice: see CONDITIONAL (image_folder needs a folder)
-    "model.name": "resnet_mini", "engine.backend": "tensorrt", "calibration.method": "minmax",
+    "model.name": "small_cnn", "engine.backend": "tensorrt", "calibration.method": "minmax",
     "calibration.split": "val", "int8.report_split": "train", "train.lr_schedule": "cosine", "train.optimizer": "sgd",
     "train.precision_policy": "mixed_bfloat16", "finetune.mode": "fp32", "engine.optimization_level": "extended",
     "precisions": ["fp32", "fp16", "int8"], "targets": ["local", "cpu"], "target_defs.local.device": "cpu",
@@ -43,7 +43,7 @@ FLIP_VALUES = {
 }
 
 # Which stages' node ids change when the key flips, under the default configuration
-# (small_cnn on digits, precisions fp32/fp16/int8/int8_qat, target local, ONNX Runtime).
+# (resnet_mini on digits, precisions fp32/fp16/int8/int8_qat, target local, ONNX Runtime).
 EXPECTED = {
     "dataset.name": None, "dataset.path": None,  # read only by image_folder: set for digits it is refused
     "dataset.image_size": NOTHING, "dataset.channels": NOTHING,
@@ -52,10 +52,11 @@ EXPECTED = {
     "dataset.cache": TRAINED,  # how training reads (memory/disk) sets the order it sees samples in
     "task": None, "dataset.num_images": None,  # detection only: refused with digits (see CONDITIONAL)
     **{f"evaluate.detection.{key}": NOTHING for key in ("min_score", "top_k", "nms_iou", "score_threshold", "match_iou")},
-    "model.name": TRAINED, "model.width": TRAINED, "model.filters": TRAINED, "model.dense_units": TRAINED,
-    "model.dropout": TRAINED, "model.stages": NOTHING, "model.blocks_per_stage": NOTHING, "model.weights": NOTHING,
+    # the default model is resnet_mini: small_cnn's keys are not read (see CONDITIONAL for them)
+    "model.name": TRAINED, "model.width": TRAINED, "model.filters": NOTHING, "model.dense_units": NOTHING,
+    "model.dropout": NOTHING, "model.stages": TRAINED, "model.blocks_per_stage": TRAINED, "model.weights": NOTHING,
     "model.path": None, "model.trust": NOTHING,  # model.path: read only by keras_file (refused otherwise)
-    "model.bn_momentum": NOTHING,
+    "model.bn_momentum": TRAINED,
     **{f"train.{key}": TRAINED for key in ("epochs", "batch_size", "learning_rate", "lr_schedule", "optimizer", "seed",
                                            "early_stopping_patience", "precision_policy")},
     # an fp32 fine-tune on the main path is the node int8_qat's twin already planned (same settings), so its
@@ -63,7 +64,7 @@ EXPECTED = {
     "finetune.mode": TRAINED - {"train_model", "finetune_model", "export_onnx"},
     **{f"finetune.{key}": QAT_BRANCH for key in ("epochs", "batch_size", "learning_rate", "seed", "exclude_layers")},
     "export.opset": TRAINED - {"train_model", "finetune_model", "benchmark_framework"},
-    "export.max_abs_diff": NOTHING,  # a threshold: re-checked, never re-exported
+    "export.max_abs_diff": NOTHING, "export.rtol": NOTHING,  # thresholds: re-checked, never re-exported
     "precisions": {"report", "track_mlflow"},  # int8_qat's nodes leave the plan; the others keep their ids
     "fp16.op_block_list": GRAPHS,
     "calibration.method": {"calibrate"} | GRAPHS, "calibration.percentile": NOTHING,
@@ -120,6 +121,11 @@ CONDITIONAL = [
     (["model=resnet_mini"], "model.blocks_per_stage", 2, TRAINED),
     (["model=resnet_mini"], "model.bn_momentum", 0.99, TRAINED),
     (["model=resnet_mini"], "model.filters", [8, 8], NOTHING),
+    (["model=small_cnn"], "model.filters", [8, 8], TRAINED),
+    (["model=small_cnn"], "model.dense_units", 32, TRAINED),
+    (["model=small_cnn"], "model.dropout", 0.5, TRAINED),
+    (["model=small_cnn"], "model.stages", 2, NOTHING),
+    (["model=small_cnn"], "model.bn_momentum", 0.99, NOTHING),
     (["calibration=percentile"], "calibration.percentile", 99.9, {"calibrate"} | GRAPHS),
     (["calibration.num_samples=128"], "calibration.split", "val", {"calibrate"} | GRAPHS),
     (["engine=tensorrt"], "engine.trt_builder_optimization_level", 5, ENGINES),

@@ -12,7 +12,7 @@ import pytest
 from precisionflow import remote
 from precisionflow.errors import LineageError, StageError
 
-TINY = ["dataset.max_samples=400", "train.epochs=2", "precisions=[fp32,fp16]", "targets=[cpu]",
+TINY = ["model=small_cnn", "dataset.max_samples=400", "train.epochs=2", "precisions=[fp32,fp16]", "targets=[cpu]",
         "target_defs.cpu.framework=false", "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01",
         "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2", "evaluate.streams=[2]", "evaluate.ratio_rounds=2",
         "evaluate.ratio_window_s=0.03", "tracking.enabled=false",

@@ -18,7 +18,7 @@ from precisionflow.nodeio import write_json_atomic
 
 pytestmark = pytest.mark.slow
 
-SWEEP = ["dataset.max_samples=400", "train.epochs=1", "finetune.epochs=1", "precisions=[fp32,fp16,int8,int8_qat,int8_mixed]",
+SWEEP = ["model=small_cnn", "dataset.max_samples=400", "train.epochs=1", "finetune.epochs=1", "precisions=[fp32,fp16,int8,int8_qat,int8_mixed]",
          "calibration.num_samples=64", "int8.report_samples=16", "evaluate.duration_s=0.02", "evaluate.warmup_s=0.01",
          "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2", "evaluate.streams=[2]", "evaluate.ratio_rounds=2",
          "evaluate.ratio_window_s=0.02", "calibration=entropy,minmax"]

@@ -19,7 +19,7 @@ def node(stage, node_id, params, inputs=None):
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     results = tmp_path_factory.mktemp("training") / "results"
-    [cfg] = expand(["dataset.max_samples=400", "train.epochs=2"])
+    [cfg] = expand(["model=small_cnn", "dataset.max_samples=400", "train.epochs=2"])
     plan = {"results_dir": str(results), "nodes": dict([node("prepare_dataset", "d1", cfg["dataset"])])}
     run_node(plan, "prepare_dataset/d1")
     return plan, cfg
