@@ -109,3 +109,23 @@ def test_device_timed_windows_report_the_device_clock_and_keep_the_host_one():
                                     device_timed=True)
     assert stats["clock"] == "device" and stats["mean_ms"] == pytest.approx(2.0)
     assert stats["throughput_sps"] == pytest.approx(2000) and stats["host"]["mean_ms"] < 1.0
+
+
+def test_a_timing_job_knows_what_other_processes_used_while_it_timed():
+    """The 1-minute load average lags (a training that just ended still counts): the report flags
+    a row as timed on a shared machine from the CPU time others used during the job."""
+    from precisionflow import speed
+    from precisionflow.stages.report import loaded
+
+    start = {"at": 10.0, "busy_s": 100.0, "own_s": 5.0}
+    alone = {"at": 20.0, "busy_s": 110.2, "own_s": 15.0}  # 10 s: we used 10 core-seconds, others 0.2
+    shared = {"at": 20.0, "busy_s": 125.0, "own_s": 15.0}  # others kept 1.5 cores busy
+    assert speed.other_cores(start, alone) == 0.02 and speed.other_cores(start, shared) == 1.5
+    assert speed.other_cores({"at": 1.0, "own_s": 0.0}, alone) == -1.0  # no /proc/stat: unknown
+    assert not loaded({"other_cores": 0.02, "loadavg_1m": 3.1, "cpu_count": 2})  # a lagging load average is not sharing
+    assert loaded({"other_cores": 1.5, "loadavg_1m": 0.5, "cpu_count": 2})
+    assert loaded({"other_cores": -1.0, "loadavg_1m": 3.1, "cpu_count": 2})  # unknown: the load average decides
+    taken = speed.conditions()
+    sum(range(200000))
+    done = speed.finished(dict(taken))
+    assert done["other_cores"] >= 0 and "cpu_sample" not in done

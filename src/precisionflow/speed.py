@@ -20,7 +20,39 @@ from precisionflow import timing
 def conditions() -> Dict[str, Any]:
     """When, where and under what load a figure was taken: it travels with every absolute figure."""
     return {"taken_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(), "cpu_count": os.cpu_count(),
-            "loadavg_1m": round(os.getloadavg()[0], 2), "run": os.environ.get("PRECISIONFLOW_RUN", "outside a workflow run")}
+            "loadavg_1m": round(os.getloadavg()[0], 2), "run": os.environ.get("PRECISIONFLOW_RUN", "outside a workflow run"),
+            "cpu_sample": cpu_sample()}
+
+
+def cpu_sample() -> Dict[str, float]:
+    """CPU seconds the whole machine was busy (/proc/stat) and this process with its finished
+    children used, at a monotonic time: two samples tell what OTHER processes used in between."""
+    sample = {"at": time.monotonic()}
+    times = os.times()
+    sample["own_s"] = times.user + times.system + times.children_user + times.children_system
+    try:
+        with open("/proc/stat") as handle:
+            fields = [int(value) for value in handle.readline().split()[1:8]]
+        sample["busy_s"] = (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+    except (OSError, ValueError):
+        pass
+    return sample
+
+
+def other_cores(start: Dict[str, float], end: Dict[str, float]) -> float:
+    """Cores other processes kept busy on average between two samples (-1: unknown). The 1-minute
+    load average lags (a training that just ended still counts), this does not."""
+    if "busy_s" not in start or "busy_s" not in end or end["at"] <= start["at"]:
+        return -1.0
+    others = (end["busy_s"] - start["busy_s"]) - (end["own_s"] - start["own_s"])
+    return round(max(0.0, others) / (end["at"] - start["at"]), 2)
+
+
+def finished(taken: Dict[str, Any]) -> Dict[str, Any]:
+    """The conditions at the end of a timing job: load, and the cores others used while it timed."""
+    now, taken = conditions(), dict(taken)
+    started = taken.pop("cpu_sample", {})
+    return {**taken, "finished_loadavg_1m": now["loadavg_1m"], "other_cores": other_cores(started, now["cpu_sample"])}
 
 
 def timing_images(split, settings: Dict[str, Any]) -> np.ndarray:
@@ -64,5 +96,5 @@ def measure(load: Callable[[], Any], images: np.ndarray, settings: Dict[str, Any
         report["streams"][str(count)] = timing.concurrent_streams(
             runners, settings["stream_batch_size"], settings["warmup_s"], settings["duration_s"])
         report["streams"][str(count)]["engines"] = sharing
-    report["conditions"]["finished_loadavg_1m"] = conditions()["loadavg_1m"]
+    report["conditions"] = finished(report["conditions"])
     return report

@@ -208,7 +208,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     conditions = speed.conditions()
     results = compare(sides, inputs["data"], params["ratio"])
     metrics = {"target": params["target"], "sides": {side: folder.name for side, (_, folder, _) in sides.items()},
-               "settings": results, "conditions": {**conditions, "finished_loadavg_1m": speed.conditions()["loadavg_1m"]},
+               "settings": results, "conditions": speed.finished(conditions),
                "rounds": params["ratio"]["ratio_rounds"], "window_s": params["ratio"]["ratio_window_s"],
                "processes": "one per side and phase; batch settings pinned to the engines' thread count of CPUs"}
     write_json_atomic(out / "metrics.json", metrics)

@@ -30,7 +30,7 @@ COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "optio
            *DETECTION_COLUMNS, "qat_agreement",
            "int8_frac", "p50_ms_b1", "p99_ms_b1", "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams",
            "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb",
-           "noisy", "loaded", "timed", "load", "node"]
+           "noisy", "loaded", "others", "timed", "load", "node"]
 # The printed table fits a 120-column terminal: these columns, most important first, less those no
 # row fills; while it is wider, the last ones go (summary.csv and the report keep every column).
 PRINTED = ["precision", "ran", "top1", "change_95", "verdict", "variant", "map50", "map", "spurious_100", "shadow_100",
@@ -58,8 +58,14 @@ def reads(budgets: Dict[str, Any]) -> Dict[str, Any]:
     return {"budgets": budgets}
 
 
+OTHERS_LOADED = 0.5  # cores of CPU time other processes used on average while a job timed
+
+
 def loaded(taken: Dict[str, Any]) -> bool:
-    """Whether a timing job shared the machine: the 1-min load, at its start or end, above the cores."""
+    """Whether a timing job shared the machine: other processes kept more than half a core busy
+    while it timed (measured from /proc/stat); without that sample, the 1-min load above the cores."""
+    if taken.get("other_cores", -1) >= 0:
+        return taken["other_cores"] > OTHERS_LOADED
     cores = taken.get("cpu_count") or 0
     return bool(cores) and max(taken.get("loadavg_1m", 0), taken.get("finished_loadavg_1m", 0)) > cores
 
@@ -77,7 +83,8 @@ def speed_columns(speed: Dict[str, Any]) -> Dict[str, Any]:
         "sps_b1": round(batch[smallest]["throughput_sps"], 1),
         "sps_bmax": round(batch[largest]["throughput_sps"], 1), "bmax": int(largest),
         "sps_streams": round(streams[most]["throughput_sps"], 1) if most else "", "streams": most or "",
-        "timed": timed(taken), "load": taken.get("loadavg_1m", ""), "noisy": " ".join(noisy),
+        "timed": timed(taken), "load": taken.get("loadavg_1m", ""), "others": taken.get("other_cores", ""),
+        "noisy": " ".join(noisy),
         "loaded": "yes" if loaded(taken) else "",
     }
 
@@ -299,10 +306,10 @@ def load_notes(rows: List[Dict[str, Any]]) -> List[str]:
     shared = [row for row in rows if row.get("loaded")]
     if not shared:
         return []
-    loads = sorted(float(row["load"]) for row in shared if row["load"] != "")
-    span = f"{loads[0]}-{loads[-1]}" if loads else "unknown"
-    return [f"(!) {len(shared)} of {len(rows)} rows were timed while the machine was loaded (1-min load {span}, above its "
-            f"{os.cpu_count()} cores): every figure of theirs is noisy, so none carries {NOISY_MARK}; time again on an idle machine."]
+    used = sorted(float(row["others"]) for row in shared if row.get("others", "") not in ("", -1, -1.0))
+    span = f"other processes used {used[0]}-{used[-1]} of its {os.cpu_count()} cores" if used else "1-min load above its cores"
+    return [f"(!) {len(shared)} of {len(rows)} rows were timed while the machine was shared ({span}): every figure of "
+            f"theirs is noisy, so none carries {NOISY_MARK}; time again on an idle machine."]
 
 
 def non_finite_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
