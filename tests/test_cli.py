@@ -24,3 +24,15 @@ def test_bad_override_exits_with_a_message_and_no_plan(tmp_path, capsys):
 def test_passthrough_arguments_go_to_snakemake():
     own, extra = cli._split_passthrough(["run", "a=1", "--", "--forceall"])
     assert own == ["run", "a=1"] and extra == ["--forceall"]
+
+
+def test_profile_slurm_without_slurm_fails_before_anything_runs(tmp_path, monkeypatch, capsys):
+    """Where Slurm is missing, every job failed after 16 s with "No such file or directory: 'sacct'"."""
+    from precisionflow import cli
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch, squeue or scancel here
+    code = cli.main(["run", "--profile", "slurm", f"results_dir={tmp_path / 'results'}"])
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and len(error.splitlines()) == 1
+    assert "--profile slurm: its executor is slurm, but sbatch, squeue, scancel is not on PATH here" in error
+    assert not (tmp_path / "results").exists()

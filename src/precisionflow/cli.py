@@ -101,6 +101,23 @@ def profile_dir(name: str) -> Path:
     return folder
 
 
+SCHEDULER_COMMANDS = {"slurm": ("sbatch", "squeue", "scancel")}  # what the executor plugin calls (status: squeue)
+
+
+def check_scheduler(profile: str) -> None:
+    """A profile whose executor is a scheduler needs that scheduler's commands here, before anything
+    runs (without them every job failed after 16 s with "No such file or directory: 'sacct'")."""
+    import shutil
+
+    config = (profile_dir(profile) / "config.yaml").read_text()
+    executor = next((line.split(":", 1)[1].strip() for line in config.splitlines() if line.startswith("executor:")), "")
+    missing = [command for command in SCHEDULER_COMMANDS.get(executor, ()) if shutil.which(command) is None]
+    if missing:
+        raise ConfigError(f"--profile {profile}: its executor is {executor}, but {', '.join(missing)} is not on PATH here. "
+                          f"Run from a host of the {executor} cluster (a login node), install its client commands "
+                          "(Debian: slurm-client), or run without --profile to use this machine.")
+
+
 def snakemake_dir(results: Path) -> Path:
     """Where Snakemake runs (its .snakemake: locks, logs, metadata): the results folder itself, so
     sibling folders (results_dir=/data/a and /data/b) run at the same time without sharing a lock."""
@@ -160,6 +177,7 @@ def cmd_run(args, extra: List[str]) -> int:
     from precisionflow.config.compose import expand
     from precisionflow.plan import build_plan, default_results_dir, recheck_finished, write_plan
 
+    check_scheduler(args.profile)
     points = expand(args.overrides, multirun=args.multirun)
     plan = build_plan(points, default_results_dir(points), args.overrides)
     recheck_finished(plan)  # finished nodes: files as written, thresholds held; before anything runs
