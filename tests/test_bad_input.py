@@ -163,3 +163,32 @@ def test_the_export_check_passes_float_rounding_of_a_deep_model_and_fails_a_wron
         export_onnx.check(limits, {"max_abs_diff_vs_keras": 0.41, "max_abs_keras_logit": 9.6})
     with pytest.raises(StageError, match="export.rtol=0"):  # the absolute check alone, when asked
         export_onnx.check({"max_abs_diff": 1e-3, "rtol": 0}, {"max_abs_diff_vs_keras": 2.93e-3, "max_abs_keras_logit": 9.6})
+
+
+def test_a_user_model_whose_head_is_a_softmax_is_named_with_the_fix(tmp_path, capsys):
+    """Trained with from_logits=True, a softmax head once passed silently (only Keras's own warning)."""
+    import json
+
+    from precisionflow import models
+
+    def saved(head: dict):
+        config = {"class_name": "Functional", "config": {"name": "user", "output_layers": [[head["name"], 0, 0]], "layers": [
+            {"class_name": "InputLayer", "name": "image", "config": {"name": "image"}},
+            {"class_name": "Dense", "name": "features", "config": {"name": "features", "activation": "relu"}}, head]}}
+        path = tmp_path / f"{head['name']}.keras"
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("config.json", json.dumps(config))
+        return path
+
+    dense = saved({"class_name": "Dense", "name": "probs", "config": {"name": "probs", "activation": "softmax"}})
+    models.check_user_model_file({"path": str(dense), "trust": False})
+    warning = capsys.readouterr().err
+    assert "ends in softmax (layer 'probs')" in warning and "activation=None" in warning
+    layer = saved({"class_name": "Softmax", "name": "softmax", "config": {"name": "softmax"}})
+    models.check_user_model_file({"path": str(layer), "trust": False})
+    assert "layer 'softmax'" in capsys.readouterr().err
+    logits = saved({"class_name": "Dense", "name": "logits", "config": {"name": "logits", "activation": "linear"}})
+    models.check_user_model_file({"path": str(logits), "trust": False})
+    assert capsys.readouterr().err == ""
+    assert models.softmax_head({"output_layers": [["probs", 0, 0]],
+                                "layers": [{"class_name": "Dense", "name": "probs", "config": {"activation": "softmax"}}]}) == "probs"

@@ -89,6 +89,8 @@ def keras_file(keras, params: Dict[str, Any], input_shape, num_classes: int):
     """A user's saved model; its classification head is replaced when the class count differs."""
     model = load_user_model(keras, params)
     if model.output_shape[-1] == num_classes:
+        if softmax_head(model.get_config()):
+            raise ConfigError(softmax_message(params["path"], softmax_head(model.get_config())))
         return model
     features = model.layers[-2].output
     return keras.Model(model.inputs, _logits(keras, features, num_classes), name=model.name)
@@ -112,6 +114,26 @@ def load_user_model(keras, params: Dict[str, Any]):
     return keras.models.load_model(path, compile=False)
 
 
+def softmax_head(config: Dict[str, Any]) -> str:
+    """The name of a functional model's output layer when it applies softmax, else ''."""
+    outputs = config.get("output_layers") or []
+    names = {entry[0] for entry in outputs if isinstance(entry, list) and entry}
+    for layer in config.get("layers", []):
+        inner = layer.get("config", {})
+        if layer.get("name", inner.get("name")) in names and (layer.get("class_name") == "Softmax"
+                                                               or inner.get("activation") == "softmax"):
+            return layer.get("name", inner.get("name", ""))
+    return ""
+
+
+def softmax_message(path, layer: str) -> str:
+    return (f"model.path: {path} ends in softmax (layer '{layer}'), but precisionflow trains with "
+            "from_logits=True and judges engines on logits: the loss would be computed on probabilities and the "
+            "model would learn badly while only Keras's own warning says so. Save the model with a linear last "
+            "layer (activation=None; apply softmax after the engine), or train for a different class count "
+            "(the head is then replaced).")
+
+
 def check_user_model_file(params: Dict[str, Any]) -> None:
     """Before anything runs: the user model exists, is a Keras file, and holds no code unless trusted."""
     import zipfile
@@ -125,7 +147,9 @@ def check_user_model_file(params: Dict[str, Any]) -> None:
     if path.suffix == ".keras":
         try:
             with zipfile.ZipFile(path) as archive:
-                code = '"Lambda"' in archive.read("config.json").decode(errors="replace")
+                text = archive.read("config.json").decode(errors="replace")
+                code = '"Lambda"' in text
+            warn_softmax_head(path, text)
         except (zipfile.BadZipFile, KeyError) as err:
             raise ConfigError(f"model.path: {path} is not a Keras .keras file (a zip archive with config.json): {err}. "
                               "Save the model with model.save('name.keras').") from err
@@ -136,6 +160,20 @@ def check_user_model_file(params: Dict[str, Any]) -> None:
     if code and not params["trust"]:
         raise ConfigError(f"model.path: {path} contains a Lambda layer (arbitrary Python code), refused in Keras safe "
                           "mode. If you trust this file, set model.trust=true.")
+
+
+def warn_softmax_head(path: Path, config_text: str) -> None:
+    """At planning, without TensorFlow: a softmax head is named (training refuses it unless the
+    class count differs and the head is replaced)."""
+    import json
+    import sys
+
+    try:
+        head = softmax_head(json.loads(config_text).get("config", {}))
+    except (ValueError, AttributeError):
+        return
+    if head:
+        print(f"precisionflow: warning: {softmax_message(path, head)}", file=sys.stderr)
 
 
 def _h5_has_lambda(path: Path) -> bool:
