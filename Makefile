@@ -20,7 +20,7 @@ run: setup
 
 # All tests, the slow end-to-end ones included (plain `pytest` skips those).
 test: setup
-	$(BIN)/python -m pytest -m "slow or not slow" $(ARGS)
+	$(BIN)/python -m pytest -m "slow or not slow" --durations=15 $(ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest $(ARGS)
