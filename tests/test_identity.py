@@ -296,3 +296,31 @@ def test_the_runner_refuses_a_node_planned_with_other_code(tmp_path):
     with pytest.raises(StageError, match="planned with code 0123456789ab"):
         runner.run_node(built, key)
     assert not (tmp_path / key).exists()
+
+
+# Which stages' node ids change when one source file changes (the default plan: ONNX Runtime on this
+# machine). A stage's id covers its import closure; engine stages cover only the backend they use.
+SOURCE_EDITS = {
+    "backends/tensorrt_backend.py": set(),  # no ONNX Runtime engine, TensorFlow baseline or training reruns
+    "backends/onnxruntime_backend.py": {"build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"},
+    "stages/report.py": {"report", "track_mlflow"},  # MLflow logs the report it reads
+    "stages/benchmark_framework.py": {"benchmark_framework", "compare_speed", "report", "track_mlflow"},
+    # verdicts are drawn by the report; int8_mixed's search decides by the same intervals, and a
+    # stage's closure is its module's (quantize_onnx imports the search for every precision)
+    "stats.py": {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"},
+}
+
+
+@pytest.mark.parametrize("edited", sorted(SOURCE_EDITS))
+def test_editing_a_source_file_reruns_only_the_stages_that_run_it(default_point, edited, monkeypatch):
+    from precisionflow import identity
+
+    import functools
+
+    before = plan_ids([default_point])
+    real = identity._file_digest.__wrapped__
+    edited_digest = functools.lru_cache(maxsize=None)(lambda relative: real(relative) + ("-edited" if relative == edited else ""))
+    monkeypatch.setattr(identity, "_file_digest", edited_digest)
+    after = plan_ids([default_point])
+    changed = {key.split("/")[0] for key in before - after}
+    assert changed == SOURCE_EDITS[edited]

@@ -78,9 +78,28 @@ def _file_digest(relative: str) -> str:
     return hashlib.sha256((PACKAGE_DIR / relative).read_bytes()).hexdigest()
 
 
-def source_hashes(stage: str) -> Dict[str, str]:
-    """{relative file: sha256} of the code a stage runs."""
-    return {relative: _file_digest(relative) for relative in import_closure(f"{PACKAGE}.stages.{stage}")}
+def backend_files() -> Dict[str, str]:
+    """{backend name: its module's file}: the engine stages load one of them by name. Read from
+    backends/__init__.py's text, not imported: an import here would enter every stage's closure."""
+    text = (PACKAGE_DIR / "backends" / "__init__.py").read_text()
+    pairs = re.findall(r'"(\w+)":\s*"' + PACKAGE + r'\.backends\.(\w+)"', text)
+    return {name: f"backends/{module}.py" for name, module in pairs}
+
+
+def node_backend(params: Dict) -> Optional[str]:
+    """The engine backend a node's params name (engine stages), else None."""
+    return (params.get("engine") or {}).get("backend") or params.get("backend")
+
+
+def source_hashes(stage: str, backend: Optional[str] = None) -> Dict[str, str]:
+    """{relative file: sha256} of the code a stage runs. An engine stage names its backend: the
+    other backends' modules (reachable only by name) are not its code, so editing the TensorRT
+    backend leaves ONNX Runtime engines and their measurements as they are."""
+    closure = import_closure(f"{PACKAGE}.stages.{stage}")
+    if backend is not None:
+        others = {path for name, path in backend_files().items() if name != backend}
+        closure = tuple(relative for relative in closure if relative not in others)
+    return {relative: _file_digest(relative) for relative in closure}
 
 
 def code_version(stage: str, hashes: Optional[Dict[str, str]] = None) -> str:

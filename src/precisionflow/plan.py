@@ -83,6 +83,7 @@ class PlanBuilder:
         self.runtimes: Dict[tuple, Dict[str, str]] = {}
         self.stage_resources: Dict[str, Dict[str, Any]] = {}
         self.sizes: Dict[str, Dict[str, int]] = {}
+        self.backend_versions: Dict[str, str] = {}
 
     def runtime(self, backend: str, target_def: Dict[str, Any]) -> Dict[str, str]:
         """The runtime an engine is built (or a model timed) with: part of the id, so upgrading the
@@ -135,14 +136,24 @@ class PlanBuilder:
                 found[path] = self.file_hashes[path]
         return found
 
+    def identity_of(self, stage: str, params: Dict[str, Any]) -> Dict[str, Any]:
+        """The stage's code version and packages; an engine stage's covers only its own backend."""
+        backend = identity.node_backend(params)
+        if backend is None:
+            return self.identities[stage]
+        key = f"{stage}@{backend}"
+        if key not in self.backend_versions:
+            self.backend_versions[key] = identity.code_version(stage, identity.source_hashes(stage, backend))
+        return {**self.identities[stage], "code": self.backend_versions[key]}
+
     def add(self, stage: str, slug: str, params: Dict[str, Any], inputs: Dict[str, Node],
             checks: Optional[Dict[str, Any]] = None, resources: Optional[Dict[str, Any]] = None) -> Node:
         resources = {**self.stage_resources.get(stage, {}), **(resources or {})}  # never hashed
         input_keys = {role: node.key for role, node in sorted(inputs.items())}
-        hashed = {"stage": stage, "params": params, "inputs": input_keys, **self.identities[stage]}
+        code = self.identity_of(stage, params)
+        hashed = {"stage": stage, "params": params, "inputs": input_keys, **code}
         digest = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:12]
-        node = Node(stage, f"{_slugify(slug)}-{digest}", params, input_keys, self.identities[stage],
-                    checks or {}, resources or {})
+        node = Node(stage, f"{_slugify(slug)}-{digest}", params, input_keys, code, checks or {}, resources or {})
         self.nodes.setdefault(node.key, node)
         return self.nodes[node.key]
 

@@ -27,14 +27,15 @@ def differences(planned: Dict[str, Any], existing: Dict[str, Any]) -> List[str]:
             found.append(f"package {package}: {old_identity['packages'][package]} -> {version}")
     old_code = old_identity.get("code") or existing.get("code_version")
     if old_code and old_code != planned.get("identity", {}).get("code"):
-        found.append(f"code of {planned['stage']} changed ({_changed_sources(planned['stage'], old_identity)})")
+        found.append(f"code of {planned['stage']} changed ({_changed_sources(planned, old_identity)})")
     return found
 
 
-def _changed_sources(stage: str, old_identity: Dict[str, Any]) -> str:
+def _changed_sources(planned: Dict[str, Any], old_identity: Dict[str, Any]) -> str:
     from precisionflow import identity
 
-    now, before = identity.source_hashes(stage), old_identity.get("sources", {})
+    now = identity.source_hashes(planned["stage"], identity.node_backend(planned["params"]))
+    before = old_identity.get("sources", {})
     changed = sorted(rel for rel in set(now) | set(before) if now.get(rel) != before.get(rel))
     return ", ".join(changed) or "its import closure"
 

@@ -16,8 +16,7 @@ PACKAGES = ("tensorflow", "tf-keras", "numpy")
 
 
 def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
-    from precisionflow.stages.build_engine import device_params
-    from precisionflow.stages.evaluate_engine import timing_settings
+    from precisionflow.targets import device_params, timing_settings
 
     return {"evaluate": timing_settings(cfg, target), "threads": cfg["engine"]["intra_op_threads"],
             **device_params(cfg, target, runtime)}

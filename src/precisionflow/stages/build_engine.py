@@ -9,6 +9,7 @@ from typing import Any, Dict
 from precisionflow.backends import get_backend
 from precisionflow.errors import EngineMismatchError
 from precisionflow.nodeio import read_node, write_json_atomic
+from precisionflow.targets import device_params
 
 PACKAGES = ("onnx", "numpy")  # the backend's own version is in params["runtime"]
 # The engine settings each backend reads; the others do not enter its engines' ids.
@@ -31,14 +32,6 @@ def may_run_on_gpu(target_def: Dict[str, Any]) -> bool:
     from precisionflow.backends.devices import has_nvidia_gpu
 
     return target_def["device"] == "cuda" or (target_def["device"] == "auto" and has_nvidia_gpu())
-
-
-def device_params(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
-    """Where engines are built and timed: the target's device (its scheduler resources and timing
-    settings are not read here), and the runtime found there."""
-    target_def = cfg["target_defs"][target]
-    return {"target": target, "target_def": {"device": target_def["device"], "expect_device": target_def["expect_device"]},
-            "runtime": runtime}
 
 
 def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:

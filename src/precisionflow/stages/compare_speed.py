@@ -26,10 +26,10 @@ RATIO_KEYS = ("timing_batch_sizes", "streams", "stream_batch_size", "warmup_s", 
 
 
 def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
-    from precisionflow.stages.build_engine import device_params
-    from precisionflow.stages.evaluate_engine import timing_settings
+    from precisionflow.targets import device_params, timing_settings
 
     params = {"ratio": timing_settings(cfg, target, RATIO_KEYS), "threads": cfg["engine"]["intra_op_threads"],
+              "backend": cfg["engine"]["backend"],
               **device_params(cfg, target, runtime)}
     if cfg["target_defs"][target]["framework"]:  # TensorFlow is timed too: its versions are read
         from precisionflow import identity

@@ -18,25 +18,18 @@ from precisionflow.backends import get_backend
 from precisionflow.compare import HEADLINE_METRICS, PER_SAMPLE_FILE, task_of
 from precisionflow.datasets.store import Split, predict_in_batches
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
+from precisionflow.targets import device_params, timing_settings
 
 PACKAGES = ("numpy",)  # the backend's own version is in params["runtime"]
-TIMING_KEYS = ("timing_batch_sizes", "warmup_s", "duration_s", "min_iterations", "repeats", "streams", "stream_batch_size")
-
-
-def timing_settings(cfg: Dict[str, Any], target: str, keys=TIMING_KEYS) -> Dict[str, Any]:
-    """`evaluate`'s timing settings, with the target's own (e.g. trtexec's 3 s windows) on top."""
-    merged = {**cfg["evaluate"], **cfg["target_defs"][target].get("timing", {})}
-    return {key: merged[key] for key in keys}
 
 
 def reads(cfg: Dict[str, Any], precision: str, target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
-    from precisionflow.stages.build_engine import device_params
-
     evaluate = {"batch_size": cfg["evaluate"]["batch_size"], **timing_settings(cfg, target)}
     task = {"task": cfg["task"]}
     if cfg["task"] == "detection":  # decoding and box matching: read only for detection
         task["detection"] = dict(cfg["evaluate"]["detection"])
-    return {"evaluate": evaluate, "precision": precision, **task, **device_params(cfg, target, runtime)}
+    return {"evaluate": evaluate, "precision": precision, **task, "backend": cfg["engine"]["backend"],
+            **device_params(cfg, target, runtime)}
 
 
 def predict(engine, test: Split, batch_size: int) -> np.ndarray:
