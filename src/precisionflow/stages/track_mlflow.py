@@ -34,11 +34,14 @@ def child_params(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
             for key, value in tracking.flatten(record["params"], name)}
 
 
-def child_metrics(metrics: Dict[str, Any], ratio_metrics) -> Dict[str, float]:
+def child_metrics(metrics: Dict[str, Any], ratio_metrics, timed: bool = True) -> Dict[str, float]:
+    """Accuracy, speed (not for a simulation row: a CPU's timing of TensorRT's graph says nothing of
+    TensorRT), engine size and the side-by-side ratios."""
     values = {key: float(metrics[key]) for key in HEADLINE_METRICS[task_of(metrics)]}
-    for batch, stats in metrics["speed"]["batch"].items():
+    speed = metrics["speed"] if timed else {"batch": {}, "streams": {}}
+    for batch, stats in speed["batch"].items():
         values.update({f"b{batch}_{name}": float(v) for name, v in stats.items() if isinstance(v, (int, float))})
-    for count, stats in metrics["speed"]["streams"].items():
+    for count, stats in speed["streams"].items():
         values.update({f"streams{count}_{name}": float(v) for name, v in stats.items() if isinstance(v, (int, float))})
     engine = metrics["engine"]
     values.update({"engine_bytes": float(engine["engine_bytes"]), "build_seconds": float(engine["build_seconds"])})
@@ -73,6 +76,9 @@ def child_tags(lineage, metrics, commit: str) -> Dict[str, str]:
     engine = metrics["engine"]
     executed = engine.get("executed", {})
     tags = {f"node.{name}": node_key(record) for name, record in lineage.items()}
+    simulates = lineage["evaluate_engine"]["params"].get("simulates")
+    if simulates:
+        tags["simulates"] = simulates  # accuracy of what TensorRT computes; its timings are not TensorRT's
     tags.update({"precision": metrics["precision"], "target": metrics["target"], "backend": engine["backend"],
                  "backend_version": engine["backend_version"], "device_name": engine["device_name"],
                  "executed": executed.get("label", "unknown"), "executed_as_requested": str(executed.get("as_requested", ""))})
@@ -129,6 +135,8 @@ def log_child(client, context, eval_dir: Path) -> bool:
     metrics = read_json(eval_dir / "metrics.json")
     method = lineage.get("calibrate", {}).get("params", {}).get("method")  # two int8 engines of two calibrations
     label = metrics["precision"] + (f" ({method})" if method and metrics["precision"] != "int8_qat" else "")
+    if lineage["evaluate_engine"]["params"].get("simulates"):  # the TensorRT-placed graph run on this CPU
+        label += " TRT-sim"
     name = f"{label} · {lineage['train_model']['id']} · {metrics['target']}"
     run = tracking.resumable_run(client, context["experiment_id"], {tracking.NODE_TAG: node_key(lineage["evaluate_engine"])},
                                  name, context["parent_id"])
@@ -138,7 +146,8 @@ def log_child(client, context, eval_dir: Path) -> bool:
     run_id = run.info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in child_params(lineage).items()])
     verdict = context["verdicts"].get(node_key(lineage["evaluate_engine"]), {})
-    values = {**child_metrics(metrics, context["ratios"].get(engine_key(eval_dir))), **graph_metrics(lineage),
+    timed = not lineage["evaluate_engine"]["params"].get("simulates")
+    values = {**child_metrics(metrics, context["ratios"].get(engine_key(eval_dir)), timed), **graph_metrics(lineage),
               **verdict_metrics(verdict)}
     training_runs = {f"training_run.{name}": log_training(client, context, record)
                      for name, record in lineage.items() if record["stage"] in TRAINING_STAGES}
