@@ -61,6 +61,17 @@ def release_tensorflow_models():
         gc.collect()
 
 
+PEAKS = {}  # test id -> this process's peak RSS (MB) after it, where the test raised the peak
+
+
+def pytest_runtest_teardown(item):
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if peak > max(PEAKS.values(), default=0) + 50:
+        PEAKS[item.nodeid] = peak
+
+
 def pytest_terminal_summary(terminalreporter):
     """The suite's memory, in the output CI keeps: this process's peak, and the largest child's
     (the workflow runs, Snakemake jobs and TensorFlow subprocesses the tests start)."""
@@ -69,3 +80,5 @@ def pytest_terminal_summary(terminalreporter):
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     terminalreporter.write_line(f"memory: pytest process peak RSS {own:.0f} MB; largest child process peak RSS {children:.0f} MB")
+    for nodeid, peak in sorted(PEAKS.items(), key=lambda item: -item[1])[:5]:
+        terminalreporter.write_line(f"memory: the peak reached {peak:.0f} MB in {nodeid}")

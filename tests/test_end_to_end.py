@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-TINY = ["model=small_cnn", "dataset.max_samples=700", "train.epochs=4", "precisions=[fp32,fp16,int8]", "calibration.num_samples=128",
+TINY = ["model=small_cnn", "int8.simulate_tensorrt=false", "dataset.max_samples=700", "train.epochs=4", "precisions=[fp32,fp16,int8]", "calibration.num_samples=128",
         "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01", "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2",
         "evaluate.streams=[2]", "evaluate.ratio_rounds=3", "evaluate.ratio_window_s=0.03",
         # 175 test images, ~17 per class: budgets they can resolve (with no image flipped the top-1

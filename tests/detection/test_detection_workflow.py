@@ -71,5 +71,7 @@ def test_verdicts_report_and_mlflow_speak_detection(detection_run):
     mlflow.set_tracking_uri(f"sqlite:///{results / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["precisionflow"])
     engines = runs[runs["tags.precision"].notna()]
-    assert len(engines) == 5 and set(engines["tags.precision"]) == {"fp32", "fp16", "int8", "int8_qat", "fp32_twin"}
+    # fp32, fp16, int8, int8_qat, int8_qat's fp32 twin, and int8 / int8_qat with TensorRT's placement (simulated)
+    assert len(engines) == 7 and set(engines["tags.precision"]) == {"fp32", "fp16", "int8", "int8_qat", "fp32_twin"}
+    assert (engines["tags.simulates"] == "tensorrt").sum() == 2
     assert engines["metrics.map50"].notna().all() and engines["metrics.shadow_per_100"].notna().all()

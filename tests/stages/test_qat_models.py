@@ -2,6 +2,7 @@
 cache, int8_qat graph -- and the graph computes what the QAT model computed in TensorFlow."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,13 @@ def run(plan, stage, name, params, inputs):
     return run_node(plan, key)["summary"]
 
 
-@pytest.mark.parametrize("model", ["small_cnn", "resnet_mini", "mobilenet_v2", "resnet50"])
+# ResNet-50's export (tf2onnx on the fine-tuned 25M-parameter model) peaks at 9 GB in one process:
+# over the suite's 4 GB on a shared machine, so it runs only when asked (measured: README).
+HEAVY = pytest.mark.skipif(os.environ.get("PRECISIONFLOW_HEAVY_TESTS") != "1",
+                           reason="ResNet-50's export needs 9 GB; set PRECISIONFLOW_HEAVY_TESTS=1 to run it")
+
+
+@pytest.mark.parametrize("model", ["small_cnn", "resnet_mini", "mobilenet_v2", pytest.param("resnet50", marks=HEAVY)])
 def test_int8_qat_graph_reproduces_the_qat_model(data_plan, model):
     overrides = [f"model={model}", "train.epochs=1", "finetune=qat", "finetune.epochs=1", "train.batch_size=32",
                  "calibration.num_samples=64", "int8.report_samples=16"]
