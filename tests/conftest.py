@@ -50,11 +50,15 @@ def tiny_images():
 def release_tensorflow_models():
     """TensorFlow models built in this process are released after each test: kept alive across
     tests (Keras's global graph holds them) one pytest process reached 8.7 GB."""
-    yield
     import sys
+    import time
 
+    started = time.perf_counter()
+    yield
     keras = sys.modules.get("tf_keras")
-    if keras is not None:
+    # Only after tests long enough to have built models: gc.collect with TensorFlow loaded costs
+    # ~0.2 s, which after every quick test doubled the fast suite's time.
+    if keras is not None and time.perf_counter() - started > 0.5:
         import gc
 
         keras.backend.clear_session()
