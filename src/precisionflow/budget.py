@@ -164,7 +164,7 @@ def checks(metrics: Dict[str, Any], fp32: Dict[str, Any], budget: Dict[str, Any]
         found += classification_checks(metrics, budget, pairs)
     qat = metrics.get("qat", {}).get("vs_qat_model")
     if budget["min_qat_agreement"] is not None and qat:
-        n = metrics.get("test_images") or metrics.get("test_images_scored")
+        n = metrics["test_images"]
         found.append(share_check(round(qat["agreement"] * n), n, budget["min_qat_agreement"], budget["confidence"],
                                  "agreement with the QAT model"))
     if budget["min_speedup"] is not None:
@@ -248,12 +248,12 @@ def worst_class(metrics: Dict[str, Any], fp32: Dict[str, Any]):
 
 def judge(results: Path, key: str, reference_key: str, metrics, reference, budget, ratios) -> Dict[str, Any]:
     """One engine against one reference evaluation: checks, overall verdict and the drop's interval."""
-    classes = list(metrics.get("per_class_top1", {}))
-    pairs = paired_drops(results / key, results / reference_key, budget["confidence"], classes) \
-        if task_of(metrics) == "classification" else None
+    pairs = None
     if key == reference_key:  # the fp32 engine is the reference: nothing to cost, only whether it computed numbers
         budget = {**budget, **{name: None for name in BUDGET_KEYS if name != "speedup_at"}}
-        pairs = None
+    elif task_of(metrics) == "classification":  # the per-image files are read only where a drop is judged
+        pairs = paired_drops(results / key, results / reference_key, budget["confidence"],
+                             list(metrics.get("per_class_top1", {})))
     found = checks(metrics, reference, budget, ratios, pairs)
     drop = pairs["all"].to_json() if pairs else None
     return {"checks": found, "verdict": overall(found), "drop": drop, "reference": reference_key}

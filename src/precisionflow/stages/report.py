@@ -178,8 +178,8 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
         # what TensorRT would compute, run on this CPU: its accuracy is the row's point, its speed none
         row.update({column: "" for column in SPEED_COLUMNS})
     row["noisy"] = " ".join(row["noisy"].split() + row.pop("ratio_noisy", []))
-    row["loaded"] = "yes" if row["loaded"] or row.pop("ratio_loaded", False) else ""
-    row.pop("ratio_loaded", None)
+    ratio_loaded = row.pop("ratio_loaded", False)
+    row["loaded"] = "yes" if row["loaded"] or ratio_loaded else ""
     return row
 
 
