@@ -5,7 +5,7 @@ nothing is downloaded: pretrained weights come from a local file or not at all.
 """
 
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from precisionflow.errors import ConfigError, DataError
 
@@ -174,6 +174,32 @@ def warn_softmax_head(path: Path, config_text: str) -> None:
         return
     if head:
         print(f"precisionflow: warning: {softmax_message(path, head)}", file=sys.stderr)
+
+
+def saved_layer_graph(path) -> Optional[Dict[str, Any]]:
+    """The functional config ({"layers": [...], ...}) a saved .keras or .h5 model holds, read without
+    TensorFlow (planning stays light); None for a SavedModel folder or an unreadable file (the
+    model is then checked where it is loaded)."""
+    import json
+    import zipfile
+
+    path = Path(path).expanduser()
+    try:
+        if path.suffix == ".keras":
+            with zipfile.ZipFile(path) as archive:
+                saved = json.loads(archive.read("config.json"))
+        elif path.suffix == ".h5":
+            import h5py
+
+            with h5py.File(path, "r") as handle:
+                text = handle.attrs.get("model_config", "")
+            saved = json.loads(text.decode() if isinstance(text, bytes) else text)
+        else:
+            return None
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    inner = saved.get("config") if isinstance(saved, dict) else None
+    return inner if isinstance(inner, dict) else None
 
 
 def _h5_has_lambda(path: Path) -> bool:

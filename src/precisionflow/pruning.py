@@ -15,8 +15,15 @@ How it works, on the model's config (its layer graph) and weights:
    matching input channels, and each surviving weight is copied over (sliced on the kept output
    and input channels).
 
+The families of keras.applications are covered: MobileNetV2 (ReLU6), EfficientNet (Rescaling and
+Normalization in front, swish, squeeze-excite: global pool -> Reshape to 1x1xC -> two 1x1 convs ->
+Multiply gating the block's channels, so the expand conv joins the block's group) and MobileNetV3
+(hard-swish written as `x * relu6(x + 3) / 6`: element-wise ops with a constant, TFOpLambda layers).
+
 A layer type this does not know, on a path whose channels could change, is an error naming the
-layer and its type: never a silently broken model.
+layer and its type: never a silently broken model. `check_config` runs that analysis on a saved
+model's config.json alone (no TensorFlow, no weights), so planning refuses such a model before any
+job runs.
 """
 
 import math
@@ -29,9 +36,16 @@ from precisionflow.errors import ConfigError
 PRODUCERS = {"Conv2D", "Dense"}
 PASS_THROUGH = {"BatchNormalization", "Activation", "ReLU", "LeakyReLU", "ELU", "PReLU", "Softmax", "Dropout",
                 "SpatialDropout2D", "GaussianNoise", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling2D",
-                "GlobalMaxPooling2D", "ZeroPadding2D", "Cropping2D", "DepthwiseConv2D", "Rescaling", "Identity"}
+                "GlobalMaxPooling2D", "ZeroPadding2D", "Cropping2D", "DepthwiseConv2D", "Rescaling", "Normalization",
+                "Identity"}
 JOINS = {"Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum"}
-WEIGHTED_PASS_THROUGH = {"BatchNormalization", "DepthwiseConv2D", "PReLU"}
+# Per-channel constants in a layer's config (not its weights) cannot be sliced from the weights file:
+# a layer holding them keeps its channels whole.
+PER_CHANNEL_CONFIG = {"Rescaling": ("scale", "offset"), "Normalization": ("mean", "variance")}
+# TFOpLambda functions that act on each element alone (with a constant as the other operand).
+ELEMENTWISE_OPS = {"__operators__.add", "__operators__.sub", "math.add", "math.subtract", "math.multiply",
+                   "math.truediv", "math.divide", "nn.relu", "nn.relu6", "math.sigmoid", "nn.silu", "nn.swish",
+                   "math.tanh", "math.minimum", "math.maximum", "clip_by_value"}
 
 
 class PruneError(ConfigError):
@@ -76,11 +90,21 @@ class _Groups:
 Layout = List[Tuple[int, int]]  # the channels of a tensor: (group, channels) segments, in order
 
 
-def _inbound(layer_config: Dict[str, Any]) -> List[str]:
+def _node_entries(layer_config: Dict[str, Any]) -> List[list]:
+    """The [source, node, tensor, kwargs] entries of a layer's one call. TFOpLambda layers (`x + 3.0`)
+    store that call one list level shallower than other layers."""
     nodes = layer_config.get("inbound_nodes") or []
+    if not nodes:
+        return []
+    if isinstance(nodes[0], list) and nodes[0] and isinstance(nodes[0][0], str):
+        return [nodes[0]]
     if len(nodes) > 1:
         raise PruneError(f"layer '{layer_config['name']}' is called more than once (shared layer): not supported")
-    return [entry[0] for entry in nodes[0]] if nodes else []
+    return nodes[0]
+
+
+def _inbound(layer_config: Dict[str, Any]) -> List[str]:
+    return [entry[0] for entry in _node_entries(layer_config)]
 
 
 def channel_score(kernel: np.ndarray, criterion: str) -> np.ndarray:
@@ -115,58 +139,120 @@ def chosen_channels(score: np.ndarray, settings: Dict[str, Any]) -> np.ndarray:
 
 def analyse(model, settings: Dict[str, Any]):
     """(groups, layout of every layer's output, the producer group of each prunable layer)."""
-    config = model.get_config()
+    weights = {layer.name: layer.get_weights() for layer in model.layers}
+    return analyse_config(model.get_config(), settings, weights)
+
+
+def analyse_config(config: Dict[str, Any], settings: Dict[str, Any], weights: Optional[Dict[str, list]] = None):
+    """The channel groups of a functional model's config; without `weights` (planning) the groups are
+    found and unknown layers refused, but no channel is scored."""
     keep = set(settings.get("exclude_layers") or []) | set(_output_layer_names(config))
     groups, layouts, produced = _Groups(), {}, {}
-    weights = {layer.name: layer.get_weights() for layer in model.layers}
     for layer_config in config["layers"]:
-        name, kind, inner = layer_config["name"], layer_config["class_name"], layer_config["config"]
         inputs = [layouts[source] for source in _inbound(layer_config)]
-        layouts[name] = _layer_layout(model, groups, produced, weights, name, kind, inner, inputs, keep, settings)
+        layouts[layer_config["name"]] = _layer_layout(groups, produced, weights, layer_config, inputs, keep, settings)
+        if layer_config["name"] in keep:  # an output (or a listed layer) keeps every channel it carries
+            _fix(groups, layouts[layer_config["name"]])
     return groups, layouts, produced
+
+
+def _fix(groups: "_Groups", layout) -> None:
+    for segment in layout:
+        if segment[0] == "flatten":
+            _fix(groups, segment[2])
+        else:
+            groups.fixed[groups.find(segment[0])] = True
+
+
+def check_config(config: Dict[str, Any], settings: Dict[str, Any]) -> None:
+    """Refuse, before anything runs, a model whose layers channel pruning cannot follow."""
+    if config.get("layers") is None:
+        raise PruneError("prune=channel needs a functional Keras model (a layer graph); this model's config has no "
+                         "layer list (a subclassed model?). Use prune=none or prune=sparse24 for it.")
+    analyse_config(config, settings)
 
 
 def _output_layer_names(config) -> List[str]:
     return [entry[0] for entry in config["output_layers"]]
 
 
-def _layer_layout(model, groups, produced, weights, name, kind, inner, inputs: List[Layout], keep, settings) -> Layout:
+def _layer_layout(groups, produced, weights, layer_config, inputs: List[Layout], keep, settings) -> Layout:
+    name, kind, inner = layer_config["name"], layer_config["class_name"], layer_config["config"]
     if kind == "InputLayer":
         return [(groups.new(int(inner["batch_input_shape"][-1]), fixed=True), int(inner["batch_input_shape"][-1]))]
     if kind in PRODUCERS:
-        channels = int(inner["filters"] if kind == "Conv2D" else inner["units"])
-        fixed = name in keep or (kind == "Conv2D" and inner.get("groups", 1) != 1)
-        score = None if fixed else channel_score(weights[name][0], settings["criterion"])
-        group = groups.new(channels, fixed, score)
-        produced[name] = group
-        return [(group, channels)]
+        return _producer(groups, produced, weights, name, kind, inner, keep, settings)
     if kind == "DepthwiseConv2D" and inner.get("depth_multiplier", 1) != 1:
         raise PruneError(f"layer '{name}' ({kind}, depth_multiplier {inner['depth_multiplier']}): channel pruning "
                          "supports depthwise convolutions with multiplier 1 only; use prune=none for this model")
-    if kind in PASS_THROUGH:
-        if kind == "BatchNormalization" and settings.get("bn_scale") and inner.get("scale", True):
-            _scale_by_gamma(groups, inputs[0], weights[name][0])
-        if name in keep:
-            for group, _ in inputs[0]:
-                groups.fixed[groups.find(group)] = True
-        return inputs[0]
+    if kind in PASS_THROUGH or _is_elementwise_op(layer_config):
+        return _pass_through(groups, weights, name, kind, inner, inputs[0], keep, settings)
+    if kind == "Reshape":
+        return _reshape_layout(name, inner, inputs[0])
     if kind in JOINS:
-        if any(len(layout) != 1 for layout in inputs):
-            raise PruneError(f"layer '{name}' ({kind}) joins concatenated tensors: not supported")
-        merged = inputs[0][0][0]
-        for layout in inputs[1:]:
-            merged = groups.union(merged, layout[0][0], f"layer '{name}' ({kind})")
-        return [(merged, inputs[0][0][1])]
+        return _joined(groups, name, kind, inputs)
     if kind == "Concatenate":
         if inner.get("axis", -1) not in (-1, 3):
             raise PruneError(f"layer '{name}' (Concatenate on axis {inner.get('axis')}): only the channel axis is supported")
         return [segment for layout in inputs for segment in layout]
     if kind == "Flatten":
-        positions = int(np.prod(model.get_layer(name).input_shape[1:-1]))
+        shape = (layer_config.get("build_config") or {}).get("input_shape") or [None, 1, 1, None]
+        positions = int(np.prod([int(d) for d in shape[1:-1]]))
         return [("flatten", positions, inputs[0])]  # type: ignore[list-item]
     raise PruneError(f"layer '{name}' has type {kind}, which channel pruning does not know: prune only models "
-                     "built from Conv2D/Dense/DepthwiseConv2D/BatchNorm/activations/pooling/Add/Concatenate, "
-                     "or use prune=none")
+                     "built from Conv2D/Dense/DepthwiseConv2D/BatchNorm/Normalization/Rescaling/activations/pooling/"
+                     "Add/Multiply/Concatenate/squeeze-excite Reshape, or use prune=none")
+
+
+def _producer(groups, produced, weights, name, kind, inner, keep, settings) -> Layout:
+    channels = int(inner["filters"] if kind == "Conv2D" else inner["units"])
+    fixed = name in keep or (kind == "Conv2D" and inner.get("groups", 1) != 1)
+    score = None if fixed or weights is None else channel_score(weights[name][0], settings["criterion"])
+    group = groups.new(channels, fixed, score)
+    produced[name] = group
+    return [(group, channels)]
+
+
+def _pass_through(groups, weights, name, kind, inner, layout: Layout, keep, settings) -> Layout:
+    """Layers that act on each channel alone: the output has the input's channels."""
+    if kind == "BatchNormalization" and weights is not None and settings.get("bn_scale") and inner.get("scale", True):
+        _scale_by_gamma(groups, layout, weights[name][0])
+    per_channel = any(isinstance(inner.get(key), list) and len(inner[key]) > 1 for key in PER_CHANNEL_CONFIG.get(kind, ()))
+    if per_channel:
+        _fix(groups, layout)
+    return layout
+
+
+def _is_elementwise_op(layer_config: Dict[str, Any]) -> bool:
+    """A TFOpLambda like `x + 3.0` or `tf.nn.relu6(x)`: one tensor in, constants only beside it."""
+    if layer_config["class_name"] != "TFOpLambda" or layer_config["config"].get("function") not in ELEMENTWISE_OPS:
+        return False
+    entries = _node_entries(layer_config)
+    extras = [entry[3] for entry in entries if len(entry) > 3 and isinstance(entry[3], dict)]
+    constants = (value for kwargs in extras for key, value in kwargs.items() if key != "name")
+    return len(entries) == 1 and all(isinstance(value, (int, float)) for value in constants)
+
+
+def _reshape_layout(name: str, inner: Dict[str, Any], layout: Layout) -> Layout:
+    """Squeeze-excite's Reshape (C) -> (1, 1, C): only singleton axes are added, channels stay last."""
+    target = list(inner.get("target_shape") or [])
+    channels = sum(size for _, size in layout) if layout and layout[0][0] != "flatten" else None
+    if not target or any(int(d) != 1 for d in target[:-1]) or channels is None or int(target[-1]) != channels:
+        raise PruneError(f"layer '{name}' (Reshape to {target}) moves channels between axes; channel pruning follows "
+                         "only reshapes that add singleton axes and keep the channels last (squeeze-excite's "
+                         "(C) -> (1, 1, C)). Use prune=none for this model, or list its producers in "
+                         "prune.exclude_layers.")
+    return layout
+
+
+def _joined(groups, name: str, kind: str, inputs: List[Layout]) -> Layout:
+    """Element-wise joins (Add, Multiply, ...): every input's channels become one group."""
+    if any(len(layout) != 1 or layout[0][0] == "flatten" for layout in inputs):
+        raise PruneError(f"layer '{name}' ({kind}) joins concatenated tensors: not supported")
+    merged = inputs[0][0][0]
+    for layout in inputs[1:]:
+        merged = groups.union(merged, layout[0][0], f"layer '{name}' ({kind})")
+    return [(merged, inputs[0][0][1])]
 
 
 def _scale_by_gamma(groups: _Groups, layout, gamma: np.ndarray) -> None:
@@ -214,6 +300,10 @@ def prune(keras, model, settings: Dict[str, Any]):
         if name in produced:
             count = len(kept[groups.find(produced[name])])
             layer_config["config"]["filters" if layer_config["class_name"] == "Conv2D" else "units"] = count
+        elif layer_config["class_name"] == "Reshape":  # squeeze-excite's (1, 1, C): C as kept
+            source = layouts[_inbound(layer_config)[0]]
+            layer_config["config"]["target_shape"] = [*layer_config["config"]["target_shape"][:-1],
+                                                      len(layout_indices(source, groups, kept)[0])]
     pruned = keras.Model.from_config(config)
     for layer_config in config["layers"]:
         name, kind = layer_config["name"], layer_config["class_name"]
@@ -241,6 +331,8 @@ def _sliced(kind: str, name: str, weights: List[np.ndarray], in_kept, out_kept) 
         return [weights[0][:, :, in_kept, :]] + [bias[in_kept] for bias in weights[1:]]
     if kind in ("BatchNormalization", "PReLU"):
         return [w[..., in_kept] for w in weights]
+    if kind == "Normalization":  # mean and variance per channel, the sample count a scalar
+        return [w[..., in_kept] if w.ndim else w for w in weights]
     raise PruneError(f"layer '{name}' ({kind}) has weights channel pruning cannot slice")
 
 

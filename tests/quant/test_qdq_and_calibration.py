@@ -54,6 +54,32 @@ def test_calibration_covers_every_quantizable_tensor(tmp_path, export_dir, data_
     assert header == "TRT-101401-" + cache.TRT_ALGORITHMS[method] and set(scales) == set(ranges)
 
 
+def test_calibration_larger_than_its_memory_budget_runs_in_calls_that_fit(tmp_path, export_dir, data_dir):
+    """Samples whose activations exceed the budget are calibrated in several calls, each reduced before
+    the next: min/max ranges are exactly those of one call; within the budget nothing changes."""
+    samples = calibrate.calibration_samples(data_dir, CALIBRATION)
+    graph = export_dir / "model.onnx"
+    params = dict(CALIBRATION, method="minmax")
+    whole = calibrate.measure_ranges(graph, samples, params)
+    tiny_budget = 3 * 1024  # a few samples of this tiny CNN's activations
+    assert calibrate.measure_ranges(graph, samples, params, budget=tiny_budget) == whole
+    entropy = dict(CALIBRATION, method="entropy")
+    assert calibrate.measure_ranges(graph, samples, entropy) == calibrate.measure_ranges(graph, samples, entropy)
+    batched = calibrate.measure_ranges(graph, samples, entropy, budget=tiny_budget)
+    assert set(batched) == set(whole) and all(lo <= hi for lo, hi in batched.values())
+
+
+def test_samples_per_call_follows_the_activation_budget(tmp_path, export_dir, data_dir):
+    samples = calibrate.calibration_samples(data_dir, CALIBRATION)
+    graph = export_dir / "model.onnx"
+    calibrator = calibrate._calibrator(graph, dict(CALIBRATION, method="minmax"), tmp_path)
+    name = calibrate.graph_input_name(graph)
+    per_sample = sum(v.nbytes for v in calibrator.infer_session.run(None, {name: samples[:1].astype(np.float32)}))
+    assert calibrate.samples_per_call(calibrator, name, samples, 8) == len(samples)  # 2 GB: all at once
+    assert calibrate.samples_per_call(calibrator, name, samples, 8, budget=per_sample * 20) == 16  # whole batches
+    assert calibrate.samples_per_call(calibrator, name, samples, 8, budget=per_sample * 3) == 3
+
+
 def _quantize(tmp_path, export_dir, data_dir, calib, precision="int8", extra_inputs=None, **int8):
     out = tmp_path / f"{precision}-{len(list(tmp_path.iterdir()))}"
     out.mkdir()
