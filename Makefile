@@ -33,7 +33,7 @@ lock:
 	rm -rf .lock-venv
 
 clean-results:
-	rm -rf results/* .snakemake
+	rm -rf results/*
 
 # Check the TensorRT backend's use of the 10.x API against tensorrt-stubs (needs the package registry; CI runs it).
 typecheck-tensorrt:

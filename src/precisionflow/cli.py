@@ -8,10 +8,15 @@
   precisionflow status [--results DIR]          engines under results/ and whether this machine can still run them
   precisionflow compare [--sweep S] [--where F]  the comparison table from MLflow (several sweeps, several machines)
   precisionflow ui [--port P]                   MLflow's UI on the project's store
+  precisionflow init DIR                        a starter configuration folder for --config-dir
+
+Every command that composes a configuration takes --config-dir DIR (or PRECISIONFLOW_CONFIG_DIR):
+the user's own groups (dataset/, model/, experiment/, ...) beside and over the built-in ones.
 """
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,11 +25,10 @@ from typing import Dict, List
 from precisionflow.errors import ConfigError, PrecisionflowError
 from precisionflow.nodeio import NODE_FILE
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--multirun", action="store_true", help="expand sweep overrides (a=1,2) into several configurations")
+    parser.add_argument("--config-dir", type=Path, help="your configuration folder: its groups (dataset/, model/, "
+                        "experiment/, ...) are added to the built-in ones and override those of the same name")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. train.epochs=4 'precisions=[fp32,fp16]'")
 
 
@@ -71,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(land)
     status = commands.add_parser("status", help="list built engines and which are stale for the installed runtime")
     status.add_argument("--results", type=Path, default=Path("results"))
+    init = commands.add_parser("init", help="write a starter configuration folder (a data set, a model, an experiment preset)")
+    init.add_argument("folder", type=Path, help="a new folder, e.g. precisionflow-config")
     return parser
 
 
@@ -93,10 +99,12 @@ def node_mtimes(plan: Dict) -> Dict[str, float]:
 
 
 def profile_dir(name: str) -> Path:
-    """profiles/<name> of this project (local: this machine; slurm: a SLURM cluster), or a path."""
-    folder = PROJECT_ROOT / "profiles" / name if "/" not in name else Path(name)
+    """A packaged profile by name (local: this machine; slurm: a SLURM cluster), or a folder's path."""
+    from precisionflow.assets import profiles_dir
+
+    folder = profiles_dir() / name if "/" not in name else Path(name)
     if not (folder / "config.yaml").is_file():
-        choices = sorted(p.name for p in (PROJECT_ROOT / "profiles").iterdir() if (p / "config.yaml").is_file())
+        choices = sorted(p.name for p in profiles_dir().iterdir() if (p / "config.yaml").is_file())
         raise ConfigError(f"--profile: expected one of {choices} or a folder with a config.yaml, found '{name}'.")
     return folder
 
@@ -126,7 +134,9 @@ def snakemake_dir(results: Path) -> Path:
 
 
 def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[str], profile: str = "local") -> List[str]:
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(PROJECT_ROOT / "Snakefile"),
+    from precisionflow.assets import snakefile
+
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile()),
                "--workflow-profile", str(profile_dir(profile)),
                "--cores", str(cores), "--config", f"plan={plan_file}"]
     return command + (["--dry-run"] if dry_run else []) + extra
@@ -377,7 +387,15 @@ def cmd_land(args) -> int:
 def main(argv=None) -> int:
     own, extra = _split_passthrough(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(own)
+    if getattr(args, "config_dir", None):  # in the environment: Snakemake and its jobs see the same folders
+        from precisionflow.assets import USER_CONFIG_ENV
+
+        os.environ[USER_CONFIG_ENV] = str(args.config_dir.expanduser().resolve())
     try:
+        if args.command == "init":
+            from precisionflow.starter import write_starter
+
+            return write_starter(args.folder)
         if args.command == "run":
             return cmd_run(args, extra)
         commands = {"plan": cmd_plan, "config": cmd_config, "doctor": cmd_doctor, "status": cmd_status, "check": cmd_check,

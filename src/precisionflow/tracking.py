@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 SWEEP_TAG = "precisionflow.sweep"
 NODE_TAG = "precisionflow.node"
 COMPLETE_TAG = "precisionflow.complete"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout, when running from one
 
 
 def resolve_uri(uri: Optional[str], results_dir: Path) -> str:
@@ -71,6 +71,15 @@ def resumable_run(client, experiment_id: str, tags: Dict[str, str], name: str, p
 
 
 def git_commit() -> str:
+    """The code that ran: the checkout's commit (with -dirty) when precisionflow runs from one, else
+    the installed package's version (a wheel has no git history)."""
+    if not (PROJECT_ROOT / ".git").exists():
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"precisionflow {version('precisionflow')} (installed)"
+        except PackageNotFoundError:
+            return "unknown"
     try:
         commit = subprocess.check_output(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], text=True,
                                          stderr=subprocess.DEVNULL).strip()

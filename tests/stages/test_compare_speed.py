@@ -57,8 +57,11 @@ def test_both_sides_are_timed_in_alternating_rounds(tiny_onnx, tmp_path, data_di
              "fp32": ("engine", engine_node(tiny_onnx, tmp_path / "fp32"), 1)}
     outcome = compare_within(60, sides, data_dir)
     assert "error" not in outcome, outcome
-    assert set(outcome["result"]) == {"b1", "b4"}
+    assert set(outcome["result"]) == {"b1", "b4", "loading"}
     assert outcome["result"]["b4"]["throughput_sps"]["fp32"] > 0 and "vs_fp32" in outcome["result"]["b4"]
+    # Each side loaded (on a GPU: chose its kernels) while no other side was loading.
+    windows = sorted(compare_speed.loaded_windows(outcome["result"].pop("loading")).values())
+    assert len(windows) == 2 and windows[0][1] <= windows[1][0], windows
 
 
 def test_a_side_that_cannot_load_fails_the_job_with_its_error(tiny_onnx, tmp_path, data_dir):

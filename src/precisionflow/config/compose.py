@@ -15,17 +15,18 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 from precisionflow.errors import ConfigError
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 DECISION_SPLITS = ("train", "val")  # splits a choice (calibration, ops kept in float) may look at
 
 
-def conf_dir() -> Path:
-    if not CONF_DIR.is_dir():
-        raise ConfigError(
-            f"Expected the Hydra configuration folder at {CONF_DIR}, found nothing there. "
-            "Run precisionflow from a checkout of the project (pip install -e .)."
-        )
-    return CONF_DIR
+def group_dirs(group: str) -> List[Path]:
+    """Every folder that holds choices of a config group: the user's, then the built-in one."""
+    from precisionflow.assets import conf_dirs
+
+    return [folder / group for folder in conf_dirs() if (folder / group).is_dir()]
+
+
+def group_choices(group: str) -> List[str]:
+    return sorted({p.stem for folder in group_dirs(group) for p in folder.glob("*.yaml")})
 
 
 def _parse(overrides: Sequence[str]):
@@ -53,7 +54,7 @@ def _choices(override) -> List[Any]:
 
 
 def _is_group(override) -> bool:
-    return (conf_dir() / override.key_or_group.split("@")[0]).is_dir()
+    return bool(group_dirs(override.key_or_group.split("@")[0]))
 
 
 def _override_prefix(override) -> str:
@@ -69,9 +70,13 @@ def _compose(group_overrides: Tuple[str, ...]):
 
     from precisionflow.config.schema import register
 
+    from precisionflow.assets import builtin_conf_dir
+
     register()
+    # A user's folder (--config-dir) is put ahead of this one by the search-path plugin in
+    # src/hydra_plugins/precisionflow_searchpath.
     try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
+        with initialize_config_dir(config_dir=str(builtin_conf_dir()), version_base=None):
             return compose(config_name="config", overrides=list(group_overrides))
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(_group_error(str(err), group_overrides)) from err
@@ -85,7 +90,7 @@ def _group_error(message: str, group_overrides) -> str:
     missing = re.search(r"Could not (?:find|load) '([^/']+)/([^']+)'", message)
     if missing:
         group, choice = missing.groups()
-        options = sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+        options = group_choices(group)
         close = difflib.get_close_matches(choice, options, n=1, cutoff=0.4)
         hint = f" Did you mean {group}={close[0]}?" if close else ""
         return f"{group}={choice}: no such choice; choices of {group}: {', '.join(options)}.{hint}"

@@ -110,6 +110,9 @@ def side_worker(conn, role: str, folder: str, data_dir: str, threads: int, setti
     between the cores and its speed moved ~15% from process to process; pinned, ~4%. Stream
     settings keep every CPU (concurrent streams are about using them). The process waits, idle,
     while the other sides take their turns."""
+    import time
+
+    loading_from = time.monotonic()  # one clock for all processes of the machine: the loads can be seen not to overlap
     if phase == "batch":
         pin_to_cpus(threads)
     try:
@@ -119,39 +122,52 @@ def side_worker(conn, role: str, folder: str, data_dir: str, threads: int, setti
     except PrecisionflowError as err:  # e.g. an engine built elsewhere: the job fails with this message
         conn.send(("error", type(err).__name__, str(err)))
         return
-    conn.send(("ready", sorted(timers)))
+    conn.send(("ready", sorted(timers), [loading_from, time.monotonic()]))
     for setting, seconds in iter(conn.recv, None):
         conn.send(timers[setting](seconds))
 
 
 def compare(sides: Dict[str, tuple], data_dir: Path, settings: Dict[str, Any]) -> Dict[str, Any]:
     """Per setting: median throughput of each side and the per-round ratios engine/fp32, engine/tf.
-    `sides` maps a side name to (role, node folder, threads)."""
+    `sides` maps a side name to (role, node folder, threads).
+
+    The side processes are started one at a time, each only once the one before has loaded and
+    warmed up: on a GPU, loading picks the convolution kernels by timing candidates (cuDNN's
+    exhaustive search), and processes doing that at once pick under each other's load -- other
+    kernels than the evaluation job of the same engine runs, so the ratio would not be of that
+    engine."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
-    connections, workers, processes = {}, [], {}
+    connections, processes, ready = {}, {}, {}
     phases = ["batch"] + (["streams"] if settings["streams"] else [])
-    for phase in phases:
-        for side, (role, folder, threads) in sides.items():
-            parent, child = context.Pipe()
-            workers.append(context.Process(target=side_worker, args=(child, role, str(folder), str(data_dir), threads,
-                                                                     settings, phase)))
-            workers[-1].start()
-            child.close()  # only the worker holds its end now: a worker that dies reads as EOF, not a hang
-            connections[(phase, side)] = parent
-            processes[(phase, side)] = workers[-1]
     try:
-        ready = {key: _ready(conn, key) for key, conn in connections.items()}
-        return {setting: _compare_setting({side: (conn, processes[(p, side)]) for (p, side), conn in connections.items()
-                                           if p == phase}, setting, settings)
-                for phase in phases for setting in ready[(phase, "engine")]}
+        for phase in phases:
+            for side, (role, folder, threads) in sides.items():
+                parent, child = context.Pipe()
+                process = context.Process(target=side_worker, args=(child, role, str(folder), str(data_dir), threads,
+                                                                   settings, phase))
+                process.start()
+                child.close()  # only the worker holds its end now: a worker that dies reads as EOF, not a hang
+                connections[(phase, side)], processes[(phase, side)] = parent, process
+                ready[(phase, side)] = _ready(parent, (phase, side))
+        results = {setting: _compare_setting({side: (conn, processes[(p, side)]) for (p, side), conn in connections.items()
+                                              if p == phase}, setting, settings)
+                   for phase in phases for setting in ready[(phase, "engine")][1]}
+        results["loading"] = {f"{phase}/{side}": message[2] for (phase, side), message in ready.items()}
+        return results
     finally:
         for conn in connections.values():
             with contextlib.suppress(OSError):  # a worker that failed has closed its end
                 conn.send(None)
-        for worker in workers:
-            worker.join()
+        for process in processes.values():
+            process.join()
+
+
+def loaded_windows(loading: Dict[str, List[float]]) -> Dict[str, List[float]]:
+    """Each side's [start, end] of loading and warming up, in seconds from the first start: one after another."""
+    first = min(start for start, _ in loading.values())
+    return {side: [round(start - first, 3), round(end - first, 3)] for side, (start, end) in loading.items()}
 
 
 def _ready(conn, key) -> List[str]:
@@ -164,7 +180,7 @@ def _ready(conn, key) -> List[str]:
                          "traceback is above in this log.") from None
     if message[0] == "error":
         raise getattr(errors, message[1], StageError)(message[2])
-    return message[1]
+    return message
 
 
 def died(side: str, setting: str, process) -> StageError:
@@ -207,8 +223,10 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         sides["tensorflow"] = ("model", inputs["model"], params["threads"])
     conditions = speed.conditions()
     results = compare(sides, inputs["data"], params["ratio"])
+    loading = results.pop("loading")
     metrics = {"target": params["target"], "sides": {side: folder.name for side, (_, folder, _) in sides.items()},
                "settings": results, "conditions": speed.finished(conditions),
+               "loaded_s": loaded_windows(loading),
                "rounds": params["ratio"]["ratio_rounds"], "window_s": params["ratio"]["ratio_window_s"],
                "processes": "one per side and phase; batch settings pinned to the engines' thread count of CPUs"}
     write_json_atomic(out / "metrics.json", metrics)
