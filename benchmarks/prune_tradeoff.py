@@ -5,6 +5,7 @@ from the nodes. Also the sweep-sharing count of issue 11 (plans only, nothing ru
 
     python benchmarks/prune_tradeoff.py > benchmarks/results/prune_tradeoff.json
     python benchmarks/prune_tradeoff.py --models resnet_mini --set finetune.epochs=10   # one model, longer retraining
+    python benchmarks/prune_tradeoff.py --models efficientnet_b0_64px --ratios 0 0.3    # a user's saved EfficientNetB0
 """
 
 import argparse
@@ -24,7 +25,22 @@ MODELS = {
     "resnet_mini": ["model=resnet_mini", "train.epochs=8", "finetune.epochs=4", "images=32"],
     "resnet50_64px": ["model=resnet50", "train.epochs=3", "finetune.epochs=2", "images=64", "train.batch_size=32",
                       "finetune.batch_size=32"],
+    # A user's model (model=keras_file): tf_keras.applications.EfficientNetB0, saved untrained as a .keras file.
+    "efficientnet_b0_64px": ["model=keras_file", f"model.path={WORK / 'efficientnet_b0.keras'}", "train.epochs=6",
+                             "finetune.epochs=3", "images=64", "train.batch_size=32", "finetune.batch_size=32"],
 }
+
+
+def saved_user_models() -> None:
+    """The .keras files the keras_file entries name (made once, untrained, 10 classes, linear head)."""
+    path = WORK / "efficientnet_b0.keras"
+    if not path.exists():
+        from precisionflow.tfenv import import_tensorflow
+
+        keras = import_tensorflow()[1]
+        WORK.mkdir(parents=True, exist_ok=True)
+        keras.applications.EfficientNetB0(weights=None, input_shape=(64, 64, 3), classes=10,
+                                          classifier_activation=None).save(path)
 
 
 def image_folder(size: int) -> Path:
@@ -115,10 +131,15 @@ def sweep_sharing() -> dict:
 
 
 def main() -> None:
+    global RATIOS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--set", nargs="*", default=[], help="overrides replacing the model's own (e.g. finetune.epochs=10)")
+    parser.add_argument("--ratios", nargs="+", type=float, default=list(RATIOS), help="prune.ratio values (0 first)")
     args = parser.parse_args()
+    RATIOS = tuple(args.ratios)
+    if any(name.startswith("efficientnet") for name in args.models):
+        saved_user_models()
     for name in args.models:
         keys = {item.split("=")[0] for item in args.set}
         MODELS[name] = [s for s in MODELS[name] if s.split("=")[0] not in keys] + args.set

@@ -224,6 +224,7 @@ class OrtEngine:
         self.has_device_copies = self.on_gpu
         self.cuda_graph = cuda_graph
         self.slots: Dict[int, "_BoundSlot"] = {}
+        self.graph_sessions: List["OrtEngine"] = []  # with CUDA graphs: the sessions of the other batch sizes
         self.graph_batch: Optional[int] = None  # run() with CUDA graphs: the one batch size it captures
 
     @property
@@ -234,9 +235,21 @@ class OrtEngine:
         return "device (CUDA events on the engine's stream)" if self.clock else "host (perf_counter around each call)"
 
     def slot(self, batch_size: int) -> "_BoundSlot":
-        """Device buffers for one batch size, bound once (a CUDA graph replays fixed addresses)."""
+        """Device buffers for one batch size, bound once (a CUDA graph replays fixed addresses).
+
+        With CUDA graphs, each batch size after the first gets a session of its own: one captured
+        graph per session. On the H200 (ONNX Runtime 1.31.1, cuDNN 9) MobileNetV2's fp16 engine
+        faulted (CUDA error 700 in cuda_graph.cc) whenever its batch-1 graph was replayed after
+        the same session had captured batch 32 and 128 -- alone or beside other processes, with
+        cuDNN's exhaustive or heuristic algorithm choice -- and never when each graph had a session
+        of its own (benchmarks/cuda_fault_probe.py, results/h200/cuda_fault_probe*.json)."""
         if batch_size not in self.slots:
-            self.slots[batch_size] = _BoundSlot(self.session, batch_size, len(self.slots) + 1, self.cuda_graph)
+            if self.cuda_graph and self.slots:
+                own = self.reload()
+                self.slots[batch_size] = own.slot(batch_size)
+                self.graph_sessions.append(own)  # kept alive with its graph
+            else:
+                self.slots[batch_size] = _BoundSlot(self.session, batch_size, 1, self.cuda_graph, self.clock)
         return self.slots[batch_size]
 
     def run(self, batch: np.ndarray) -> np.ndarray:
@@ -259,8 +272,8 @@ class OrtEngine:
         slot.load(batch)
         if include_copies:
             return lambda: slot.run_with_copies(batch)
-        if self.clock is not None:
-            return lambda: self.clock.time(slot.queue)
+        if slot.clock is not None:  # the clock of the session (and stream) that runs this batch size
+            return lambda: slot.clock.time(slot.queue)
         return slot.run
 
     def stream_runners(self, batch: np.ndarray, count: int) -> Tuple[List[Callable[[], object]], str]:
@@ -283,9 +296,10 @@ class OrtEngine:
 class _BoundSlot:
     """Input and output buffers on the GPU for one batch size, bound to one IO binding."""
 
-    def __init__(self, session, batch_size: int, graph_id: int, cuda_graph: bool):
+    def __init__(self, session, batch_size: int, graph_id: int, cuda_graph: bool, clock=None):
         ort = _ort()
         self.session = session
+        self.clock = clock
         model_input, model_output = session.get_inputs()[0], session.get_outputs()[0]
         input_shape = [batch_size] + [int(d) for d in model_input.shape[1:]]
         output_shape = [batch_size] + [int(d) for d in model_output.shape[1:]]
