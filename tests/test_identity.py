@@ -304,7 +304,12 @@ SOURCE_EDITS = {
     "backends/tensorrt_backend.py": set(),  # no ONNX Runtime engine, TensorFlow baseline or training reruns
     "backends/onnxruntime_backend.py": {"build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"},
     "stages/report.py": {"report", "track_mlflow"},  # MLflow logs the report it reads
-    "stages/benchmark_framework.py": {"benchmark_framework", "compare_speed", "report", "track_mlflow"},
+    # the TensorFlow baseline's timing stage; the Keras runner it shares with compare_speed is a library module
+    "stages/benchmark_framework.py": {"benchmark_framework", "report", "track_mlflow"},
+    "keras_runner.py": {"benchmark_framework", "compare_speed", "report", "track_mlflow"},
+    "stages/compare_speed.py": {"compare_speed", "report", "track_mlflow"},
+    "stages/prune_model.py": set(),  # the default experiment prunes nothing: no prune node
+    "report_pages.py": {"report", "track_mlflow"},
     # verdicts are drawn by the report; int8_mixed's search decides by the same intervals, and a
     # stage's closure is its module's (quantize_onnx imports the search for every precision)
     "stats.py": {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"},

@@ -145,7 +145,7 @@ def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[st
 def check_targets_buildable_here(plan: Dict) -> None:
     """A local run builds every engine on this machine: a target it cannot serve (another GPU, another
     runtime version) is refused before anything runs, with the ways that do work."""
-    from precisionflow.stages.build_engine import check_buildable_here
+    from precisionflow.backends import check_buildable_here
 
     results, seen = Path(plan["results_dir"]), set()
     for key, spec in plan["nodes"].items():

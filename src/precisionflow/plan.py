@@ -205,7 +205,9 @@ class PlanBuilder:
         module = stage_module("prune_model")
         module.validate(cfg)
         params = module.reads(cfg)
-        return self.add("prune_model", module.describe(params["prune"]).replace(" ", "-"), params,
+        from precisionflow.pruning import describe
+
+        return self.add("prune_model", describe(params["prune"]).replace(" ", "-"), params,
                         {"model": model, "data": data})
 
     def _add_finetune(self, cfg, finetune: Dict[str, Any], model: Node, data: Node) -> Node:

@@ -358,3 +358,9 @@ def check_settings(settings: Dict[str, Any], where: str = "prune") -> None:
         raise PruneError(f"{where}.granularity and {where}.min_channels: expected >= 1, found "
                          f"{settings['granularity']} and {settings['min_channels']}")
 
+
+def describe(prune: Dict[str, Any]) -> str:
+    """Short words for a prune node's settings (its slug, the table's `pruned` column)."""
+    if prune["method"] != "channel":
+        return f"{prune['method']} e{prune['epochs']}"
+    return f"channel t{prune['threshold']}" if prune.get("threshold") is not None else f"channel r{prune['ratio']}"

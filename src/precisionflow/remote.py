@@ -173,7 +173,7 @@ def land(collected: Path, plan: Dict[str, Any]) -> List[str]:
 def doctor(bundle: Path) -> str:
     """This machine's devices and runtimes, and whether it can build the bundle's engines."""
     from precisionflow.backends.devices import cpu_name, gpu_facts
-    from precisionflow.stages.build_engine import check_buildable_here
+    from precisionflow.backends import check_buildable_here
 
     plan, manifest = read_json(Path(bundle) / "plan.json"), read_json(Path(bundle) / "manifest.json")
     gpu = gpu_facts()

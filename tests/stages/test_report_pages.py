@@ -1,6 +1,6 @@
 import numpy as np
 
-from precisionflow.stages import report_pages
+from precisionflow import report_pages
 
 
 def test_pareto_front_keeps_only_undominated_points():

@@ -116,7 +116,7 @@ def test_training_reports_the_weights_it_keeps_not_the_last_epoch(workspace):
     import numpy as np
     from pathlib import Path
 
-    from precisionflow.stages.train_model import kept_epoch, test_accuracy
+    from precisionflow.training import kept_epoch, test_accuracy
     from precisionflow.tfenv import import_tensorflow
 
     # A learning rate high enough that validation accuracy swings between epochs.

@@ -29,7 +29,7 @@ def split_sizes(params: Dict[str, Any]) -> Dict[str, int]:
 
 
 def assign(params: Dict[str, Any]):
-    from precisionflow.stages.prepare_dataset import Source
+    from precisionflow.datasets.source import Source
 
     if params["name"] == "shadow_cars":
         source = shadow_cars_source(params, Source)

@@ -10,7 +10,6 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Dict
 
-import numpy as np
 
 from precisionflow.config.schema import DetectionEvalConf
 from precisionflow.datasets.store import Split, predict_in_batches

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from precisionflow import speed
+from precisionflow.keras_runner import KerasRunner
 from precisionflow.nodeio import write_json_atomic
 from precisionflow.datasets.store import Split
 
@@ -20,21 +21,6 @@ def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str
 
     return {"evaluate": timing_settings(cfg, target), "threads": cfg["engine"]["intra_op_threads"],
             **device_params(cfg, target, runtime)}
-
-
-class KerasRunner:
-    """The engine interface (prepare -> run-once callable) over a Keras model."""
-
-    has_device_copies = False
-
-    def __init__(self, tf, model):
-        self.tf = tf
-        self.forward = tf.function(lambda x: model(x, training=False))
-
-    def prepare(self, batch, include_copies: bool = False):
-        inputs = self.tf.constant(batch)
-        self.forward(inputs)  # trace once, outside the timed window
-        return lambda: self.forward(inputs).numpy()  # .numpy() waits for the result
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:

@@ -6,8 +6,7 @@ build time, size and the hash of the graph it was built from; loading checks the
 from pathlib import Path
 from typing import Any, Dict
 
-from precisionflow.backends import get_backend
-from precisionflow.errors import EngineMismatchError
+from precisionflow.backends import check_runtime, get_backend
 from precisionflow.nodeio import read_node, write_json_atomic
 from precisionflow.targets import device_params
 
@@ -39,27 +38,6 @@ def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str
     if settings["backend"] == "tensorrt" and cfg.get("prune", {}).get("method") == "sparse24":
         settings["sparse_weights"] = True  # 2:4-sparse weights: let TensorRT pick its sparse tensor-core kernels
     return {"engine": settings, **device_params(cfg, target, runtime)}
-
-
-def check_buildable_here(params: Dict[str, Any]) -> Dict[str, Any]:
-    """The runtime this machine offers a build_engine node, or why it cannot build it (device, version)."""
-    from precisionflow.backends.devices import check_device
-
-    runtime = get_backend(params["engine"]["backend"]).describe_runtime(params["target_def"])
-    check_device(runtime, params["target_def"])
-    check_runtime(params["runtime"], runtime, params["target"])
-    return runtime
-
-
-def check_runtime(planned: Dict[str, str], found: Dict[str, Any], target: str) -> None:
-    """Refuse to build with another backend version than the node's id names."""
-    if planned["backend_version"] != found["backend_version"]:
-        raise EngineMismatchError(
-            f"Target '{target}' was planned with {found['backend']} {planned['backend_version']}, this machine has "
-            f"{found['backend_version']}: the engine's id would not describe it. Plan with "
-            f"target_defs.{target}.backend_version={found['backend_version']} (the version on that target's "
-            "machines), or install the planned version here."
-        )
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:

@@ -57,7 +57,7 @@ def engine_loader(engine_dir: Path) -> Callable[[], Any]:
 
 
 def keras_loader(model_dir: Path, threads: int) -> Callable[[], Any]:
-    from precisionflow.stages.benchmark_framework import KerasRunner
+    from precisionflow.keras_runner import KerasRunner
     from precisionflow.tfenv import import_tensorflow
 
     tf, keras = import_tensorflow()

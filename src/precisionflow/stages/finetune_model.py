@@ -13,7 +13,7 @@ from typing import Any, Dict
 import numpy as np
 
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
-from precisionflow.stages import train_model
+from precisionflow import training
 
 PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy", "matplotlib", "h5py")
 FINETUNE_KEYS = ("mode", "epochs", "batch_size", "learning_rate", "seed")
@@ -70,13 +70,13 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     if left_float:
         print(f"QAT: {len(left_float)} layer(s) tfmot cannot quantize stay in float: {', '.join(left_float)}")
     steps = finetune["epochs"] * math.ceil(meta["sizes"]["train"] / finetune["batch_size"])
-    opt = train_model.optimizer(keras, "adam", finetune["learning_rate"], "constant", steps)
-    history, seconds = train_model.fit(keras, trainable, inputs["data"], {**_settings(finetune), "task": params["task"]}, opt,
+    opt = training.optimizer(keras, "adam", finetune["learning_rate"], "constant", steps)
+    history, seconds = training.fit(keras, trainable, inputs["data"], {**_settings(finetune), "task": params["task"]}, opt,
                                       params["cache"])
     extra = {}
     if mode == "qat":
         # The QAT model's own test logits (fake-quant on): the int8_qat engine must reproduce them.
-        np.save(out / "qat_logits.npy", train_model.predict_split(trainable, inputs["data"], "test"))
+        np.save(out / "qat_logits.npy", training.predict_split(trainable, inputs["data"], "test"))
         ranges = qat.learned_ranges(trainable)
         write_json_atomic(out / "qat_ranges.json", {"model_name": model.name, "input_key": qat.INPUT_KEY,
                                                     "ranges": {k: list(v) for k, v in ranges.items()}})
@@ -88,5 +88,5 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         fp32_model = _load(keras, inputs, params, meta, "float32")
         fp32_model.set_weights(model.get_weights())
         model = fp32_model
-    summary = train_model.save_outputs(out, model, history, seconds, inputs["data"], f"fine-tune ({mode})", params["task"])
+    summary = training.save_outputs(out, model, history, seconds, inputs["data"], f"fine-tune ({mode})", params["task"])
     return {**summary, "mode": mode, **extra}

@@ -14,12 +14,13 @@ import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
 from precisionflow.datasets import store
 from precisionflow.errors import ConfigError, DataError
+from precisionflow.datasets.source import Source
 from precisionflow.nodeio import write_json_atomic
 
 PACKAGES = ("numpy", "scikit-learn", "pillow")
@@ -54,17 +55,6 @@ def _folder_root(params: Dict[str, Any]) -> Path:
     if not params.get("path"):
         raise ConfigError("dataset.path: expected the image folder's path for dataset image_folder, found none.")
     return Path(params["path"]).expanduser().resolve()
-
-
-class Source:
-    """Where a data set's images come from: items (digit indices, file paths, scene numbers), their
-    labels, and how to turn a list of items into uint8 pixels. A detection source has no labels:
-    objects(item) gives an image's boxes instead."""
-
-    def __init__(self, items: List[Any], labels: np.ndarray, classes: List[str], image_shape, divisor: int,
-                 pixels: Callable[[List[Any]], np.ndarray], objects: Callable[[Any], Dict[str, Any]] = None):
-        self.items, self.labels, self.classes = items, labels, classes
-        self.image_shape, self.divisor, self.pixels, self.objects = tuple(image_shape), divisor, pixels, objects
 
 
 def digits_source() -> Source:

@@ -27,13 +27,6 @@ def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
     return {"prune": {key: prune[key] for key in (CHANNEL_KEYS if prune["method"] == "channel" else SPARSE_KEYS)}}
 
 
-def describe(prune: Dict[str, Any]) -> str:
-    """Short words for a prune node's settings (its slug, the table's `pruned` column)."""
-    if prune["method"] != "channel":
-        return f"{prune['method']} e{prune['epochs']}"
-    return f"channel t{prune['threshold']}" if prune.get("threshold") is not None else f"channel r{prune['ratio']}"
-
-
 def validate(cfg: Dict[str, Any]) -> None:
     """Settings checked when the plan is made, before anything runs."""
     from precisionflow import pruning

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from precisionflow.compare import engine_key, ratio_values, ratios_by_engine, split_inputs
 from precisionflow.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
-from precisionflow.stages import report_pages
+from precisionflow import report_pages
 
 PACKAGES = ("matplotlib", "numpy")
 NOISY_MARK = "*"
@@ -101,7 +101,7 @@ def pruning_columns(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     """How the model was pruned and what is left of it (parameters, MFLOPs per image)."""
     if "prune_model" not in lineage:
         return {"pruned": "", "params": "", "mflops": ""}
-    from precisionflow.stages.prune_model import describe
+    from precisionflow.pruning import describe
 
     summary = lineage["prune_model"]["summary"]
     return {"pruned": describe(lineage["prune_model"]["params"]["prune"]), "params": summary["params_after"],
@@ -321,7 +321,7 @@ def non_finite_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
 
 def chance_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     """Trainings that learned nothing, once each (their engines' rows compare noise)."""
-    from precisionflow.stages.train_model import at_chance_message
+    from precisionflow.training import at_chance_message
 
     found = {}
     for eval_dir in metrics:

@@ -1,0 +1,84 @@
+"""The rooms stand apart: read from the source's own import statements (top-level and inside
+functions alike, since a node's id hashes the import closure of its stage).
+
+- no stage module imports another stage module: what stages share lives in the library below;
+- nothing outside precisionflow.stages imports a stage module: the runner and the planner reach
+  stages only through their registry (importlib on the stage's name);
+- the library never imports the planning and execution layer (cli, plan, runner, remote, ...);
+- no import cycles.
+"""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "precisionflow"
+TOP_LAYER = {"precisionflow.cli", "precisionflow.plan", "precisionflow.runner", "precisionflow.remote", "precisionflow.why",
+             "precisionflow.doctor", "precisionflow.starter"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def imported(path: Path) -> set:
+    """The package's modules this file imports anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:  # `from precisionflow import speed` imports the module precisionflow.speed
+                child = f"{node.module}.{alias.name}"
+                found.add(child if child in MODULES else node.module)
+    return {name for name in found if name in MODULES}
+
+
+GRAPH = {name: imported(path) - {name} for name, path in MODULES.items()}
+
+
+def is_stage(name: str) -> bool:
+    return name.startswith("precisionflow.stages.")
+
+
+def test_the_import_reader_sees_imports_inside_functions_too():
+    assert "precisionflow.keras_runner" in GRAPH["precisionflow.stages.compare_speed"]  # imported inside a function
+    assert "precisionflow.training" in GRAPH["precisionflow.stages.finetune_model"]
+
+
+def test_no_stage_module_imports_another_stage_module():
+    found = sorted((name, target) for name, targets in GRAPH.items() if is_stage(name) for target in targets if is_stage(target))
+    assert found == [], "move what both need into the library layer (e.g. precisionflow/training.py): " + str(found)
+
+
+def test_only_the_registry_reaches_stage_modules():
+    found = sorted((name, target) for name, targets in GRAPH.items() if not is_stage(name) and name != "precisionflow.stages"
+                   for target in targets if is_stage(target))
+    assert found == [], found
+
+
+def test_the_library_never_imports_the_planning_and_execution_layer():
+    found = sorted((name, target) for name, targets in GRAPH.items() if name not in TOP_LAYER
+                   for target in targets if target in TOP_LAYER)
+    assert found == [], found
+
+
+def test_there_are_no_import_cycles():
+    cycles, state = [], {}
+
+    def visit(name, path):
+        state[name] = "open"
+        for target in sorted(GRAPH[name]):
+            if state.get(target) == "open":
+                cycles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[name] = "done"
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == [], cycles
