@@ -9,6 +9,7 @@
   precisionflow compare [--sweep S] [--where F]  the comparison table from MLflow (several sweeps, several machines)
   precisionflow ui [--port P]                   MLflow's UI on the project's store
   precisionflow init DIR                        a starter configuration folder for --config-dir
+  precisionflow flow                            the stage graph (which stage feeds which)
 
 Every command that composes a configuration takes --config-dir DIR (or PRECISIONFLOW_CONFIG_DIR):
 the user's own groups (dataset/, model/, experiment/, ...) beside and over the built-in ones.
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(land)
     status = commands.add_parser("status", help="list built engines and which are stale for the installed runtime")
     status.add_argument("--results", type=Path, default=Path("results"))
+    commands.add_parser("flow", help="the stage graph: each stage, what it does, which stages feed it (src/precisionflow/flow.py)")
     init = commands.add_parser("init", help="write a starter configuration folder (a data set, a model, an experiment preset)")
     init.add_argument("folder", type=Path, help="a new folder, e.g. precisionflow-config")
     return parser
@@ -392,6 +394,11 @@ def main(argv=None) -> int:
 
         os.environ[USER_CONFIG_ENV] = str(args.config_dir.expanduser().resolve())
     try:
+        if args.command == "flow":
+            from precisionflow import flow
+
+            print(flow.describe())
+            return 0
         if args.command == "init":
             from precisionflow.starter import write_starter
 

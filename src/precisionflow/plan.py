@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from precisionflow import identity
 from precisionflow.budget import budget_for
+from precisionflow import flow
 from precisionflow.errors import ConfigError
 
 STAGES = ("prepare_dataset", "train_model", "prune_model", "finetune_model", "export_onnx", "calibrate", "quantize_onnx",
@@ -149,6 +150,8 @@ class PlanBuilder:
     def add(self, stage: str, slug: str, params: Dict[str, Any], inputs: Dict[str, Node],
             checks: Optional[Dict[str, Any]] = None, resources: Optional[Dict[str, Any]] = None) -> Node:
         resources = {**self.stage_resources.get(stage, {}), **(resources or {})}  # never hashed
+        for role, node in inputs.items():
+            flow.check_edge(stage, role, node.stage)
         input_keys = {role: node.key for role, node in sorted(inputs.items())}
         code = self.identity_of(stage, params)
         hashed = {"stage": stage, "params": params, "inputs": input_keys, **code}

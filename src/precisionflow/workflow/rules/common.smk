@@ -6,6 +6,7 @@ from pathlib import Path
 
 from precisionflow.plan import plan_from_overrides
 from precisionflow.nodeio import read_json
+from precisionflow import flow as FLOW
 from precisionflow import tracking
 
 PLAN_FILE = config.get("plan") or str(plan_from_overrides())
