@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test test-fast lock clean-results typecheck-tensorrt
+.PHONY: setup run test test-fast lint format lock clean-results typecheck-tensorrt
 
 setup: $(VENV)/.installed
 
@@ -24,6 +24,15 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest $(ARGS)
+
+# ruff: the formatter's check and the linter (pycodestyle, pyflakes, bugbear, bandit; pyproject.toml).
+LINTED := src tests benchmarks tools
+lint: setup
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/ruff check $(LINTED)
+
+format: setup
+	$(BIN)/ruff format $(LINTED)
 
 # Re-resolve the lock from pyproject.toml's ranges (needs network; review the diff).
 lock:

@@ -21,7 +21,7 @@ def run_sweep(results: Path, overrides: List[str]) -> float:
     # test split could not tell): its
     # figures are what the benchmark reads (the verdict is part of what it reports).
     if done.returncode == 1 and ("broke it" in done.stdout or "undecided" in done.stdout):
-        print(done.stdout[done.stdout.index("Budgets ("):], flush=True)
+        print(done.stdout[done.stdout.index("Budgets (") :], flush=True)
     elif done.returncode != 0:
         raise SystemExit(f"sweep failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return time.perf_counter() - started

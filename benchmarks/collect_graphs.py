@@ -29,7 +29,9 @@ def main() -> None:
             label += f"-{method}"
         (out / label).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(results / graph_key / "model.onnx", out / label / "model.onnx")
-        shutil.copyfile(results / read_node(eval_dir)["inputs"]["reference"] / "reference_logits.npy", out / "reference_logits.npy")
+        shutil.copyfile(
+            results / read_node(eval_dir)["inputs"]["reference"] / "reference_logits.npy", out / "reference_logits.npy"
+        )
         with np.load(results / read_node(eval_dir)["inputs"]["data"] / "data.npz") as data:
             np.savez(out / "data.npz", x_test=data["x_test"], y_test=data["y_test"])
     print(f"graphs of {report.name} -> {out}: {sorted(p.name for p in out.iterdir())}")

@@ -19,8 +19,13 @@ import numpy as np
 
 from _common import OUT, RESULTS, run_sweep
 
-COMMON = ["precisions=[fp32,int8,int8_qat]", "evaluate.timing_batch_sizes=[1,32]", "evaluate.ratio_rounds=12",
-          "evaluate.ratio_window_s=0.2", "tracking.enabled=false"]
+COMMON = [
+    "precisions=[fp32,int8,int8_qat]",
+    "evaluate.timing_batch_sizes=[1,32]",
+    "evaluate.ratio_rounds=12",
+    "evaluate.ratio_window_s=0.2",
+    "tracking.enabled=false",
+]
 MODELS = {
     "resnet_mini": ["model=resnet_mini", "dataset.image_size=[32,32]"],
     "resnet50": ["model=resnet50", "dataset.image_size=[64,64]", "train.epochs=3", "finetune.epochs=1"],
@@ -44,24 +49,34 @@ def rows_of(results: Path):
         evaluations[folder.name] = (node, metrics, folder)
     ratios = {load(f, "node.json")["inputs"]["engine"]: load(f, "metrics.json") for f in results.glob("compare_speed/*")}
     rows = []
-    for name, (node, metrics, folder) in evaluations.items():
+    for name, (node, metrics, _folder) in evaluations.items():
         simulated = node["params"].get("simulates") == "tensorrt"
-        row = {"engine": name, "precision": metrics["precision"], "simulates_tensorrt": simulated,
-               "ran": metrics["engine"]["executed"]["executed_precision"], "top1": round(metrics["top1"], 4),
-               "agreement_with_fp32_model": round(metrics["agreement"], 4)}
+        row = {
+            "engine": name,
+            "precision": metrics["precision"],
+            "simulates_tensorrt": simulated,
+            "ran": metrics["engine"]["executed"]["executed_precision"],
+            "top1": round(metrics["top1"], 4),
+            "agreement_with_fp32_model": round(metrics["agreement"], 4),
+        }
         if "qat" in metrics:
             row["agreement_with_qat_model"] = round(metrics["qat"]["vs_qat_model"]["agreement"], 4)
         speed = ratios.get(node["inputs"]["engine"], {}).get("settings", {})
         for setting, values in sorted(speed.items()):
             if "vs_fp32" in values:
-                row[f"x_fp32_{setting}"] = {k: round(values["vs_fp32"][k], 3) for k in ("median", "cv_percent") if k in values["vs_fp32"]}
+                row[f"x_fp32_{setting}"] = {
+                    k: round(values["vs_fp32"][k], 3) for k in ("median", "cv_percent") if k in values["vs_fp32"]
+                }
         rows.append(row)
     # the CPU int8 engine against the TensorRT-placed graph of the same precision, image by image
     for row in rows:
         if row["precision"].startswith("int8") and not row["simulates_tensorrt"]:
             twin = next((r for r in rows if r["precision"] == row["precision"] and r["simulates_tensorrt"]), None)
             if twin:
-                cpu, trt = predictions(results / "evaluate_engine" / row["engine"]), predictions(results / "evaluate_engine" / twin["engine"])
+                cpu, trt = (
+                    predictions(results / "evaluate_engine" / row["engine"]),
+                    predictions(results / "evaluate_engine" / twin["engine"]),
+                )
                 row["agreement_with_tensorrt_placed_graph"] = round(float(np.mean(cpu == trt)), 4)
     return rows
 

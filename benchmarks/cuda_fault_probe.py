@@ -43,8 +43,9 @@ def worker(engine_file: str, options_json: str, algo: str, rounds: int, mode: st
     session_options.log_severity_level = 3
 
     def new_session():
-        return ort.InferenceSession(engine_file, session_options, providers=[("CUDAExecutionProvider", options),
-                                                                             "CPUExecutionProvider"])
+        return ort.InferenceSession(
+            engine_file, session_options, providers=[("CUDAExecutionProvider", options), "CPUExecutionProvider"]
+        )
 
     session = new_session()
     graphs = options.get("enable_cuda_graph") == "1"
@@ -55,8 +56,9 @@ def worker(engine_file: str, options_json: str, algo: str, rounds: int, mode: st
             session = new_session()
         x = np.random.default_rng(size).random([size] + [int(d) for d in model_input.shape[1:]], dtype=np.float32)
         x_gpu = ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0)
-        y_gpu = ort.OrtValue.ortvalue_from_shape_and_type([size] + [int(d) for d in model_output.shape[1:]],
-                                                          np.float32, "cuda", 0)
+        y_gpu = ort.OrtValue.ortvalue_from_shape_and_type(
+            [size] + [int(d) for d in model_output.shape[1:]], np.float32, "cuda", 0
+        )
         binding = session.io_binding()
         binding.bind_ortvalue_input(model_input.name, x_gpu)
         binding.bind_ortvalue_output(model_output.name, y_gpu)
@@ -102,14 +104,28 @@ def backend_worker(graph_file: str, cuda: dict, rounds: int) -> None:
             for size, run_once in runs.items():
                 seconds[size] = sum(run_once() for _ in range(20)) / 20
         sums = {size: float(np.abs(engine.slot(size).output.numpy()).sum()) for size in SIZES}
-    print(json.dumps({"ok": True, "sums": sums, "device_ms": {k: round(v * 1e3, 4) for k, v in seconds.items()},
-                      "sessions": 1 + len(engine.graph_sessions)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "ok": True,
+                "sums": sums,
+                "device_ms": {k: round(v * 1e3, 4) for k, v in seconds.items()},
+                "sessions": 1 + len(engine.graph_sessions),
+            }
+        ),
+        flush=True,
+    )
 
 
 def graph_cases(graph: Path, out: Path, rounds: int) -> None:
     """The second round: each way of replaying, on one graph, in a fresh process."""
-    options = {"device_id": "0", "prefer_nhwc": "1", "enable_cuda_graph": "1", "cudnn_conv_algo_search": "EXHAUSTIVE",
-               "use_tf32": "1"}
+    options = {
+        "device_id": "0",
+        "prefer_nhwc": "1",
+        "enable_cuda_graph": "1",
+        "cudnn_conv_algo_search": "EXHAUSTIVE",
+        "use_tf32": "1",
+    }
     cuda = {"prefer_nhwc": True, "cuda_graph": True, "cudnn_conv_algo_search": "EXHAUSTIVE", "use_tf32": True}
     results = []
     for mode in ("revisit", "no_revisit", "per_size", "backend", "revisit"):
@@ -138,19 +154,24 @@ def engines(bundle: Path, match: str):
         key = f"build_engine/{description_path.parent.name}"
         if key in plan["nodes"] and any(match in source for source in upstream_keys(plan, key)):
             description = json.loads(description_path.read_text())
-            found.append((description_path.parent.name, str(description_path.parent / description["engine_file"]),
-                          description.get("cuda_options") or {"device_id": "0"}))
+            found.append(
+                (
+                    description_path.parent.name,
+                    str(description_path.parent / description["engine_file"]),
+                    description.get("cuda_options") or {"device_id": "0"},
+                )
+            )
     return found
 
 
 def run_case(label: str, chosen, algo: str, together: bool, rounds: int, timeout: float):
     """Start one worker per engine in `chosen` (all at once, or each after the last finished)."""
-    commands = [[sys.executable, __file__, "--worker", file, json.dumps(options), algo, str(rounds)]
-                for _, file, options in chosen]
+    commands = [
+        [sys.executable, __file__, "--worker", file, json.dumps(options), algo, str(rounds)] for _, file, options in chosen
+    ]
     outcomes = []
     if together:
-        processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                     for command in commands]
+        processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for command in commands]
         finished = [process.communicate(timeout=timeout) for process in processes]
         codes = [process.returncode for process in processes]
     else:
@@ -159,7 +180,7 @@ def run_case(label: str, chosen, algo: str, together: bool, rounds: int, timeout
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
             finished.append((done.stdout, done.stderr))
             codes.append(done.returncode)
-    for (name, _, _), (out, err), code in zip(chosen, finished, codes):
+    for (name, _, _), (out, err), code in zip(chosen, finished, codes, strict=True):
         errors = [line for line in err.splitlines() if "CUDA" in line or "error" in line.lower()][-3:]
         result = json.loads(out.strip().splitlines()[-1]) if code == 0 and out.strip() else {"ok": False}
         outcomes.append({"engine": name, "exit": code, **result, "errors": errors})
@@ -183,9 +204,14 @@ def main() -> None:
     args = parser.parse_args()
     chosen = [entry for entry in engines(args.bundle, args.match) if "int8" not in entry[0]]
     print("engines:", [name for name, _, _ in chosen], flush=True)
-    cases = [("alone, as built", "as_built", False), ("together x2, as built", "as_built", True),
-             ("together x2 again, as built", "as_built", True), ("together x2, HEURISTIC", "HEURISTIC", True),
-             ("together x2, DEFAULT", "DEFAULT", True), ("alone again, as built", "as_built", False)]
+    cases = [
+        ("alone, as built", "as_built", False),
+        ("together x2, as built", "as_built", True),
+        ("together x2 again, as built", "as_built", True),
+        ("together x2, HEURISTIC", "HEURISTIC", True),
+        ("together x2, DEFAULT", "DEFAULT", True),
+        ("alone again, as built", "as_built", False),
+    ]
     results, started = [], time.monotonic()
     for label, algo, together in cases:
         if time.monotonic() - started > args.seconds:

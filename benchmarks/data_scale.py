@@ -24,8 +24,19 @@ from generated_images import SHAPES, make_image  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-STAGES = ("prepare_dataset", "train_model", "export_onnx", "calibrate", "quantize_onnx", "build_engine",
-          "evaluate_engine", "compare_speed", "benchmark_framework", "report", "track_mlflow")
+STAGES = (
+    "prepare_dataset",
+    "train_model",
+    "export_onnx",
+    "calibrate",
+    "quantize_onnx",
+    "build_engine",
+    "evaluate_engine",
+    "compare_speed",
+    "benchmark_framework",
+    "report",
+    "track_mlflow",
+)
 
 
 def image_folder(count: int, size: int) -> Path:
@@ -44,10 +55,22 @@ def image_folder(count: int, size: int) -> Path:
 
 
 def overrides(folder: Path, size: int, cache: str):
-    return ["dataset=image_folder", f"dataset.path={folder}", f"dataset.image_size=[{size},{size}]", f"dataset.cache={cache}",
-            "model.filters=[8,8]", "model.dense_units=32", "train.epochs=1", "train.batch_size=64",
-            "precisions=[fp32,int8]", "calibration.num_samples=128", "evaluate.duration_s=0.3", "evaluate.warmup_s=0.05",
-            "evaluate.timing_batch_sizes=[1,32]", "evaluate.streams=[]"]
+    return [
+        "dataset=image_folder",
+        f"dataset.path={folder}",
+        f"dataset.image_size=[{size},{size}]",
+        f"dataset.cache={cache}",
+        "model.filters=[8,8]",
+        "model.dense_units=32",
+        "train.epochs=1",
+        "train.batch_size=64",
+        "precisions=[fp32,int8]",
+        "calibration.num_samples=128",
+        "evaluate.duration_s=0.3",
+        "evaluate.warmup_s=0.05",
+        "evaluate.timing_batch_sizes=[1,32]",
+        "evaluate.streams=[]",
+    ]
 
 
 def measure(count: int, size: int, cache: str):
@@ -57,15 +80,30 @@ def measure(count: int, size: int, cache: str):
     rows = []
     for stage in STAGES:
         for record in nodes(results, stage):
-            rows.append({"stage": stage, "node": record["id"], "seconds": record["timings"]["seconds"],
-                         # the job's process or its largest child process (compare_speed times in children)
-                         "peak_rss_mb": max(record["timings"]["peak_rss_mb"], record["timings"].get("children_peak_rss_mb", 0)),
-                         **({"images_per_second": record["summary"]["images_per_second"],
-                             "sizes": record["summary"]["sizes"]} if stage == "prepare_dataset" else {})})
+            rows.append(
+                {
+                    "stage": stage,
+                    "node": record["id"],
+                    "seconds": record["timings"]["seconds"],
+                    # the job's process or its largest child process (compare_speed times in children)
+                    "peak_rss_mb": max(record["timings"]["peak_rss_mb"], record["timings"].get("children_peak_rss_mb", 0)),
+                    **(
+                        {"images_per_second": record["summary"]["images_per_second"], "sizes": record["summary"]["sizes"]}
+                        if stage == "prepare_dataset"
+                        else {}
+                    ),
+                }
+            )
     data_bytes = sum(p.stat().st_size for p in results.glob("prepare_dataset/*/x_*.npy"))
-    return {"images": count, "image_size": size, "cache": cache, "wall_seconds": round(wall, 1),
-            "data_node_mb": round(data_bytes / 2**20, 1), "float32_arrays_would_be_mb": round(count * size * size * 3 * 4 / 2**20),
-            "nodes": rows}
+    return {
+        "images": count,
+        "image_size": size,
+        "cache": cache,
+        "wall_seconds": round(wall, 1),
+        "data_node_mb": round(data_bytes / 2**20, 1),
+        "float32_arrays_would_be_mb": round(count * size * size * 3 * 4 / 2**20),
+        "nodes": rows,
+    }
 
 
 def table(runs):
@@ -75,8 +113,7 @@ def table(runs):
             peak = by_stage.setdefault(row["stage"], {}).get(run["images"], 0)
             by_stage[row["stage"]][run["images"]] = max(peak, row["peak_rss_mb"])
     sizes = [run["images"] for run in runs]
-    lines = ["stage".ljust(20) + "".join(f"peak MB @{n}".rjust(16) for n in sizes)
-             + ("   ratio" if len(sizes) == 2 else "")]
+    lines = ["stage".ljust(20) + "".join(f"peak MB @{n}".rjust(16) for n in sizes) + ("   ratio" if len(sizes) == 2 else "")]
     for stage, peaks in by_stage.items():
         line = stage.ljust(20) + "".join(f"{peaks.get(n, float('nan')):16.1f}" for n in sizes)
         if len(sizes) == 2:
@@ -84,9 +121,11 @@ def table(runs):
         lines.append(line)
     for run in runs:
         prepare = next(row for row in run["nodes"] if row["stage"] == "prepare_dataset")
-        lines.append(f"{run['images']} images: prepare_dataset {prepare['images_per_second']} images/s "
-                     f"({prepare['seconds']} s), data node {run['data_node_mb']} MB of uint8 "
-                     f"(float32 arrays: {run['float32_arrays_would_be_mb']} MB), workflow wall {run['wall_seconds']} s")
+        lines.append(
+            f"{run['images']} images: prepare_dataset {prepare['images_per_second']} images/s "
+            f"({prepare['seconds']} s), data node {run['data_node_mb']} MB of uint8 "
+            f"(float32 arrays: {run['float32_arrays_would_be_mb']} MB), workflow wall {run['wall_seconds']} s"
+        )
     return "\n".join(lines)
 
 

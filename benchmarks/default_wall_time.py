@@ -37,11 +37,14 @@ def main() -> None:
     parser.add_argument("before")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    after_commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    after_commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="pf-before-") as scratch:
         before_tree = Path(scratch) / "tree"
-        subprocess.run(["git", "worktree", "add", "--detach", str(before_tree), args.before], cwd=ROOT, check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(before_tree), args.before], cwd=ROOT, check=True, capture_output=True
+        )
         try:
             times = {"before": [], "after": []}
             for round_index in range(args.rounds):
@@ -52,8 +55,14 @@ def main() -> None:
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(before_tree)], cwd=ROOT, capture_output=True)
     medians = {side: statistics.median(values) for side, values in times.items()}
-    result = {"before_commit": args.before, "after_commit": after_commit, "seconds": times, "median_seconds": medians,
-              "after_over_before": round(medians["after"] / medians["before"], 3), "loadavg_at_end": os.getloadavg()[0]}
+    result = {
+        "before_commit": args.before,
+        "after_commit": after_commit,
+        "seconds": times,
+        "median_seconds": medians,
+        "after_over_before": round(medians["after"] / medians["before"], 3),
+        "loadavg_at_end": os.getloadavg()[0],
+    }
     out = ROOT / "benchmarks" / "results" / "default_wall_time.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -19,8 +19,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import OUT, RESULTS, run_sweep  # noqa: E402
 
-COLUMNS = ("precision", "variant", "ran", "map50", "map", "box_agreement", "spurious_100", "lost_100", "shadow_100",
-           "qat_agreement", "p50_ms_b1", "sps_bmax", "x_fp32_b1", "x_fp32_bmax", "x_tf_bmax", "node")
+COLUMNS = (
+    "precision",
+    "variant",
+    "ran",
+    "map50",
+    "map",
+    "box_agreement",
+    "spurious_100",
+    "lost_100",
+    "shadow_100",
+    "qat_agreement",
+    "p50_ms_b1",
+    "sps_bmax",
+    "x_fp32_b1",
+    "x_fp32_bmax",
+    "x_tf_bmax",
+    "node",
+)
 
 
 def main() -> None:
@@ -35,17 +51,26 @@ def main() -> None:
     finding = None
     if entropy and qat:
         more = float(entropy["spurious_100"]) > float(qat["spurious_100"])
-        finding = (f"entropy PTQ: {entropy['spurious_100']} spurious boxes per 100 images ({entropy['shadow_100']} on shadows); "
-                   f"QAT: {qat['spurious_100']} ({qat['shadow_100']} on shadows) -> entropy PTQ shows "
-                   f"{'MORE' if more else 'NOT more'} spurious boxes than QAT here.")
+        finding = (
+            f"entropy PTQ: {entropy['spurious_100']} spurious boxes per 100 images ({entropy['shadow_100']} on shadows); "
+            f"QAT: {qat['spurious_100']} ({qat['shadow_100']} on shadows) -> entropy PTQ shows "
+            f"{'MORE' if more else 'NOT more'} spurious boxes than QAT here."
+        )
     text = (report.parent / "summary.txt").read_text()
     verdicts = json.loads((report.parent / "verdicts.json").read_text())
-    out = {"overrides": overrides, "wall_seconds": round(wall, 1), "report": str(report.parent), "rows": rows,
-           "verdicts": [{k: v[k] for k in ("precision", "verdict", "breaches", "node")} for v in verdicts], "finding": finding}
+    out = {
+        "overrides": overrides,
+        "wall_seconds": round(wall, 1),
+        "report": str(report.parent),
+        "rows": rows,
+        "verdicts": [{k: v[k] for k in ("precision", "verdict", "breaches", "node")} for v in verdicts],
+        "finding": finding,
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "detection_table.json").write_text(json.dumps(out, indent=2) + "\n")
-    (RESULTS / "detection_table.txt").write_text(f"$ python benchmarks/detection_table.py {' '.join(sys.argv[1:])}\n\n"
-                                                 + text + "\n" + (finding or "") + "\n")
+    (RESULTS / "detection_table.txt").write_text(
+        f"$ python benchmarks/detection_table.py {' '.join(sys.argv[1:])}\n\n" + text + "\n" + (finding or "") + "\n"
+    )
     print(text)
     print(finding)
 

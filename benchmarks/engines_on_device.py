@@ -17,8 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
-SETTINGS = {"timing_batch_sizes": [1, 32, 128], "warmup_s": 0.5, "duration_s": 1.0, "min_iterations": 50,
-            "repeats": 3, "streams": [1, 4, 8], "stream_batch_size": 1}
+SETTINGS = {
+    "timing_batch_sizes": [1, 32, 128],
+    "warmup_s": 0.5,
+    "duration_s": 1.0,
+    "min_iterations": 50,
+    "repeats": 3,
+    "streams": [1, 4, 8],
+    "stream_batch_size": 1,
+}
 
 
 def independent_latency_ms(graph: Path, device: str, batch: np.ndarray, runs: int = 2000) -> dict:
@@ -27,7 +34,9 @@ def independent_latency_ms(graph: Path, device: str, batch: np.ndarray, runs: in
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    providers = [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+    providers = (
+        [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+    )
     session = ort.InferenceSession(str(graph), options, providers=providers)
     name = session.get_inputs()[0].name
     if device == "cuda":
@@ -60,9 +69,13 @@ def measure_graph(graph: Path, engine_dir: Path, device: str, images, labels, re
     measured = speed.measure(load, images, SETTINGS)
     ours = measured["batch"]["1"]
     plain = independent_latency_ms(graph, device, speed.timing_batch(images, 1))
-    return {"engine": description, "accuracy": {k: v for k, v in accuracy.items() if k != "per_class_top1"},
-            "speed": measured, "independent_b1": plain,
-            "b1_mean_ms_ours_vs_plain_percent": 100 * (ours["mean_ms"] / plain["mean_ms"] - 1)}
+    return {
+        "engine": description,
+        "accuracy": {k: v for k, v in accuracy.items() if k != "per_class_top1"},
+        "speed": measured,
+        "independent_b1": plain,
+        "b1_mean_ms_ours_vs_plain_percent": 100 * (ours["mean_ms"] / plain["mean_ms"] - 1),
+    }
 
 
 def main() -> None:
@@ -84,10 +97,12 @@ def main() -> None:
             key = f"{model_dir.name}/{graph.parent.name}"
             results["models"][key] = measure_graph(graph, args.out / "engines" / key, args.device, images, labels, reference)
             row = results["models"][key]
-            print(f"{key:<28} top1 {row['accuracy']['top1']:.4f} agree {row['accuracy']['agreement']:.4f} "
-                  f"b1 p50 {row['speed']['batch']['1']['p50_ms']:.4f} ms  b128 {row['speed']['batch']['128']['throughput_sps']:.0f}/s "
-                  f"8 streams {row['speed']['streams']['8']['throughput_sps']:.0f}/s  vs plain {row['b1_mean_ms_ours_vs_plain_percent']:+.1f}%",
-                  flush=True)
+            print(
+                f"{key:<28} top1 {row['accuracy']['top1']:.4f} agree {row['accuracy']['agreement']:.4f} "
+                f"b1 p50 {row['speed']['batch']['1']['p50_ms']:.4f} ms  b128 {row['speed']['batch']['128']['throughput_sps']:.0f}/s "
+                f"8 streams {row['speed']['streams']['8']['throughput_sps']:.0f}/s  vs plain {row['b1_mean_ms_ours_vs_plain_percent']:+.1f}%",
+                flush=True,
+            )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"engines_{args.device}.json").write_text(json.dumps(results, indent=1, default=str))
 

@@ -25,8 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-OVERRIDES = ["train.epochs=1", "train.learning_rate=1e-9", "precisions=[fp32,fp16]", "export.max_abs_diff=1.0",
-             "model=keras_file"]
+OVERRIDES = [
+    "train.epochs=1",
+    "train.learning_rate=1e-9",
+    "precisions=[fp32,fp16]",
+    "export.max_abs_diff=1.0",
+    "model=keras_file",
+]
 TARGET_MEDIAN_LOGIT = 1e5
 
 
@@ -39,9 +44,15 @@ def make_model(path: Path) -> None:
     digits = load_digits()
     images = (digits.images / 16.0).astype(np.float32)[..., None]
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(16, 3, activation="relu", padding="same"),
-                              keras.layers.Flatten(), keras.layers.Dense(64, activation="relu"),
-                              keras.layers.Dense(10, name="logits")])
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Conv2D(16, 3, activation="relu", padding="same"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10, name="logits"),
+        ]
+    )
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     model.fit(images, digits.target, epochs=30, batch_size=64, verbose=0)
     largest = np.median(np.max(np.abs(model.predict(images, verbose=0)), axis=1))
@@ -49,9 +60,11 @@ def make_model(path: Path) -> None:
     kernel, bias = model.get_layer("logits").get_weights()
     model.get_layer("logits").set_weights([kernel * factor, bias * factor])
     logits = model.predict(images, verbose=0)
-    print(f"scaled the last layer by {factor:.0f}: median largest |logit| {np.median(np.max(np.abs(logits), axis=1)):.0f}, "
-          f"{np.mean(np.max(np.abs(logits), axis=1) > 65504):.2%} of images beyond fp16's 65,504; "
-          f"largest |weight| {max(np.abs(kernel).max(), np.abs(bias).max()) * factor:.0f}")
+    print(
+        f"scaled the last layer by {factor:.0f}: median largest |logit| {np.median(np.max(np.abs(logits), axis=1)):.0f}, "
+        f"{np.mean(np.max(np.abs(logits), axis=1) > 65504):.2%} of images beyond fp16's 65,504; "
+        f"largest |weight| {max(np.abs(kernel).max(), np.abs(bias).max()) * factor:.0f}"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     model.save(path)
 

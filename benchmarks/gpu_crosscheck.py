@@ -23,8 +23,9 @@ def plain_session(engine_dir: Path, description: dict):
     options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     cuda = {key: value for key, value in (description.get("cuda_options") or {"device_id": "0"}).items()}
-    return ort.InferenceSession(str(engine_dir / description["engine_file"]), options,
-                                providers=[("CUDAExecutionProvider", cuda), "CPUExecutionProvider"])
+    return ort.InferenceSession(
+        str(engine_dir / description["engine_file"]), options, providers=[("CUDAExecutionProvider", cuda), "CPUExecutionProvider"]
+    )
 
 
 def time_loop(session, batch_size: int, seconds: float, graph_id: int) -> dict:
@@ -47,8 +48,12 @@ def time_loop(session, batch_size: int, seconds: float, graph_id: int) -> dict:
         session.run_with_iobinding(binding, run_options)
         latencies.append(time.perf_counter() - start)
     latencies.sort()
-    return {"iterations": len(latencies), "mean_ms": 1000 * float(np.mean(latencies)),
-            "p50_ms": 1000 * latencies[len(latencies) // 2], "throughput_sps": batch_size * len(latencies) / sum(latencies)}
+    return {
+        "iterations": len(latencies),
+        "mean_ms": 1000 * float(np.mean(latencies)),
+        "p50_ms": 1000 * latencies[len(latencies) // 2],
+        "throughput_sps": batch_size * len(latencies) / sum(latencies),
+    }
 
 
 def main() -> None:
@@ -71,14 +76,26 @@ def main() -> None:
             if ours is None:
                 continue
             plain = time_loop(session, size, args.seconds, graph_id)
-            row = {"evaluation": metrics_file.parent.name, "graph": node["inputs"]["engine"], "precision": metrics["precision"],
-                   "cuda_options": description.get("cuda_options"), "batch": size, "workflow_clock": ours.get("clock"),
-                   "workflow_mean_ms": ours["mean_ms"], "workflow_host_mean_ms": (ours.get("host") or {}).get("mean_ms"),
-                   "plain_mean_ms": plain["mean_ms"], "workflow_sps": ours["throughput_sps"], "plain_sps": plain["throughput_sps"],
-                   "plain_over_workflow_mean": plain["mean_ms"] / ours["mean_ms"]}
+            row = {
+                "evaluation": metrics_file.parent.name,
+                "graph": node["inputs"]["engine"],
+                "precision": metrics["precision"],
+                "cuda_options": description.get("cuda_options"),
+                "batch": size,
+                "workflow_clock": ours.get("clock"),
+                "workflow_mean_ms": ours["mean_ms"],
+                "workflow_host_mean_ms": (ours.get("host") or {}).get("mean_ms"),
+                "plain_mean_ms": plain["mean_ms"],
+                "workflow_sps": ours["throughput_sps"],
+                "plain_sps": plain["throughput_sps"],
+                "plain_over_workflow_mean": plain["mean_ms"] / ours["mean_ms"],
+            }
             rows.append(row)
-            print(f"{row['evaluation']:<28} b{size:<4} workflow {ours['mean_ms']:8.3f} ms ({ours.get('clock')})  "
-                  f"plain loop {plain['mean_ms']:8.3f} ms  ratio {row['plain_over_workflow_mean']:.3f}", flush=True)
+            print(
+                f"{row['evaluation']:<28} b{size:<4} workflow {ours['mean_ms']:8.3f} ms ({ours.get('clock')})  "
+                f"plain loop {plain['mean_ms']:8.3f} ms  ratio {row['plain_over_workflow_mean']:.3f}",
+                flush=True,
+            )
         del session
     args.out.write_text(json.dumps({"onnxruntime": ort.__version__, "rows": rows}, indent=1))
 

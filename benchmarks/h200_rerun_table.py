@@ -42,8 +42,11 @@ def ratio(entry) -> str:
 def main(folder: Path) -> None:
     plan = json.loads((folder / "plan.json").read_text())
     nodes = node_files(folder / "collected.tar.xz")
-    ratios = {files["node.json"]["inputs"]["engine"]: files["metrics.json"]["settings"]
-              for key, files in nodes.items() if key.startswith("compare_speed/") and "metrics.json" in files}
+    ratios = {
+        files["node.json"]["inputs"]["engine"]: files["metrics.json"]["settings"]
+        for key, files in nodes.items()
+        if key.startswith("compare_speed/") and "metrics.json" in files
+    }
     print("| model | precision | ran | top1 | agree | p50 b1 ms | b128 /s | x fp32 b1 | x fp32 b32 | x fp32 b128 |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     rows = []
@@ -52,12 +55,25 @@ def main(folder: Path) -> None:
             continue
         metrics, engine = files["metrics.json"], files["node.json"]["inputs"]["engine"]
         batch, settings = metrics["speed"]["batch"], ratios.get(engine, {})
-        rows.append((model_of(plan, key), ["fp32", "fp16", "int8"].index(metrics["precision"]), [
-            model_of(plan, key), metrics["precision"], metrics["engine"]["executed"].get("executed_precision", "?"),
-            f"{metrics['top1']:.3f}", f"{metrics['agreement']:.3f}", f"{batch['1']['p50_ms']:.3f}",
-            f"{batch['128']['throughput_sps']:,.0f}",
-            *[ratio(settings.get(size, {}).get("vs_fp32")) if metrics["precision"] != "fp32" else "-"
-              for size in ("b1", "b32", "b128")]]))
+        rows.append(
+            (
+                model_of(plan, key),
+                ["fp32", "fp16", "int8"].index(metrics["precision"]),
+                [
+                    model_of(plan, key),
+                    metrics["precision"],
+                    metrics["engine"]["executed"].get("executed_precision", "?"),
+                    f"{metrics['top1']:.3f}",
+                    f"{metrics['agreement']:.3f}",
+                    f"{batch['1']['p50_ms']:.3f}",
+                    f"{batch['128']['throughput_sps']:,.0f}",
+                    *[
+                        ratio(settings.get(size, {}).get("vs_fp32")) if metrics["precision"] != "fp32" else "-"
+                        for size in ("b1", "b32", "b128")
+                    ],
+                ],
+            )
+        )
     for _, _, row in sorted(rows):
         print("| " + " | ".join(row) + " |")
 

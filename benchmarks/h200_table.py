@@ -50,17 +50,41 @@ def rows(archive: Path):
         batch, streams = metrics["speed"]["batch"], metrics["speed"]["streams"]
         ratio = ratios.get(engine_key, {}).get("b128", {}).get("vs_fp32", {}).get("median")
         ratio1 = ratios.get(engine_key, {}).get("b1", {}).get("vs_fp32", {}).get("median")
-        yield [archive.name.split("_collected")[0], metrics["precision"], options(metrics["engine"]),
-               metrics["engine"]["executed"].get("executed_precision", "?"), f"{metrics['top1']:.3f}",
-               f"{metrics['agreement']:.3f}", f"{batch['1']['p50_ms']:.3f}", f"{batch['1']['p99_ms']:.3f}",
-               *[f"{batch[size]['throughput_sps']:,.0f}" for size in ("1", "32", "128")],
-               *[f"{streams[count]['throughput_sps']:,.0f}" for count in ("1", "4", "8")],
-               f"{ratio1:.2f}" if ratio1 else "-", f"{ratio:.2f}" if ratio else "-"]
+        yield [
+            archive.name.split("_collected")[0],
+            metrics["precision"],
+            options(metrics["engine"]),
+            metrics["engine"]["executed"].get("executed_precision", "?"),
+            f"{metrics['top1']:.3f}",
+            f"{metrics['agreement']:.3f}",
+            f"{batch['1']['p50_ms']:.3f}",
+            f"{batch['1']['p99_ms']:.3f}",
+            *[f"{batch[size]['throughput_sps']:,.0f}" for size in ("1", "32", "128")],
+            *[f"{streams[count]['throughput_sps']:,.0f}" for count in ("1", "4", "8")],
+            f"{ratio1:.2f}" if ratio1 else "-",
+            f"{ratio:.2f}" if ratio else "-",
+        ]
 
 
 def main() -> None:
-    header = ["model", "precision", "options", "ran", "top1", "agree", "p50 b1 ms", "p99 b1 ms", "b1 /s", "b32 /s",
-              "b128 /s", "1 stream /s", "4 streams /s", "8 streams /s", "x fp32 b1", "x fp32 b128"]
+    header = [
+        "model",
+        "precision",
+        "options",
+        "ran",
+        "top1",
+        "agree",
+        "p50 b1 ms",
+        "p99 b1 ms",
+        "b1 /s",
+        "b32 /s",
+        "b128 /s",
+        "1 stream /s",
+        "4 streams /s",
+        "8 streams /s",
+        "x fp32 b1",
+        "x fp32 b128",
+    ]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for archive in sorted(RESULTS.glob("*_collected.tar.xz")):

@@ -14,15 +14,22 @@ from _common import OUT, RESULTS, ROOT, newest_summary, run_sweep
 SWEEP = ["precisions=[fp32,fp16,int8,int8_qat,int8_mixed]", "calibration=entropy,minmax,percentile", "int8.mixed_keep_fp=1,3"]
 SETS = {
     "digits": [],
-    "shapes": ["dataset=image_folder", f"dataset.path={OUT / 'shapes'}", "model=resnet_mini", "train.epochs=20",
-               "train.learning_rate=0.002"],
+    "shapes": [
+        "dataset=image_folder",
+        f"dataset.path={OUT / 'shapes'}",
+        "model=resnet_mini",
+        "train.epochs=20",
+        "train.learning_rate=0.002",
+    ],
 }
 
 
 def main() -> None:
     name = sys.argv[1] if len(sys.argv) > 1 else "digits"
     if name == "shapes" and not (OUT / "shapes").exists():
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_shapes.py"), str(OUT / "shapes"), "--per-class", "300"], check=True)
+        subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "make_shapes.py"), str(OUT / "shapes"), "--per-class", "300"], check=True
+        )
     results = OUT / ("resnet-results" if name == "shapes" else "int8-digits-results")
     run_sweep(results, SWEEP + SETS[name])
     rows = list(csv.DictReader(io.StringIO(newest_summary(results))))

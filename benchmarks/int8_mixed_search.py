@@ -30,8 +30,14 @@ def main() -> None:
     parser.add_argument("--percentile", type=float, default=90.0)
     args = parser.parse_args()
     results = OUT / f"int8_mixed_p{args.percentile:g}"
-    overrides = ["precisions=[fp32,int8,int8_mixed]", "calibration=percentile", f"calibration.percentile={args.percentile}",
-                 "tracking.enabled=false", "evaluate.budget.max_class_drop=null", "evaluate.budget.min_agreement=null"]
+    overrides = [
+        "precisions=[fp32,int8,int8_mixed]",
+        "calibration=percentile",
+        f"calibration.percentile={args.percentile}",
+        "tracking.enabled=false",
+        "evaluate.budget.max_class_drop=null",
+        "evaluate.budget.min_agreement=null",
+    ]
     seconds = run_sweep(results, overrides)
     row = {"percentile": args.percentile, "wall_s": round(seconds, 1)}
     for precision in ("fp32", "int8", "int8_mixed"):
@@ -39,7 +45,9 @@ def main() -> None:
         row[f"{precision}_test_top1"] = metrics["top1"]
         if precision != "fp32":
             speed = json.loads((only(results, "compare_speed", f"{precision}-") / "metrics.json").read_text())
-            row[f"{precision}_x_fp32"] = {k: round(v["median"], 3) for k, v in ratio_values(speed).items() if k.startswith("x_fp32")}
+            row[f"{precision}_x_fp32"] = {
+                k: round(v["median"], 3) for k, v in ratio_values(speed).items() if k.startswith("x_fp32")
+            }
             row[f"{precision}_ran"] = metrics["engine"]["executed"]["label"]
     graph = json.loads((only(results, "quantize_onnx", "int8_mixed-") / "node.json").read_text())["summary"]
     row.update({"kept_float": graph["kept_float"], "quantized_nodes": graph["quantized_nodes"], "search": graph["mixed_search"]})

@@ -31,17 +31,24 @@ def cv_percent(values) -> float:
 
 def crosscheck(graph: Path, device: str, images: np.ndarray) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
-        description = backend.build(graph, Path(scratch), {"optimization_level": "all", "intra_op_threads": 1}, {"device": device})
+        description = backend.build(
+            graph, Path(scratch), {"optimization_level": "all", "intra_op_threads": 1}, {"device": device}
+        )
         engine = backend.load(Path(scratch), description, {"device": device})
         batch = speed.timing_batch(images, 1)
         ours, plain = [], []
         for _ in range(ROUNDS):
             ours.append(timing.repeated_windows(engine.prepare(batch), 1, WINDOW)["mean_ms"])
             plain.append(independent_latency_ms(graph, device, batch)["mean_ms"])
-    return {"ours_mean_ms_per_round": ours, "plain_mean_ms_per_round": plain,
-            "ours_median_ms": float(np.median(ours)), "plain_median_ms": float(np.median(plain)),
-            "difference_percent": float(100 * (np.median(ours) / np.median(plain) - 1)),
-            "ours_cv_percent_across_rounds": cv_percent(ours), "plain_cv_percent_across_rounds": cv_percent(plain)}
+    return {
+        "ours_mean_ms_per_round": ours,
+        "plain_mean_ms_per_round": plain,
+        "ours_median_ms": float(np.median(ours)),
+        "plain_median_ms": float(np.median(plain)),
+        "difference_percent": float(100 * (np.median(ours) / np.median(plain) - 1)),
+        "ours_cv_percent_across_rounds": cv_percent(ours),
+        "plain_cv_percent_across_rounds": cv_percent(plain),
+    }
 
 
 def main() -> None:
@@ -62,9 +69,12 @@ def main() -> None:
             key = f"{model_dir.name}/{graph.parent.name}"
             report[key] = crosscheck(graph, args.device, images)
             row = report[key]
-            print(f"{key:<30} ours {row['ours_median_ms']:.4f} ms  plain {row['plain_median_ms']:.4f} ms  "
-                  f"diff {row['difference_percent']:+.1f}%  cv ours {row['ours_cv_percent_across_rounds']:.1f}% "
-                  f"plain {row['plain_cv_percent_across_rounds']:.1f}%", flush=True)
+            print(
+                f"{key:<30} ours {row['ours_median_ms']:.4f} ms  plain {row['plain_median_ms']:.4f} ms  "
+                f"diff {row['difference_percent']:+.1f}%  cv ours {row['ours_cv_percent_across_rounds']:.1f}% "
+                f"plain {row['plain_cv_percent_across_rounds']:.1f}%",
+                flush=True,
+            )
     out = args.out / f"latency_crosscheck_{args.device}.json"
     out.write_text(json.dumps(report, indent=1) + "\n")
 

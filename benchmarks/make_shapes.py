@@ -23,8 +23,11 @@ def draw(shape: str, size: int, rng) -> Image.Image:
     colour = tuple(int(c) for c in rng.integers(100, 256, 3))
     # a distractor stroke in another colour, so the classes are not separable by colour mass alone
     pen = ImageDraw.Draw(image)
-    pen.line([tuple(rng.uniform(0, size, 2)), tuple(rng.uniform(0, size, 2))],
-             fill=tuple(int(c) for c in rng.integers(60, 256, 3)), width=int(rng.integers(1, 3)))
+    pen.line(
+        [tuple(rng.uniform(0, size, 2)), tuple(rng.uniform(0, size, 2))],
+        fill=tuple(int(c) for c in rng.integers(60, 256, 3)),
+        width=int(rng.integers(1, 3)),
+    )
     box = [cx - radius, cy - radius, cx + radius, cy + radius]
     if shape == "circle":
         pen.ellipse(box, fill=colour)

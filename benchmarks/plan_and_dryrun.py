@@ -34,8 +34,12 @@ def sweep_case(seeds: int, results: Path) -> dict:
     plan_s = time.perf_counter() - started
     cli = [sys.executable, "-m", "precisionflow.cli", "run", "-n", "-m", *overrides]
     total_s = seconds(cli, results.parent)
-    return {"points": len(points), "nodes": len(plan["nodes"]), "plan_seconds_in_process": round(plan_s, 3),
-            "cli_plan_plus_dry_run_seconds": round(total_s, 3)}
+    return {
+        "points": len(points),
+        "nodes": len(plan["nodes"]),
+        "plan_seconds_in_process": round(plan_s, 3),
+        "cli_plan_plus_dry_run_seconds": round(total_s, 3),
+    }
 
 
 def per_point_comparison() -> dict:

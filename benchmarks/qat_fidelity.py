@@ -17,8 +17,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import OUT, ROOT, run_sweep, save  # noqa: E402
 
-FAST_TIMING = ["evaluate.duration_s=0.05", "evaluate.warmup_s=0.01", "evaluate.repeats=2", "evaluate.ratio_rounds=2",
-               "evaluate.ratio_window_s=0.02", "evaluate.timing_batch_sizes=[1]", "evaluate.streams=[]", "tracking.enabled=false"]
+FAST_TIMING = [
+    "evaluate.duration_s=0.05",
+    "evaluate.warmup_s=0.01",
+    "evaluate.repeats=2",
+    "evaluate.ratio_rounds=2",
+    "evaluate.ratio_window_s=0.02",
+    "evaluate.timing_batch_sizes=[1]",
+    "evaluate.streams=[]",
+    "tracking.enabled=false",
+]
 MODELS = {
     "small_cnn": [],
     "resnet_mini": ["dataset=image_folder", "train.epochs=10"],
@@ -34,7 +42,9 @@ def metrics(results: Path, stage: str, prefix: str) -> dict:
 def main() -> None:
     shapes = OUT / "shapes32"
     if not shapes.exists():
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_shapes.py"), str(shapes), "--per-class", "200"], check=True)
+        subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "make_shapes.py"), str(shapes), "--per-class", "200"], check=True
+        )
     rows = []
     for model, extra in MODELS.items():
         results = OUT / "qat_fidelity" / model
@@ -44,12 +54,21 @@ def main() -> None:
         seconds = run_sweep(results, overrides)
         fp32, qat = metrics(results, "evaluate_engine", "fp32-"), metrics(results, "evaluate_engine", "int8_qat-")
         graph = metrics(results, "quantize_onnx", "int8_qat-")["summary"]
-        rows.append({"model": model, "data": "shapes32" if extra else "digits", "fp32_top1": fp32["top1"],
-                     "int8_qat_top1": qat["top1"], "agreement_with_qat_model": qat["qat"]["vs_qat_model"]["agreement"],
-                     "max_logit_diff_vs_qat_model": qat["qat"]["vs_qat_model"]["max_abs_logit_diff"],
-                     "agreement_with_qat_float": qat["qat"]["vs_qat_float"]["agreement"],
-                     "agreement_with_fp32": qat["agreement"], "qat_coverage": graph["qat_coverage"],
-                     "quantized_fraction": graph["quantized_fraction"], "wall_s": round(seconds, 1)})
+        rows.append(
+            {
+                "model": model,
+                "data": "shapes32" if extra else "digits",
+                "fp32_top1": fp32["top1"],
+                "int8_qat_top1": qat["top1"],
+                "agreement_with_qat_model": qat["qat"]["vs_qat_model"]["agreement"],
+                "max_logit_diff_vs_qat_model": qat["qat"]["vs_qat_model"]["max_abs_logit_diff"],
+                "agreement_with_qat_float": qat["qat"]["vs_qat_float"]["agreement"],
+                "agreement_with_fp32": qat["agreement"],
+                "qat_coverage": graph["qat_coverage"],
+                "quantized_fraction": graph["quantized_fraction"],
+                "wall_s": round(seconds, 1),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     save("qat_fidelity.json", rows)
 

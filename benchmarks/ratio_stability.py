@@ -39,8 +39,12 @@ def run_default(results: Path) -> float:
 
     shutil.rmtree(results, ignore_errors=True)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "precisionflow.cli", "run", f"results_dir={results}"],
-                          cwd=results.parent, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "precisionflow.cli", "run", f"results_dir={results}"],
+        cwd=results.parent,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise SystemExit(done.stdout[-3000:] + done.stderr[-3000:])
     return time.perf_counter() - started
@@ -75,7 +79,7 @@ def parse_table(text: str) -> list:
             spans.append((dashes.index(part, start), dashes.index(part, start) + len(part)))
             start = spans[-1][1]
     names = [header[a:b].strip() for a, b in spans]
-    return [{name: line[a:b].strip() for name, (a, b) in zip(names, spans)} for line in lines if line.strip()]
+    return [{name: line[a:b].strip() for name, (a, b) in zip(names, spans, strict=True)} for line in lines if line.strip()]
 
 
 def before_ratios(text: str) -> dict:
@@ -117,10 +121,19 @@ def main() -> None:
         (RESULTS / name).write_text(summary.read_text())
         runs.append({"run": index + 1, "loaded": loaded, "wall_s": round(seconds, 1), "ratios": ratios(workdir / "results")})
     quiet = [run for run in runs if not run["loaded"]]
-    before = [{"ratios": before_ratios(path.read_text()), "table": path.name}
-              for path in sorted(RESULTS.glob("ratio_stability_before_run*.txt"))]
-    save("ratio_stability.json", {"runs": runs, "spread_quiet_runs": spread(quiet), "spread_all_runs": spread(runs),
-                                  "before": {"runs": before, "spread": spread(before) if before else {}}})
+    before = [
+        {"ratios": before_ratios(path.read_text()), "table": path.name}
+        for path in sorted(RESULTS.glob("ratio_stability_before_run*.txt"))
+    ]
+    save(
+        "ratio_stability.json",
+        {
+            "runs": runs,
+            "spread_quiet_runs": spread(quiet),
+            "spread_all_runs": spread(runs),
+            "before": {"runs": before, "spread": spread(before) if before else {}},
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -60,8 +60,12 @@ def main() -> None:
     results = workdir / "results"
     workdir.mkdir(parents=True, exist_ok=True)
     if not list(results.glob("report/*/node.json")):
-        subprocess.run([sys.executable, "-m", "precisionflow.cli", "run", f"results_dir={results}"], cwd=workdir, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "precisionflow.cli", "run", f"results_dir={results}"],
+            cwd=workdir,
+            check=True,
+            capture_output=True,
+        )
     base = dict(leaves(expand([])[0]))
     rows = []
     for key in sorted(k for k, v in EXPECTED.items() if v is not None and k != "results_dir"):
@@ -70,12 +74,25 @@ def main() -> None:
         plan = build_plan(points, str(results), [override])
         expected = missing_nodes(plan)
         jobs = dry_run_jobs(write_plan(plan), workdir)
-        rows.append({"override": override, "nodes_without_output": expected, "snakemake_jobs": jobs,
-                     "ratio": round(jobs / expected, 3) if expected else (1.0 if jobs == 0 else float("inf"))})
+        rows.append(
+            {
+                "override": override,
+                "nodes_without_output": expected,
+                "snakemake_jobs": jobs,
+                "ratio": round(jobs / expected, 3) if expected else (1.0 if jobs == 0 else float("inf")),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     overall = sum(r["snakemake_jobs"] for r in rows) / max(sum(r["nodes_without_output"] for r in rows), 1)
-    save("rerun_ratio.json", {"keys": len(rows), "all_ratios_one": all(r["ratio"] == 1.0 for r in rows),
-                              "overall_ratio": round(overall, 4), "rows": rows})
+    save(
+        "rerun_ratio.json",
+        {
+            "keys": len(rows),
+            "all_ratios_one": all(r["ratio"] == 1.0 for r in rows),
+            "overall_ratio": round(overall, 4),
+            "rows": rows,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -21,24 +21,41 @@ def interpreter_and_import_seconds() -> float:
 
 def main() -> None:
     results = OUT / "training-results"
-    run_sweep(results, ["train.precision_policy=fp32,mixed_float16,mixed_bfloat16", f"train.epochs={EPOCHS}",
-                        f"finetune.epochs={EPOCHS}", "precisions=[fp32,int8_qat]"])
+    run_sweep(
+        results,
+        [
+            "train.precision_policy=fp32,mixed_float16,mixed_bfloat16",
+            f"train.epochs={EPOCHS}",
+            f"finetune.epochs={EPOCHS}",
+            "precisions=[fp32,int8_qat]",
+        ],
+    )
     rows = {}
     for record in nodes(results, "train_model"):
         summary = record["summary"]
         rows[f"train {summary['precision_policy']}"] = {
-            "test_accuracy": summary["test_accuracy"], "seconds_per_epoch": summary["seconds_per_epoch"],
-            "training_seconds": summary["train_seconds"], "tf_import_and_build_seconds": summary["startup_seconds"],
-            "stage_seconds": record["timings"]["seconds"]}
+            "test_accuracy": summary["test_accuracy"],
+            "seconds_per_epoch": summary["seconds_per_epoch"],
+            "training_seconds": summary["train_seconds"],
+            "tf_import_and_build_seconds": summary["startup_seconds"],
+            "stage_seconds": record["timings"]["seconds"],
+        }
     for record in nodes(results, "finetune_model"):
         parent = record["inputs"]["model"]
-        policy = next(r["summary"]["precision_policy"] for r in nodes(results, "train_model") if f"train_model/{r['id']}" == parent)
+        policy = next(
+            r["summary"]["precision_policy"] for r in nodes(results, "train_model") if f"train_model/{r['id']}" == parent
+        )
         summary = record["summary"]
         rows[f"qat fine-tune of the {policy} model"] = {
-            "test_accuracy": summary["test_accuracy"], "seconds_per_epoch": summary["seconds_per_epoch"],
-            "training_seconds": summary["train_seconds"], "stage_seconds": record["timings"]["seconds"]}
-    save("training_precisions.json", {"epochs": EPOCHS, "python_start_and_package_import_seconds": interpreter_and_import_seconds(),
-                                      "rows": rows})
+            "test_accuracy": summary["test_accuracy"],
+            "seconds_per_epoch": summary["seconds_per_epoch"],
+            "training_seconds": summary["train_seconds"],
+            "stage_seconds": record["timings"]["seconds"],
+        }
+    save(
+        "training_precisions.json",
+        {"epochs": EPOCHS, "python_start_and_package_import_seconds": interpreter_and_import_seconds(), "rows": rows},
+    )
 
 
 if __name__ == "__main__":

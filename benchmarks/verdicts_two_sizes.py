@@ -18,25 +18,50 @@ import sys
 from _common import OUT, RESULTS, ROOT, run_sweep
 
 SIZES = {"small": 72, "large": 500}  # images per class; test_fraction 0.25 -> 144 and 1,000 test images
-SWEEP = ["dataset=image_folder", "dataset.image_size=[32,32]", "dataset.test_fraction=0.25", "model=resnet_mini", "train.epochs=8",
-         "finetune.epochs=2", "precisions=[fp32,int8,int8_qat,int8_mixed]", "calibration=minmax",
-         "int8.mixed_max_val_drop=1.0", "evaluate.budget.max_top1_drop=1.0", "evaluate.budget.min_agreement=null",
-         "evaluate.budget.max_class_drop=null", "evaluate.budgets.int8_qat={min_agreement:null,min_qat_agreement:null}",
-         "int8.simulate_tensorrt=false", "tracking.enabled=false", "evaluate.timing_batch_sizes=[1,32]"]
+SWEEP = [
+    "dataset=image_folder",
+    "dataset.image_size=[32,32]",
+    "dataset.test_fraction=0.25",
+    "model=resnet_mini",
+    "train.epochs=8",
+    "finetune.epochs=2",
+    "precisions=[fp32,int8,int8_qat,int8_mixed]",
+    "calibration=minmax",
+    "int8.mixed_max_val_drop=1.0",
+    "evaluate.budget.max_top1_drop=1.0",
+    "evaluate.budget.min_agreement=null",
+    "evaluate.budget.max_class_drop=null",
+    "evaluate.budgets.int8_qat={min_agreement:null,min_qat_agreement:null}",
+    "int8.simulate_tensorrt=false",
+    "tracking.enabled=false",
+    "evaluate.timing_batch_sizes=[1,32]",
+]
 
 
 def folder(per_class: int):
     path = OUT / f"shapes8-{per_class}"
     if not path.exists():
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "generated_images.py"), str(path), "--classes", "8",
-                        "--per-class", str(per_class), "--size", "32"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "benchmarks" / "generated_images.py"),
+                str(path),
+                "--classes",
+                "8",
+                "--per-class",
+                str(per_class),
+                "--size",
+                "32",
+            ],
+            check=True,
+        )
     return path
 
 
 def check(results, overrides):
     command = [sys.executable, "-m", "precisionflow.cli", "check", f"results_dir={results}", *overrides]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    return done.returncode, done.stdout[done.stdout.find("Budgets ("):]
+    return done.returncode, done.stdout[done.stdout.find("Budgets (") :]
 
 
 def mixed_trials(results):
@@ -44,8 +69,24 @@ def mixed_trials(results):
     for node in sorted(results.glob("quantize_onnx/int8_mixed*/node.json")):
         search = json.loads(node.read_text())["summary"].get("mixed_search")
         if search:
-            found.append({key: search[key] for key in ("split", "images", "max_drop_points", "drop_points", "drop_interval",
-                                                        "budget_met", "kept", "of", "trials", "why_not_met") if key in search})
+            found.append(
+                {
+                    key: search[key]
+                    for key in (
+                        "split",
+                        "images",
+                        "max_drop_points",
+                        "drop_points",
+                        "drop_interval",
+                        "budget_met",
+                        "kept",
+                        "of",
+                        "trials",
+                        "why_not_met",
+                    )
+                    if key in search
+                }
+            )
     return found
 
 
@@ -57,11 +98,29 @@ def main() -> None:
         seconds = run_sweep(results, overrides)
         code, text = check(results, overrides)
         verdicts = json.loads(max(results.glob("report/*/verdicts.json"), key=lambda p: p.stat().st_mtime).read_text())
-        found[size] = {"images_per_class": per_class, "wall_s": round(seconds, 1), "check_exit_code": code,
-                       "verdicts": [{key: entry.get(key) for key in ("precision", "verdict", "drop_points", "drop", "judged_against",
-                                                                   "vs_base_fp32", "validation", "breaches", "undecided")}
-                                    for entry in verdicts],
-                       "int8_mixed_search": mixed_trials(results)}
+        found[size] = {
+            "images_per_class": per_class,
+            "wall_s": round(seconds, 1),
+            "check_exit_code": code,
+            "verdicts": [
+                {
+                    key: entry.get(key)
+                    for key in (
+                        "precision",
+                        "verdict",
+                        "drop_points",
+                        "drop",
+                        "judged_against",
+                        "vs_base_fp32",
+                        "validation",
+                        "breaches",
+                        "undecided",
+                    )
+                }
+                for entry in verdicts
+            ],
+            "int8_mixed_search": mixed_trials(results),
+        }
         printed.append(f"== {size}: {per_class} images per class (precisionflow check, exit {code})\n{text}")
         print(printed[-1], flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,8 @@ def make_tiny_cnn(path, seed: int = 0, classes: int = 4):
         helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="logits"),
     ]
     graph = helper.make_graph(
-        nodes, "tiny",
+        nodes,
+        "tiny",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 8, 8, 1])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])],
         [numpy_helper.from_array(value, name) for name, value in weights.items()],

@@ -23,8 +23,10 @@ from tests.test_end_to_end import TINY
 pytestmark = pytest.mark.slow
 
 # What is tested is each error's advice, not the verdicts: a model at chance cannot be judged.
-BASE = [override for override in TINY if not override.startswith("precisions=")] + ["precisions=[fp32,int8]",
-                                                                                     "evaluate.accept_undecided=true"]
+BASE = [override for override in TINY if not override.startswith("precisions=")] + [
+    "precisions=[fp32,int8]",
+    "evaluate.accept_undecided=true",
+]
 # Measured here: 1 epoch at a learning rate of 1e-9 leaves seed 3's small_cnn at validation top-1 0.071
 # (chance 0.1; "at chance" is below 0.15).
 LEARNED_NOTHING = ["train.learning_rate=1e-9", "train.epochs=1", "train.seed=3"]
@@ -32,8 +34,18 @@ UNTIL_TRAINING = ["--", "--until", "train_model"]
 
 
 def precisionflow(results: Path, *overrides: str, after=()) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *BASE,
-               *overrides, *after]
+    command = [
+        sys.executable,
+        "-m",
+        "precisionflow.cli",
+        "run",
+        "--cores",
+        "2",
+        f"results_dir={results}",
+        *BASE,
+        *overrides,
+        *after,
+    ]
     results.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.run(command, capture_output=True, text=True, cwd=results.parent)
 
@@ -99,8 +111,9 @@ def test_lineage_error_delete_the_folder_and_run_again(finished, stage, name):
     edited = sorted(finished.glob(f"{stage}/*/{name}"))[0]
     edited.write_bytes(edited.read_bytes().replace(b"1", b"2", 1))  # another model's file copied in
     done = precisionflow(finished)
-    refused_before_any_job(done, f"{name} changed after the node finished",
-                           "delete that folder and run precisionflow run again, which recomputes it")
+    refused_before_any_job(
+        done, f"{name} changed after the node finished", "delete that folder and run precisionflow run again, which recomputes it"
+    )
     folder = Path(re.search(r"error: (\S+): \S+ changed after", done.stderr).group(1))
     assert folder == edited.parent
     shutil.rmtree(folder)
@@ -110,16 +123,20 @@ def test_lineage_error_delete_the_folder_and_run_again(finished, stage, name):
 
 def test_engine_mismatch_delete_the_engine_folder_and_run_again(finished):
     engine_dir = sorted(finished.glob("build_engine/*/engine.json"))[0].parent
-    evaluation = [p.parent for p in finished.glob("evaluate_engine/*/node.json")
-                  if engine_dir.name in json.loads(p.read_text())["inputs"]["engine"]]
+    evaluation = [
+        p.parent
+        for p in finished.glob("evaluate_engine/*/node.json")
+        if engine_dir.name in json.loads(p.read_text())["inputs"]["engine"]
+    ]
     assert evaluation
     for folder in evaluation:  # not evaluated yet: the engine folder arrives from another machine
         shutil.rmtree(folder)
     description = json.loads((engine_dir / "engine.json").read_text())
     (engine_dir / "engine.json").write_text(json.dumps(dict(description, backend_version="1.16.3")))
     record = json.loads((engine_dir / "node.json").read_text())  # built there: its own record is consistent
-    (engine_dir / "node.json").write_text(json.dumps(dict(record, files=content_hashes(engine_dir),
-                                                          file_stats=file_stats(engine_dir))))
+    (engine_dir / "node.json").write_text(
+        json.dumps(dict(record, files=content_hashes(engine_dir), file_stats=file_stats(engine_dir)))
+    )
     output = refused(precisionflow(finished), "was built with backend_version '1.16.3'", "delete the engine folder")
     assert "the run FAILED (evaluate_engine/" in output and ".log)" in output  # what failed, and its log
     shutil.rmtree(engine_dir)
@@ -129,8 +146,11 @@ def test_engine_mismatch_delete_the_engine_folder_and_run_again(finished):
 
 def test_stage_error_at_chance_stops_and_warn_builds_the_engines_flagged(tmp_path):
     results = tmp_path / "results"
-    refused(precisionflow(results, *LEARNED_NOTHING, "train.at_chance=stop"),
-            "the model learned nothing", "set train.at_chance=warn to build engines anyway")
+    refused(
+        precisionflow(results, *LEARNED_NOTHING, "train.at_chance=stop"),
+        "the model learned nothing",
+        "set train.at_chance=warn to build engines anyway",
+    )
     assert not list(results.glob("export_onnx/*/node.json"))  # stopped before any engine
     output = succeeded(precisionflow(results, *LEARNED_NOTHING, "train.at_chance=warn"))
     assert "WARNING: validation top-1 0.071 is at chance" in output  # the console, as training ends
@@ -146,5 +166,12 @@ def test_stage_error_diverged_training_lower_the_learning_rate(tmp_path):
     done = precisionflow(results, *diverging, after=UNTIL_TRAINING)
     output = refused(done, "Try a lower learning rate")
     assert re.search(r"Training loss became \S+ at epoch 1, step \d+", output)
-    succeeded(precisionflow(results, "train.optimizer=sgd", "train.learning_rate=0.05",
-                            "train.precision_policy=mixed_float16", after=UNTIL_TRAINING))
+    succeeded(
+        precisionflow(
+            results,
+            "train.optimizer=sgd",
+            "train.learning_rate=0.05",
+            "train.precision_policy=mixed_float16",
+            after=UNTIL_TRAINING,
+        )
+    )

@@ -12,8 +12,15 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "precisionflow"
-TOP_LAYER = {"precisionflow.cli", "precisionflow.plan", "precisionflow.runner", "precisionflow.remote", "precisionflow.why",
-             "precisionflow.doctor", "precisionflow.starter"}
+TOP_LAYER = {
+    "precisionflow.cli",
+    "precisionflow.plan",
+    "precisionflow.runner",
+    "precisionflow.remote",
+    "precisionflow.why",
+    "precisionflow.doctor",
+    "precisionflow.starter",
+}
 
 
 def module_name(path: Path) -> str:
@@ -55,14 +62,20 @@ def test_no_stage_module_imports_another_stage_module():
 
 
 def test_only_the_registry_reaches_stage_modules():
-    found = sorted((name, target) for name, targets in GRAPH.items() if not is_stage(name) and name != "precisionflow.stages"
-                   for target in targets if is_stage(target))
+    found = sorted(
+        (name, target)
+        for name, targets in GRAPH.items()
+        if not is_stage(name) and name != "precisionflow.stages"
+        for target in targets
+        if is_stage(target)
+    )
     assert found == [], found
 
 
 def test_the_library_never_imports_the_planning_and_execution_layer():
-    found = sorted((name, target) for name, targets in GRAPH.items() if name not in TOP_LAYER
-                   for target in targets if target in TOP_LAYER)
+    found = sorted(
+        (name, target) for name, targets in GRAPH.items() if name not in TOP_LAYER for target in targets if target in TOP_LAYER
+    )
     assert found == [], found
 
 
@@ -73,7 +86,7 @@ def test_there_are_no_import_cycles():
         state[name] = "open"
         for target in sorted(GRAPH[name]):
             if state.get(target) == "open":
-                cycles.append(path[path.index(target):] + [target])
+                cycles.append(path[path.index(target) :] + [target])
             elif target not in state:
                 visit(target, path + [target])
         state[name] = "done"

@@ -41,14 +41,20 @@ def test_a_training_at_chance_is_flagged_and_stops_the_run_when_asked(capsys):
         expand(["train.at_chance=maybe"])
 
 
-@pytest.mark.parametrize("override, message", [
-    ("engine.optimization_level=max", r"engine.optimization_level: expected one of \['disabled', 'basic', 'extended', 'all'\], found 'max'"),
-    ("train.optimizer=adamw", r"train.optimizer: .* found 'adamw'. Did you mean 'adam'\?"),
-    ("train.lr_schedule=cosin", r"Did you mean 'cosine'\?"),
-    ("engine.onnxruntime.cudnn_conv_algo_search=exhaustive", r"Did you mean 'EXHAUSTIVE'\?"),
-    ("dataset.path=/tmp/images", r"dataset.path is set, but dataset.name=digits does not read it .* dataset=image_folder"),
-    ("model.path=/tmp/m.keras", r"model.path is set, but model.name=resnet_mini does not read it"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "engine.optimization_level=max",
+            r"engine.optimization_level: expected one of \['disabled', 'basic', 'extended', 'all'\], found 'max'",
+        ),
+        ("train.optimizer=adamw", r"train.optimizer: .* found 'adamw'. Did you mean 'adam'\?"),
+        ("train.lr_schedule=cosin", r"Did you mean 'cosine'\?"),
+        ("engine.onnxruntime.cudnn_conv_algo_search=exhaustive", r"Did you mean 'EXHAUSTIVE'\?"),
+        ("dataset.path=/tmp/images", r"dataset.path is set, but dataset.name=digits does not read it .* dataset=image_folder"),
+        ("model.path=/tmp/m.keras", r"model.path is set, but model.name=resnet_mini does not read it"),
+    ],
+)
 def test_string_choices_and_keys_of_unselected_components_fail_at_composition(override, message):
     with pytest.raises(ConfigError, match=message):
         expand([override])
@@ -58,8 +64,12 @@ def test_a_target_this_machine_cannot_build_is_refused_before_snakemake_starts(t
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "precisionflow.cli", "run", "targets=[a100]",
-                           f"results_dir={tmp_path / 'results'}"], capture_output=True, text=True, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "precisionflow.cli", "run", "targets=[a100]", f"results_dir={tmp_path / 'results'}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert done.returncode == 2
     assert "target a100: its engines cannot be built on this machine" in done.stderr
     assert "--profile slurm" in done.stderr and "precisionflow ship --target a100" in done.stderr
@@ -95,11 +105,18 @@ def test_an_engine_with_non_finite_outputs_breaks_its_budget_whatever_its_accura
 
     fp32 = {"top1": 0.9, "per_class_top1": {"0": 0.9}}
     engine = {"top1": 0.9, "agreement": 1.0, "flipped": 0, "per_class_top1": {"0": 0.9}, "non_finite_outputs": 12}
-    budget = {"max_top1_drop": None, "min_agreement": None, "max_class_drop": None, "min_qat_agreement": None,
-              "min_speedup": None, "speedup_at": "bmax"}
+    budget = {
+        "max_top1_drop": None,
+        "min_agreement": None,
+        "max_class_drop": None,
+        "min_qat_agreement": None,
+        "min_speedup": None,
+        "speedup_at": "bmax",
+    }
     assert breaches(engine, fp32, budget, {}) == [
         "12 non-finite outputs (inf/NaN) on the test split: the engine overflows or is broken there; "
-        "its accuracy figures describe garbage"]
+        "its accuracy figures describe garbage"
+    ]
     assert breaches(dict(engine, non_finite_outputs=0), fp32, budget, {}) == []
 
 
@@ -110,13 +127,16 @@ def image(path):
     Image.new("RGB", (8, 8), (10, 200, 30)).save(path)
 
 
-@pytest.mark.parametrize("layout, message", [
-    ({"a.png": 1}, r"expected one sub-folder per class, found none"),  # flat folder
-    ({}, r"expected one sub-folder per class, found none"),  # empty folder
-    ({"cat/a.png": 1}, r"expected at least 2 class folders, found \['cat'\]"),
-    ({"cat/a.png": 1, "dog/": 0}, r"dog: class folder is empty"),
-    ({"cat/a.png": 1, "dog/b.png": 1, "dog/notes.txt": 1}, r"notes.txt: not an image"),
-])
+@pytest.mark.parametrize(
+    "layout, message",
+    [
+        ({"a.png": 1}, r"expected one sub-folder per class, found none"),  # flat folder
+        ({}, r"expected one sub-folder per class, found none"),  # empty folder
+        ({"cat/a.png": 1}, r"expected at least 2 class folders, found \['cat'\]"),
+        ({"cat/a.png": 1, "dog/": 0}, r"dog: class folder is empty"),
+        ({"cat/a.png": 1, "dog/b.png": 1, "dog/notes.txt": 1}, r"notes.txt: not an image"),
+    ],
+)
 def test_a_broken_image_folder_fails_at_planning_naming_the_path(tmp_path, layout, message):
     from precisionflow.plan import build_plan
 
@@ -172,9 +192,18 @@ def test_a_user_model_whose_head_is_a_softmax_is_named_with_the_fix(tmp_path, ca
     from precisionflow import models
 
     def saved(head: dict):
-        config = {"class_name": "Functional", "config": {"name": "user", "output_layers": [[head["name"], 0, 0]], "layers": [
-            {"class_name": "InputLayer", "name": "image", "config": {"name": "image"}},
-            {"class_name": "Dense", "name": "features", "config": {"name": "features", "activation": "relu"}}, head]}}
+        config = {
+            "class_name": "Functional",
+            "config": {
+                "name": "user",
+                "output_layers": [[head["name"], 0, 0]],
+                "layers": [
+                    {"class_name": "InputLayer", "name": "image", "config": {"name": "image"}},
+                    {"class_name": "Dense", "name": "features", "config": {"name": "features", "activation": "relu"}},
+                    head,
+                ],
+            },
+        }
         path = tmp_path / f"{head['name']}.keras"
         with zipfile.ZipFile(path, "w") as archive:
             archive.writestr("config.json", json.dumps(config))
@@ -190,5 +219,12 @@ def test_a_user_model_whose_head_is_a_softmax_is_named_with_the_fix(tmp_path, ca
     logits = saved({"class_name": "Dense", "name": "logits", "config": {"name": "logits", "activation": "linear"}})
     models.check_user_model_file({"path": str(logits), "trust": False})
     assert capsys.readouterr().err == ""
-    assert models.softmax_head({"output_layers": [["probs", 0, 0]],
-                                "layers": [{"class_name": "Dense", "name": "probs", "config": {"activation": "softmax"}}]}) == "probs"
+    assert (
+        models.softmax_head(
+            {
+                "output_layers": [["probs", 0, 0]],
+                "layers": [{"class_name": "Dense", "name": "probs", "config": {"activation": "softmax"}}],
+            }
+        )
+        == "probs"
+    )

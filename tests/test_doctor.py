@@ -11,8 +11,13 @@ def _engine(results, name, **changes):
 
     folder = results / "build_engine" / name
     folder.mkdir(parents=True)
-    description = {"backend": "onnxruntime", "backend_version": onnxruntime.__version__, "device": "cpu",
-                   "device_name": cpu_name(), **changes}
+    description = {
+        "backend": "onnxruntime",
+        "backend_version": onnxruntime.__version__,
+        "device": "cpu",
+        "device_name": cpu_name(),
+        **changes,
+    }
     (folder / "engine.json").write_text(json.dumps(description))
 
 

@@ -11,12 +11,26 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-TINY = ["model=small_cnn", "int8.simulate_tensorrt=false", "dataset.max_samples=700", "train.epochs=4", "precisions=[fp32,fp16,int8]", "calibration.num_samples=128",
-        "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01", "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2",
-        "evaluate.streams=[2]", "evaluate.ratio_rounds=3", "evaluate.ratio_window_s=0.03",
-        # 175 test images, ~17 per class: budgets they can resolve (with no image flipped the top-1
-        # drop's 95% interval reaches 2.2 points, a class's 18; planning warns below that)
-        "evaluate.budget.max_top1_drop=4", "evaluate.budget.max_class_drop=35", "evaluate.budget.min_agreement=0.95"]
+TINY = [
+    "model=small_cnn",
+    "int8.simulate_tensorrt=false",
+    "dataset.max_samples=700",
+    "train.epochs=4",
+    "precisions=[fp32,fp16,int8]",
+    "calibration.num_samples=128",
+    "evaluate.duration_s=0.05",
+    "evaluate.warmup_s=0.01",
+    "evaluate.timing_batch_sizes=[1,8]",
+    "evaluate.repeats=2",
+    "evaluate.streams=[2]",
+    "evaluate.ratio_rounds=3",
+    "evaluate.ratio_window_s=0.03",
+    # 175 test images, ~17 per class: budgets they can resolve (with no image flipped the top-1
+    # drop's 95% interval reaches 2.2 points, a class's 18; planning warns below that)
+    "evaluate.budget.max_top1_drop=4",
+    "evaluate.budget.max_class_drop=35",
+    "evaluate.budget.min_agreement=0.95",
+]
 
 
 def run_cli(results: Path, *overrides: str) -> str:
@@ -169,8 +183,18 @@ def test_check_gates_on_budgets_and_runs_nothing(first_run, tmp_path):
 
 def test_a_changed_threshold_rechecks_without_rerunning(first_run):
     results, _ = first_run
-    command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *TINY,
-               "export.max_abs_diff=1e-12", "export.rtol=0"]
+    command = [
+        sys.executable,
+        "-m",
+        "precisionflow.cli",
+        "run",
+        "--cores",
+        "2",
+        f"results_dir={results}",
+        *TINY,
+        "export.max_abs_diff=1e-12",
+        "export.rtol=0",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=results.parent)
     assert done.returncode == 2 and "export.max_abs_diff=1e-12" in done.stderr
     assert executed(run_cli(results)) == 0
@@ -185,9 +209,20 @@ def test_report_page_renders_in_a_real_browser(first_run, tmp_path):
         pytest.skip("Chromium is not installed (.ci/run installs Debian's chromium)")
     results, output = first_run
     page = report_dir(output) / "report.html"
-    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1366,900", "--virtual-time-budget=5000"]
+    flags = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=1366,900",
+        "--virtual-time-budget=5000",
+    ]
     dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
     images = re.findall(r"<img [^>]*>", dom)
     assert len(images) >= 2 and all('data-loaded="yes"' in image for image in images), images  # pareto, per-class
@@ -235,9 +270,22 @@ def test_snakemake_report_registers_the_report_items(first_run, tmp_path):
 
 def test_a_failed_run_says_what_failed_and_where_its_log_is(tmp_path):
     results = tmp_path / "results"
-    command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}",
-               "model=small_cnn", "dataset.max_samples=200", "train.epochs=1", "precisions=[fp32]", "export.max_abs_diff=0", "export.rtol=0",
-               "tracking.enabled=false"]  # no export matches Keras exactly: the export's own check fails the job
+    command = [
+        sys.executable,
+        "-m",
+        "precisionflow.cli",
+        "run",
+        "--cores",
+        "2",
+        f"results_dir={results}",
+        "model=small_cnn",
+        "dataset.max_samples=200",
+        "train.epochs=1",
+        "precisions=[fp32]",
+        "export.max_abs_diff=0",
+        "export.rtol=0",
+        "tracking.enabled=false",
+    ]  # no export matches Keras exactly: the export's own check fails the job
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode != 0
     assert "the run FAILED (export_onnx/" in done.stderr and "log: " in done.stderr

@@ -16,8 +16,15 @@ def test_every_stage_module_has_one_entry_and_every_entry_a_module():
     assert modules == set(flow.BY_NAME) and len(flow.STAGES) == len(flow.BY_NAME)
 
 
-@pytest.mark.parametrize("overrides", [[], ["prune=channel", "finetune.mode=fp32"], ["experiment=detection"],
-                                       ["precisions=[fp32,int8_mixed,int8_qat]", "targets=[local,cpu]"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["prune=channel", "finetune.mode=fp32"],
+        ["experiment=detection"],
+        ["precisions=[fp32,int8_mixed,int8_qat]", "targets=[local,cpu]"],
+    ],
+)
 def test_every_edge_the_planner_adds_is_declared(overrides, tmp_path):
     plan = build_plan(expand(overrides), str(tmp_path))  # the planner refuses undeclared edges itself
     for spec in plan["nodes"].values():

@@ -14,11 +14,31 @@ from precisionflow import identity
 from precisionflow import plan as planning
 from precisionflow.config.compose import expand, validate
 
-TRAINED = {"train_model", "finetune_model", "export_onnx", "calibrate", "quantize_onnx", "build_engine",
-           "evaluate_engine", "compare_speed", "benchmark_framework", "report", "track_mlflow"}
+TRAINED = {
+    "train_model",
+    "finetune_model",
+    "export_onnx",
+    "calibrate",
+    "quantize_onnx",
+    "build_engine",
+    "evaluate_engine",
+    "compare_speed",
+    "benchmark_framework",
+    "report",
+    "track_mlflow",
+}
 EVERYTHING = TRAINED | {"prepare_dataset"}
-QAT_BRANCH = {"finetune_model", "export_onnx", "calibrate", "quantize_onnx", "build_engine", "evaluate_engine",
-              "compare_speed", "report", "track_mlflow"}
+QAT_BRANCH = {
+    "finetune_model",
+    "export_onnx",
+    "calibrate",
+    "quantize_onnx",
+    "build_engine",
+    "evaluate_engine",
+    "compare_speed",
+    "report",
+    "track_mlflow",
+}
 GRAPHS = {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"}
 ENGINES = {"build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"}
 TIMED_WINDOWS = {"evaluate_engine", "benchmark_framework", "report", "track_mlflow"}
@@ -29,62 +49,130 @@ NOTHING = set()
 # strings and lists get another element).
 FLIP_VALUES = {
     "dataset.name": None,  # a data set choice: see CONDITIONAL (image_folder needs a folder)
-    "model.name": "small_cnn", "engine.backend": "tensorrt", "calibration.method": "minmax",
-    "calibration.split": "val", "int8.report_split": "train", "train.lr_schedule": "cosine", "train.optimizer": "sgd",
-    "train.precision_policy": "mixed_bfloat16", "finetune.mode": "fp32", "engine.optimization_level": "extended",
-    "precisions": ["fp32", "fp16", "int8"], "targets": ["local", "cpu"], "target_defs.local.device": "cpu",
-    "calibration.tensorrt_version": "10.13.0", "tracking.uri": "http://127.0.0.1:5000",
-    "dataset.max_samples": 700, "dataset.cache": "disk", "fp16.op_block_list": ["Softmax"], "int8.exclude_nodes": ["some_node"],
-    "finetune.exclude_layers": ["conv0"], "results_dir": "/tmp/elsewhere", "dataset.channels": 1,
-    "evaluate.budget.speedup_at": "b1", "evaluate.budget.min_qat_agreement": 0.99, "evaluate.budget.min_speedup": 1.5,
-    "evaluate.budgets": {"fp16": {"min_speedup": 1.5}}, "evaluate.confidence": 0.9,
+    "model.name": "small_cnn",
+    "engine.backend": "tensorrt",
+    "calibration.method": "minmax",
+    "calibration.split": "val",
+    "int8.report_split": "train",
+    "train.lr_schedule": "cosine",
+    "train.optimizer": "sgd",
+    "train.precision_policy": "mixed_bfloat16",
+    "finetune.mode": "fp32",
+    "engine.optimization_level": "extended",
+    "precisions": ["fp32", "fp16", "int8"],
+    "targets": ["local", "cpu"],
+    "target_defs.local.device": "cpu",
+    "calibration.tensorrt_version": "10.13.0",
+    "tracking.uri": "http://127.0.0.1:5000",
+    "dataset.max_samples": 700,
+    "dataset.cache": "disk",
+    "fp16.op_block_list": ["Softmax"],
+    "int8.exclude_nodes": ["some_node"],
+    "finetune.exclude_layers": ["conv0"],
+    "results_dir": "/tmp/elsewhere",
+    "dataset.channels": 1,
+    "evaluate.budget.speedup_at": "b1",
+    "evaluate.budget.min_qat_agreement": 0.99,
+    "evaluate.budget.min_speedup": 1.5,
+    "evaluate.budgets": {"fp16": {"min_speedup": 1.5}},
+    "evaluate.confidence": 0.9,
     "stage_resources": {"train_model": {"slurm_partition": "gpu", "gpu": 1}},
-    "engine.onnxruntime.cudnn_conv_algo_search": "HEURISTIC", "train.at_chance": "stop", "prune.criterion": "l2", "target_defs.local.backend_version": "9.9.9",
+    "engine.onnxruntime.cudnn_conv_algo_search": "HEURISTIC",
+    "train.at_chance": "stop",
+    "prune.criterion": "l2",
+    "target_defs.local.backend_version": "9.9.9",
 }
 
 # Which stages' node ids change when the key flips, under the default configuration
 # (resnet_mini on digits, precisions fp32/fp16/int8/int8_qat, target local, ONNX Runtime).
 EXPECTED = {
-    "dataset.name": None, "dataset.path": None,  # read only by image_folder: set for digits it is refused
-    "dataset.image_size": NOTHING, "dataset.channels": NOTHING,
-    "dataset.val_fraction": EVERYTHING, "dataset.test_fraction": EVERYTHING, "dataset.seed": EVERYTHING,
+    "dataset.name": None,
+    "dataset.path": None,  # read only by image_folder: set for digits it is refused
+    "dataset.image_size": NOTHING,
+    "dataset.channels": NOTHING,
+    "dataset.val_fraction": EVERYTHING,
+    "dataset.test_fraction": EVERYTHING,
+    "dataset.seed": EVERYTHING,
     "dataset.max_samples": EVERYTHING,
     "dataset.cache": TRAINED,  # how training reads (memory/disk) sets the order it sees samples in
-    "task": None, "dataset.num_images": None,  # detection only: refused with digits (see CONDITIONAL)
+    "task": None,
+    "dataset.num_images": None,  # detection only: refused with digits (see CONDITIONAL)
     **{f"evaluate.detection.{key}": NOTHING for key in ("min_score", "top_k", "nms_iou", "score_threshold", "match_iou")},
     # the default model is resnet_mini: small_cnn's keys are not read (see CONDITIONAL for them)
-    "model.name": TRAINED, "model.width": TRAINED, "model.filters": NOTHING, "model.dense_units": NOTHING,
-    "model.dropout": NOTHING, "model.stages": TRAINED, "model.blocks_per_stage": TRAINED, "model.weights": NOTHING,
-    "model.path": None, "model.trust": NOTHING,  # model.path: read only by keras_file (refused otherwise)
+    "model.name": TRAINED,
+    "model.width": TRAINED,
+    "model.filters": NOTHING,
+    "model.dense_units": NOTHING,
+    "model.dropout": NOTHING,
+    "model.stages": TRAINED,
+    "model.blocks_per_stage": TRAINED,
+    "model.weights": NOTHING,
+    "model.path": None,
+    "model.trust": NOTHING,  # model.path: read only by keras_file (refused otherwise)
     "model.bn_momentum": TRAINED,
-    **{f"train.{key}": TRAINED for key in ("epochs", "batch_size", "learning_rate", "lr_schedule", "optimizer", "seed",
-                                           "early_stopping_patience", "precision_policy")},
+    **{
+        f"train.{key}": TRAINED
+        for key in (
+            "epochs",
+            "batch_size",
+            "learning_rate",
+            "lr_schedule",
+            "optimizer",
+            "seed",
+            "early_stopping_patience",
+            "precision_policy",
+        )
+    },
     # an fp32 fine-tune on the main path is the node int8_qat's twin already planned (same settings), so its
     # export is shared too: what changes is every graph, engine and measurement built from the main export
     "finetune.mode": TRAINED - {"train_model", "finetune_model", "export_onnx"},
     **{f"finetune.{key}": QAT_BRANCH for key in ("epochs", "batch_size", "learning_rate", "seed", "exclude_layers")},
     "export.opset": TRAINED - {"train_model", "finetune_model", "benchmark_framework"},
-    "export.max_abs_diff": NOTHING, "export.rtol": NOTHING,  # thresholds: re-checked, never re-exported
+    "export.max_abs_diff": NOTHING,
+    "export.rtol": NOTHING,  # thresholds: re-checked, never re-exported
     "precisions": {"report", "track_mlflow"},  # int8_qat's nodes leave the plan; the others keep their ids
     "fp16.op_block_list": GRAPHS,
-    "calibration.method": {"calibrate"} | GRAPHS, "calibration.percentile": NOTHING,
-    "calibration.num_samples": {"calibrate"} | GRAPHS, "calibration.batch_size": {"calibrate"} | GRAPHS,
+    "calibration.method": {"calibrate"} | GRAPHS,
+    "calibration.percentile": NOTHING,
+    "calibration.num_samples": {"calibrate"} | GRAPHS,
+    "calibration.batch_size": {"calibrate"} | GRAPHS,
     "calibration.split": None,  # val has 179 images, fewer than the default 256 samples: see CONDITIONAL
     "calibration.tensorrt_version": {"track_mlflow"},
-    "int8.exclude_nodes": GRAPHS, "int8.keep_output_layer": GRAPHS, "int8.mixed_keep_fp": NOTHING,
+    "int8.exclude_nodes": GRAPHS,
+    "int8.keep_output_layer": GRAPHS,
+    "int8.mixed_keep_fp": NOTHING,
     "int8.simulate_tensorrt": {"report", "track_mlflow"},  # the simulation rows leave the plan and its report
-    "int8.report_samples": GRAPHS, "int8.report_split": GRAPHS, "int8.mixed_max_val_drop": NOTHING,
-    "engine.backend": ENGINES, "engine.optimization_level": ENGINES,
+    "int8.report_samples": GRAPHS,
+    "int8.report_split": GRAPHS,
+    "int8.mixed_max_val_drop": NOTHING,
+    "engine.backend": ENGINES,
+    "engine.optimization_level": ENGINES,
     "engine.intra_op_threads": ENGINES | {"benchmark_framework"},
-    **{f"engine.{key}": NOTHING for key in ("trt_builder_optimization_level", "trt_workspace_mb", "min_batch", "opt_batch",
-                                            "max_batch", "min_spatial", "opt_spatial", "max_spatial", "sparse_weights",
-                                            "trt_int8_fp16")},
+    **{
+        f"engine.{key}": NOTHING
+        for key in (
+            "trt_builder_optimization_level",
+            "trt_workspace_mb",
+            "min_batch",
+            "opt_batch",
+            "max_batch",
+            "min_spatial",
+            "opt_spatial",
+            "max_spatial",
+            "sparse_weights",
+            "trt_int8_fp16",
+        )
+    },
     "targets": {"report", "track_mlflow"},  # the cpu target's nodes join; local's keep their ids
     "target_defs.local.device": ENGINES | {"benchmark_framework"},
     "target_defs.local.expect_device": ENGINES | {"benchmark_framework"},
-    "target_defs.local.resources": NOTHING, "target_defs.local.timing": TIMED_WINDOWS,
-    **{f"target_defs.{name}.{key}": NOTHING for name in ("cpu", "a100", "h100", "h200")
-       for key in ("device", "expect_device", "resources", "timing", "backend_version", "framework")},
+    "target_defs.local.resources": NOTHING,
+    "target_defs.local.timing": TIMED_WINDOWS,
+    **{
+        f"target_defs.{name}.{key}": NOTHING
+        for name in ("cpu", "a100", "h100", "h200")
+        for key in ("device", "expect_device", "resources", "timing", "backend_version", "framework")
+    },
     # The engine backend's version there: every engine and measurement of the target; TensorFlow's stays.
     "target_defs.local.backend_version": ENGINES,
     # No TensorFlow timed there: its baseline leaves the plan, the ratios lose their TensorFlow side.
@@ -92,27 +180,58 @@ EXPECTED = {
     # CUDA provider settings: read only where an engine runs on a GPU (none here; see CONDITIONAL).
     **{f"engine.onnxruntime.{key}": NOTHING for key in ("prefer_nhwc", "cuda_graph", "cudnn_conv_algo_search", "use_tf32")},
     "evaluate.batch_size": {"evaluate_engine", "report", "track_mlflow"},
-    "evaluate.timing_batch_sizes": ALL_TIMING, "evaluate.warmup_s": ALL_TIMING, "evaluate.duration_s": TIMED_WINDOWS,
-    "evaluate.min_iterations": TIMED_WINDOWS, "evaluate.repeats": TIMED_WINDOWS, "evaluate.streams": ALL_TIMING,
-    "evaluate.stream_batch_size": ALL_TIMING, "evaluate.ratio_rounds": {"compare_speed", "report", "track_mlflow"},
+    "evaluate.timing_batch_sizes": ALL_TIMING,
+    "evaluate.warmup_s": ALL_TIMING,
+    "evaluate.duration_s": TIMED_WINDOWS,
+    "evaluate.min_iterations": TIMED_WINDOWS,
+    "evaluate.repeats": TIMED_WINDOWS,
+    "evaluate.streams": ALL_TIMING,
+    "evaluate.stream_batch_size": ALL_TIMING,
+    "evaluate.ratio_rounds": {"compare_speed", "report", "track_mlflow"},
     "evaluate.ratio_window_s": {"compare_speed", "report", "track_mlflow"},
     # budgets are thresholds: precisionflow check re-reads finished results, nothing reruns
     # budgets are thresholds: nothing measured reruns; the report (whose page starts with the
     # verdicts) is redrawn, and MLflow logs that page with the sweep
-    **{f"evaluate.budget.{key}": {"report", "track_mlflow"} for key in ("max_top1_drop", "min_agreement", "max_class_drop",
-                                                                       "min_qat_agreement", "min_speedup", "speedup_at",
-                                                                       "max_map_drop", "max_spurious_per_image")},
+    **{
+        f"evaluate.budget.{key}": {"report", "track_mlflow"}
+        for key in (
+            "max_top1_drop",
+            "min_agreement",
+            "max_class_drop",
+            "min_qat_agreement",
+            "min_speedup",
+            "speedup_at",
+            "max_map_drop",
+            "max_spurious_per_image",
+        )
+    },
     "evaluate.budgets": {"report", "track_mlflow"},
     # how sure a verdict must be: a threshold too (the report's verdicts change, nothing is measured again)
-    "evaluate.confidence": {"report", "track_mlflow"}, "evaluate.accept_undecided": {"report", "track_mlflow"},
+    "evaluate.confidence": {"report", "track_mlflow"},
+    "evaluate.accept_undecided": {"report", "track_mlflow"},
     "tracking.enabled": NOTHING,  # the tracking node leaves the plan; no other node changes
-    "tracking.uri": {"track_mlflow"}, "tracking.experiment": {"track_mlflow"},
+    "tracking.uri": {"track_mlflow"},
+    "tracking.experiment": {"track_mlflow"},
     "results_dir": NOTHING,
     "stage_resources": NOTHING,  # where jobs run (scheduler), never what they compute
     "train.at_chance": NOTHING,  # a threshold: the finished training is re-checked, never retrained
     "prune.method": None,  # needs a fine-tune to retrain: see CONDITIONAL
-    **{f"prune.{key}": NOTHING for key in ("criterion", "ratio", "threshold", "granularity", "min_channels", "bn_scale",
-                                           "exclude_layers", "epochs", "batch_size", "learning_rate", "seed")},  # where jobs run (scheduler), never what they compute
+    **{
+        f"prune.{key}": NOTHING
+        for key in (
+            "criterion",
+            "ratio",
+            "threshold",
+            "granularity",
+            "min_channels",
+            "bn_scale",
+            "exclude_layers",
+            "epochs",
+            "batch_size",
+            "learning_rate",
+            "seed",
+        )
+    },  # where jobs run (scheduler), never what they compute
 }
 
 # Keys that matter only when a component reads them: (base overrides, key, flipped value, expected).
@@ -139,18 +258,36 @@ CONDITIONAL = [
     (["precisions=[fp32,int8,int8_mixed]"], "evaluate.confidence", 0.9, GRAPHS | {"report", "track_mlflow"}),
     (["finetune=qat"], "finetune.epochs", 5, TRAINED - {"train_model"}),
     # Pruning: the prune node and everything downstream of it; training is untouched.
-    *[(["prune=channel", "finetune.mode=fp32"], f"prune.{key}", value, (TRAINED - {"train_model"}) | {"prune_model"})
-      for key, value in (("ratio", 0.25), ("criterion", "l2"), ("granularity", 4), ("min_channels", 4), ("bn_scale", True),
-                         ("exclude_layers", ["conv0"]), ("threshold", 0.1))],
+    *[
+        (["prune=channel", "finetune.mode=fp32"], f"prune.{key}", value, (TRAINED - {"train_model"}) | {"prune_model"})
+        for key, value in (
+            ("ratio", 0.25),
+            ("criterion", "l2"),
+            ("granularity", 4),
+            ("min_channels", 4),
+            ("bn_scale", True),
+            ("exclude_layers", ["conv0"]),
+            ("threshold", 0.1),
+        )
+    ],
     (["prune=channel", "finetune.mode=fp32"], "prune.epochs", 5, NOTHING),  # sparse24's: channel pruning does not read it
     (["prune=sparse24", "finetune.mode=fp32"], "prune.epochs", 5, (TRAINED - {"train_model"}) | {"prune_model"}),
     (["finetune.mode=fp32"], "prune.method", "channel", TRAINED - {"train_model"}),  # the prune node joins
     # Detection: the scenes' count changes the data node; decoding/matching settings only the evaluations.
     (["experiment=detection"], "dataset.num_images", 800, EVERYTHING),
-    *[(["experiment=detection"], f"evaluate.detection.{key}", value, {"evaluate_engine", "report", "track_mlflow"})
-      for key, value in (("score_threshold", 0.5), ("match_iou", 0.7), ("min_score", 0.05), ("top_k", 20), ("nms_iou", 0.6))],
-    *[(["targets=[h200]"], f"engine.onnxruntime.{key}", value, ENGINES)
-      for key, value in (("prefer_nhwc", True), ("cuda_graph", True), ("cudnn_conv_algo_search", "HEURISTIC"), ("use_tf32", False))],
+    *[
+        (["experiment=detection"], f"evaluate.detection.{key}", value, {"evaluate_engine", "report", "track_mlflow"})
+        for key, value in (("score_threshold", 0.5), ("match_iou", 0.7), ("min_score", 0.05), ("top_k", 20), ("nms_iou", 0.6))
+    ],
+    *[
+        (["targets=[h200]"], f"engine.onnxruntime.{key}", value, ENGINES)
+        for key, value in (
+            ("prefer_nhwc", True),
+            ("cuda_graph", True),
+            ("cudnn_conv_algo_search", "HEURISTIC"),
+            ("use_tf32", False),
+        )
+    ],
 ]
 
 
@@ -256,9 +393,18 @@ def test_a_package_version_changes_exactly_the_stages_that_call_it(default_point
 def test_code_is_the_import_closure_of_the_stage():
     closure = identity.import_closure("precisionflow.stages.evaluate_engine")
     # imported at the top, lazily inside functions, and named in the backend registry's strings
-    for needed in ("stages/evaluate_engine.py", "speed.py", "timing.py", "backends/onnxruntime_backend.py",
-                   "backends/tensorrt_backend.py", "backends/executed.py", "datasets/store.py",
-                   "runner.py", "identity.py", "nodeio.py"):
+    for needed in (
+        "stages/evaluate_engine.py",
+        "speed.py",
+        "timing.py",
+        "backends/onnxruntime_backend.py",
+        "backends/tensorrt_backend.py",
+        "backends/executed.py",
+        "datasets/store.py",
+        "runner.py",
+        "identity.py",
+        "nodeio.py",
+    ):
         assert needed in closure
     assert "plan.py" not in closure and "stages/train_model.py" not in closure
 

@@ -20,28 +20,52 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICK = ["model=small_cnn", "int8.simulate_tensorrt=false", "train.epochs=2", "calibration.num_samples=64",
-         "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01", "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2",
-         "evaluate.streams=[2]", "evaluate.ratio_rounds=2", "evaluate.ratio_window_s=0.03",
-         "evaluate.budget.max_top1_drop=50", "evaluate.budget.max_class_drop=100", "evaluate.budget.min_agreement=0.5",
-         "evaluate.accept_undecided=true", "tracking.enabled=false"]
+QUICK = [
+    "model=small_cnn",
+    "int8.simulate_tensorrt=false",
+    "train.epochs=2",
+    "calibration.num_samples=64",
+    "evaluate.duration_s=0.05",
+    "evaluate.warmup_s=0.01",
+    "evaluate.timing_batch_sizes=[1,8]",
+    "evaluate.repeats=2",
+    "evaluate.streams=[2]",
+    "evaluate.ratio_rounds=2",
+    "evaluate.ratio_window_s=0.03",
+    "evaluate.budget.max_top1_drop=50",
+    "evaluate.budget.max_class_drop=100",
+    "evaluate.budget.min_agreement=0.5",
+    "evaluate.accept_undecided=true",
+    "tracking.enabled=false",
+]
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(the fresh environment's python, its precisionflow command) with the wheel installed."""
     work = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"),
-                    str(ROOT)], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"), str(ROOT)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     wheel = next((work / "dist").glob("precisionflow-*.whl"))
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    site = Path(subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                        text=True).strip())
+    site = Path(
+        subprocess.check_output(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+        ).strip()
+    )
     (site / "borrowed_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     entry = venv / "bin" / "precisionflow"
     entry.write_text(f"#!{python}\nimport sys\nfrom precisionflow.cli import main\nsys.exit(main())\n")
     entry.chmod(0o755)
@@ -50,14 +74,20 @@ def installed(tmp_path_factory):
 
 def run(command, cwd: Path, timeout: int = 900):
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PRECISIONFLOW_CONFIG_DIR")}
-    return subprocess.run([str(part) for part in command], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=env)
+    return subprocess.run([str(part) for part in command], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def test_the_installed_package_is_the_one_that_runs_and_carries_its_files(installed, tmp_path):
     python, _, site = installed
-    done = run([python, "-c", "import precisionflow, precisionflow.assets as a; print(precisionflow.__file__); "
-                "print(a.builtin_conf_dir()); print(a.snakefile()); print(a.profiles_dir())"], tmp_path)
+    done = run(
+        [
+            python,
+            "-c",
+            "import precisionflow, precisionflow.assets as a; print(precisionflow.__file__); "
+            "print(a.builtin_conf_dir()); print(a.snakefile()); print(a.profiles_dir())",
+        ],
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.split()
     assert all(line.startswith(str(site)) for line in lines), lines  # not the checkout's src/
@@ -74,8 +104,21 @@ def test_a_user_folder_runs_from_an_empty_project(installed, tmp_path):
     project.mkdir()
     assert run([precisionflow, "init", "pf-config"], project).returncode == 0
     (project / "pf-config" / "model" / "tiny.yaml").write_text("name: small_cnn\nfilters: [8, 16]\ndense_units: 16\n")
-    done = run([precisionflow, "run", "--cores", "2", "--config-dir", "pf-config", "experiment=my_first", "model=tiny",
-                "precisions=[fp32,int8]", *QUICK], project)
+    done = run(
+        [
+            precisionflow,
+            "run",
+            "--cores",
+            "2",
+            "--config-dir",
+            "pf-config",
+            "experiment=my_first",
+            "model=tiny",
+            "precisions=[fp32,int8]",
+            *QUICK,
+        ],
+        project,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = next((project / "results" / "report").glob("*/summary.csv"))
     with open(summary) as handle:

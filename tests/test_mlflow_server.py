@@ -28,18 +28,37 @@ def free_port() -> int:
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
-    subprocess.run([sys.executable, "-m", "mlflow", "db", "upgrade", f"sqlite:///{root / 'mlflow.db'}"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "mlflow", "db", "upgrade", f"sqlite:///{root / 'mlflow.db'}"], check=True, capture_output=True
+    )
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     process = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-         "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
     uri = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):
             try:
-                urllib.request.urlopen(f"{uri}/health", timeout=1)
+                urllib.request.urlopen(f"{uri}/health", timeout=1)  # noqa: S310 -- the local test server
                 break
             except OSError:
                 time.sleep(0.5)
@@ -52,8 +71,18 @@ def server(tmp_path_factory):
 
 
 def run_sweep(results: Path, uri: str, *overrides: str) -> str:
-    command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}",
-               f"tracking.uri={uri}", *TINY, *overrides]
+    command = [
+        sys.executable,
+        "-m",
+        "precisionflow.cli",
+        "run",
+        "--cores",
+        "2",
+        f"results_dir={results}",
+        f"tracking.uri={uri}",
+        *TINY,
+        *overrides,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=results.parent)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
@@ -65,8 +94,9 @@ def sweep_id(results: Path) -> str:
 
 
 def compare(uri: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "precisionflow.cli", "compare", "--uri", uri, *args],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "precisionflow.cli", "compare", "--uri", uri, *args], capture_output=True, text=True
+    )
 
 
 def test_compare_lines_up_sweeps_logged_from_two_machines(server, tmp_path):
@@ -95,8 +125,9 @@ def log_one_sweep(uri: str, sweep: int, children: int, steps: int) -> None:
     experiment_id = tracking.init_store(uri, "concurrent", Path("."))
     parent, _ = tracking.get_or_create_run(client, experiment_id, {"precisionflow.sweep": f"s{sweep}"}, f"sweep {sweep}")
     for child in range(children):
-        run, _ = tracking.get_or_create_run(client, experiment_id, {"node.id": f"s{sweep}-c{child}"}, f"c{child}",
-                                            parent.info.run_id)
+        run, _ = tracking.get_or_create_run(
+            client, experiment_id, {"node.id": f"s{sweep}-c{child}"}, f"c{child}", parent.info.run_id
+        )
         for step in range(steps):
             client.log_metric(run.info.run_id, "loss", 1.0 / (step + 1), step=step)
         client.set_terminated(run.info.run_id)

@@ -45,8 +45,13 @@ QAT_LINEAGE = {
     "calibrate/c": {"onnx": "export_onnx/qat", "data": "prepare_dataset/d"},
     "quantize_onnx/g": {"onnx": "export_onnx/qat", "calibration": "calibrate/c", "data": "prepare_dataset/d"},
     "build_engine/e": {"graph": "quantize_onnx/g"},
-    "evaluate_engine/v": {"engine": "build_engine/e", "data": "prepare_dataset/d", "reference": "export_onnx/fp32",
-                          "qat_export": "export_onnx/qat", "qat_model": "finetune_model/q"},
+    "evaluate_engine/v": {
+        "engine": "build_engine/e",
+        "data": "prepare_dataset/d",
+        "reference": "export_onnx/fp32",
+        "qat_export": "export_onnx/qat",
+        "qat_model": "finetune_model/q",
+    },
 }
 
 
@@ -59,9 +64,15 @@ def test_named_lineage_names_the_deployed_chain_and_the_reference_apart(tmp_path
     _write_nodes(tmp_path, QAT_LINEAGE)
     named = {name: nodeio.node_key(record) for name, record in nodeio.named_lineage(tmp_path / "evaluate_engine" / "v").items()}
     assert named == {
-        "evaluate_engine": "evaluate_engine/v", "build_engine": "build_engine/e", "quantize_onnx": "quantize_onnx/g",
-        "calibrate": "calibrate/c", "export_onnx": "export_onnx/qat", "finetune_model": "finetune_model/q",
-        "train_model": "train_model/t", "prepare_dataset": "prepare_dataset/d", "reference.export_onnx": "export_onnx/fp32",
+        "evaluate_engine": "evaluate_engine/v",
+        "build_engine": "build_engine/e",
+        "quantize_onnx": "quantize_onnx/g",
+        "calibrate": "calibrate/c",
+        "export_onnx": "export_onnx/qat",
+        "finetune_model": "finetune_model/q",
+        "train_model": "train_model/t",
+        "prepare_dataset": "prepare_dataset/d",
+        "reference.export_onnx": "export_onnx/fp32",
     }
 
 

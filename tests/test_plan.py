@@ -31,14 +31,24 @@ def test_changing_a_training_parameter_keeps_the_data_node():
 def test_sweep_nodes_are_deduplicated():
     nodes, evals = _plan(["train.epochs=2,4", "precisions=[fp32,fp16]"], multirun=True)
     counts = Counter(key.split("/")[0] for key in nodes)
-    assert counts == {"prepare_dataset": 1, "train_model": 2, "export_onnx": 2, "quantize_onnx": 4,
-                      "build_engine": 4, "evaluate_engine": 4, "compare_speed": 4, "benchmark_framework": 2}
+    assert counts == {
+        "prepare_dataset": 1,
+        "train_model": 2,
+        "export_onnx": 2,
+        "quantize_onnx": 4,
+        "build_engine": 4,
+        "evaluate_engine": 4,
+        "compare_speed": 4,
+        "benchmark_framework": 2,
+    }
     assert len(evals) == 4
 
 
 def test_calibration_is_shared_and_int8_mixed_reuses_the_int8_graph():
-    nodes, _ = _plan(["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=null", "int8.mixed_keep_fp=1,3",
-                      "targets=[local]"], multirun=True)
+    nodes, _ = _plan(
+        ["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=null", "int8.mixed_keep_fp=1,3", "targets=[local]"],
+        multirun=True,
+    )
     counts = Counter(key.split("/")[0] for key in nodes)
     assert counts["calibrate"] == 1
     # fp32, int8, int8_mixed keep1, int8_mixed keep3 placed for this CPU's ONNX Runtime, and the three

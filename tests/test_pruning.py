@@ -8,8 +8,15 @@ from precisionflow import pruning
 from precisionflow.datasets.store import write_arrays
 from precisionflow.pruning import PruneError
 
-SETTINGS = {"criterion": "l1", "ratio": 0.5, "threshold": None, "granularity": 1, "min_channels": 1,
-            "bn_scale": False, "exclude_layers": []}
+SETTINGS = {
+    "criterion": "l1",
+    "ratio": 0.5,
+    "threshold": None,
+    "granularity": 1,
+    "min_channels": 1,
+    "bn_scale": False,
+    "exclude_layers": [],
+}
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +79,10 @@ def test_the_pruned_model_equals_a_hand_built_smaller_one(keras):
 def test_residual_and_depthwise_models_stay_consistent_and_export(keras, tmp_path):
     from precisionflow import models
 
-    for name, params in (("resnet_mini", {"name": "resnet_mini", "width": 1.0, "stages": 2, "blocks_per_stage": 1,
-                                          "bn_momentum": 0.9}),
-                         ("mobilenet_v2", {"name": "mobilenet_v2", "width": 0.35, "weights": None, "bn_momentum": 0.9})):
+    for name, params in (
+        ("resnet_mini", {"name": "resnet_mini", "width": 1.0, "stages": 2, "blocks_per_stage": 1, "bn_momentum": 0.9}),
+        ("mobilenet_v2", {"name": "mobilenet_v2", "width": 0.35, "weights": None, "bn_momentum": 0.9}),
+    ):
         model = models.build(keras, params, [32, 32, 3], 10)
         pruned, report = pruning.prune(keras, model, dict(SETTINGS, granularity=8, min_channels=8))
         x = images((32, 32, 3))
@@ -133,14 +141,14 @@ def test_sparse24_leaves_at_most_2_nonzeros_in_every_4_input_channels_after_stri
     model = keras.Model(inputs, layers.Dense(3, name="logits")(x))
     rng = np.random.default_rng(0)
     write_arrays(tmp_path, {"train": (rng.integers(0, 256, (64, 8, 8, 4), dtype=np.uint8), rng.integers(0, 3, 64))}, "abc")
-    params = {"prune": {"method": "sparse24", "epochs": 1, "batch_size": 16, "learning_rate": 1e-3, "seed": 0,
-                        "exclude_layers": []}}
+    params = {
+        "prune": {"method": "sparse24", "epochs": 1, "batch_size": 16, "learning_rate": 1e-3, "seed": 0, "exclude_layers": []}
+    }
     stripped, report, dense = prune_model.prune_sparse24(tf, keras, model, params, tmp_path)
     assert set(report) == {"conv0", "conv1", "dense"} and "dw" in dense and "logits" in dense
     for name in report:
         assert prune_model.m_by_n_sparsity(stripped.get_layer(name).get_weights()[0]) <= 0.5, name
-    onnx_model, _ = tf2onnx.convert.from_keras(stripped, input_signature=(tf.TensorSpec((None, 8, 8, 4), tf.float32),),
-                                               opset=17)
+    onnx_model, _ = tf2onnx.convert.from_keras(stripped, input_signature=(tf.TensorSpec((None, 8, 8, 4), tf.float32),), opset=17)
     weights = {init.name: numpy_helper.to_array(init) for init in onnx_model.graph.initializer}
     checked = 0
     for node in onnx_model.graph.node:

@@ -14,8 +14,15 @@ import pytest
 from precisionflow import pruning
 from precisionflow.pruning import PruneError
 
-SETTINGS = {"criterion": "l1", "ratio": 0.5, "threshold": None, "granularity": 1, "min_channels": 1,
-            "bn_scale": False, "exclude_layers": []}
+SETTINGS = {
+    "criterion": "l1",
+    "ratio": 0.5,
+    "threshold": None,
+    "granularity": 1,
+    "min_channels": 1,
+    "bn_scale": False,
+    "exclude_layers": [],
+}
 
 
 @pytest.fixture(scope="module")
@@ -121,28 +128,53 @@ def test_efficientnet_b0_pruned_at_0_3_exports_and_onnx_runtime_agrees(keras, tm
 
 def saved_keras_file(path, layers_config):
     """A .keras archive holding only config.json: what planning reads (no weights, no TensorFlow)."""
-    config = {"class_name": "Functional", "config": {"name": "user", "layers": layers_config,
-                                                     "input_layers": [["input", 0, 0]], "output_layers": [["logits", 0, 0]]}}
+    config = {
+        "class_name": "Functional",
+        "config": {
+            "name": "user",
+            "layers": layers_config,
+            "input_layers": [["input", 0, 0]],
+            "output_layers": [["logits", 0, 0]],
+        },
+    }
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("config.json", json.dumps(config))
     return path
 
 
 def layer(name, kind, inbound, **config):
-    return {"class_name": kind, "name": name, "config": {"name": name, **config},
-            "inbound_nodes": [[[source, 0, 0, {}] for source in inbound]] if inbound else []}
+    return {
+        "class_name": kind,
+        "name": name,
+        "config": {"name": name, **config},
+        "inbound_nodes": [[[source, 0, 0, {}] for source in inbound]] if inbound else [],
+    }
 
 
 def test_an_unknown_layer_in_a_user_model_fails_the_plan_naming_it(tmp_path):
-    path = saved_keras_file(tmp_path / "user.keras", [
-        layer("input", "InputLayer", [], batch_input_shape=[None, 8, 8, 3]),
-        layer("conv", "Conv2D", ["input"], filters=8),
-        layer("norm", "LayerNormalization", ["conv"]),
-        layer("pool", "GlobalAveragePooling2D", ["norm"]),
-        layer("logits", "Dense", ["pool"], units=4),
-    ])
-    command = [sys.executable, "-m", "precisionflow.cli", "plan", "model=keras_file", f"model.path={path}", "prune=channel",
-               f"results_dir={tmp_path / 'results'}", "dataset.image_size=[8,8]", "targets=[cpu]", "precisions=[fp32]"]
+    path = saved_keras_file(
+        tmp_path / "user.keras",
+        [
+            layer("input", "InputLayer", [], batch_input_shape=[None, 8, 8, 3]),
+            layer("conv", "Conv2D", ["input"], filters=8),
+            layer("norm", "LayerNormalization", ["conv"]),
+            layer("pool", "GlobalAveragePooling2D", ["norm"]),
+            layer("logits", "Dense", ["pool"], units=4),
+        ],
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "precisionflow.cli",
+        "plan",
+        "model=keras_file",
+        f"model.path={path}",
+        "prune=channel",
+        f"results_dir={tmp_path / 'results'}",
+        "dataset.image_size=[8,8]",
+        "targets=[cpu]",
+        "precisions=[fp32]",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "layer 'norm' has type LayerNormalization" in done.stderr and str(path) in done.stderr

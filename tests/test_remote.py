@@ -12,11 +12,23 @@ import pytest
 from precisionflow import remote
 from precisionflow.errors import LineageError, StageError
 
-TINY = ["model=small_cnn", "dataset.max_samples=400", "train.epochs=2", "precisions=[fp32,fp16]", "targets=[cpu]",
-        "target_defs.cpu.framework=false", "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01",
-        "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2", "evaluate.streams=[2]", "evaluate.ratio_rounds=2",
-        "evaluate.ratio_window_s=0.03", "tracking.enabled=false",
-        "evaluate.accept_undecided=true"]  # 100 test images decide no default budget: not what is tested here
+TINY = [
+    "model=small_cnn",
+    "dataset.max_samples=400",
+    "train.epochs=2",
+    "precisions=[fp32,fp16]",
+    "targets=[cpu]",
+    "target_defs.cpu.framework=false",
+    "evaluate.duration_s=0.05",
+    "evaluate.warmup_s=0.01",
+    "evaluate.timing_batch_sizes=[1,8]",
+    "evaluate.repeats=2",
+    "evaluate.streams=[2]",
+    "evaluate.ratio_rounds=2",
+    "evaluate.ratio_window_s=0.03",
+    "tracking.enabled=false",
+    "evaluate.accept_undecided=true",
+]  # 100 test images decide no default budget: not what is tested here
 
 
 def cli(results: Path, *args: str, snakemake_args=()) -> subprocess.CompletedProcess:
@@ -26,12 +38,14 @@ def cli(results: Path, *args: str, snakemake_args=()) -> subprocess.CompletedPro
 
 
 def test_target_nodes_come_in_dependency_order_and_a_missing_target_is_named():
-    plan = {"nodes": {
-        "compare_speed/a": {"stage": "compare_speed", "params": {"target": "h200"}, "inputs": {}},
-        "evaluate_engine/a": {"stage": "evaluate_engine", "params": {"target": "h200"}, "inputs": {}},
-        "build_engine/a": {"stage": "build_engine", "params": {"target": "h200"}, "inputs": {}},
-        "build_engine/b": {"stage": "build_engine", "params": {"target": "local"}, "inputs": {}},
-    }}
+    plan = {
+        "nodes": {
+            "compare_speed/a": {"stage": "compare_speed", "params": {"target": "h200"}, "inputs": {}},
+            "evaluate_engine/a": {"stage": "evaluate_engine", "params": {"target": "h200"}, "inputs": {}},
+            "build_engine/a": {"stage": "build_engine", "params": {"target": "h200"}, "inputs": {}},
+            "build_engine/b": {"stage": "build_engine", "params": {"target": "local"}, "inputs": {}},
+        }
+    }
     assert remote.target_nodes(plan, "h200") == ["build_engine/a", "evaluate_engine/a", "compare_speed/a"]
     with pytest.raises(StageError, match=r"no engine nodes for target 'a100'.*\['h200', 'local'\]"):
         remote.target_nodes(plan, "a100")
@@ -56,8 +70,9 @@ def test_ship_run_elsewhere_land_and_finish_here(tmp_path):
 
     # There: the runner reads the bundle's copy of the plan, with the results folder moved.
     env = dict(os.environ, PYTHONPATH=str(Path(remote.__file__).parents[1]))
-    there = subprocess.run([sys.executable, "-m", "precisionflow.remote", "run", str(bundle)], capture_output=True,
-                           text=True, env=env, cwd=tmp_path)
+    there = subprocess.run(
+        [sys.executable, "-m", "precisionflow.remote", "run", str(bundle)], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert there.returncode == 0, there.stderr[-2000:]
     collected = tmp_path / "collected"
     assert len(remote.collect(bundle, collected, without_engine_files=True)) == 6
@@ -119,8 +134,9 @@ def test_a_timing_worker_that_dies_mid_round_fails_its_node_with_a_clear_message
     worker.start()
     child.close()
     with pytest.raises(StageError, match=r"engine side's timing process died while timing b8 \(exit code 3\)"):
-        compare_speed._compare_setting({"engine": (parent, worker), "fp32": (FakeSide(), None)}, "b8",
-                                       {"ratio_rounds": 2, "ratio_window_s": 0.01})
+        compare_speed._compare_setting(
+            {"engine": (parent, worker), "fp32": (FakeSide(), None)}, "b8", {"ratio_rounds": 2, "ratio_window_s": 0.01}
+        )
 
 
 class FakeSide:

@@ -12,19 +12,36 @@ from pathlib import Path
 import pytest
 
 from precisionflow import runlock
-from precisionflow.runlock import RunLockedError
 
-TINY = ["model=small_cnn", "int8.simulate_tensorrt=false", "dataset.max_samples=400", "train.epochs=40", "precisions=[fp32,fp16]", "evaluate.duration_s=0.05",
-        "evaluate.warmup_s=0.01", "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2", "evaluate.streams=[2]",
-        "evaluate.ratio_rounds=2", "evaluate.ratio_window_s=0.03",
-        "evaluate.accept_undecided=true"]  # 100 test images decide no default budget: not what is tested here
+TINY = [
+    "model=small_cnn",
+    "int8.simulate_tensorrt=false",
+    "dataset.max_samples=400",
+    "train.epochs=40",
+    "precisions=[fp32,fp16]",
+    "evaluate.duration_s=0.05",
+    "evaluate.warmup_s=0.01",
+    "evaluate.timing_batch_sizes=[1,8]",
+    "evaluate.repeats=2",
+    "evaluate.streams=[2]",
+    "evaluate.ratio_rounds=2",
+    "evaluate.ratio_window_s=0.03",
+    "evaluate.accept_undecided=true",
+]  # 100 test images decide no default budget: not what is tested here
 
 
 def test_a_second_run_on_a_live_run_s_folder_fails_at_once(tmp_path):
     with runlock.exclusive_run(tmp_path):
-        child = subprocess.run([sys.executable, "-c", "from precisionflow import runlock; import sys\n"
-                                f"with runlock.exclusive_run(sys.argv[1]): pass", str(tmp_path)],
-                               capture_output=True, text=True)
+        child = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from precisionflow import runlock; import sys\nwith runlock.exclusive_run(sys.argv[1]): pass",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert child.returncode != 0 and "Another precisionflow run is using" in child.stderr
         assert f"pid {os.getpid()}" in child.stderr
     with runlock.exclusive_run(tmp_path):  # released when the holder is done (or dies)
@@ -44,8 +61,9 @@ def test_what_a_dead_run_left_is_cleared(tmp_path):
 
 def start_run(results: Path):
     command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *TINY]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=results.parent, start_new_session=True)
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=results.parent, start_new_session=True
+    )
 
 
 @pytest.mark.slow
@@ -62,15 +80,23 @@ def test_kill_9_mid_training_then_a_plain_run_completes(tmp_path):
         time.sleep(0.5)
     else:
         pytest.fail("training never started")
-    second = subprocess.run([sys.executable, "-m", "precisionflow.cli", "run", f"results_dir={results}", *TINY],
-                            capture_output=True, text=True, cwd=tmp_path)
+    second = subprocess.run(
+        [sys.executable, "-m", "precisionflow.cli", "run", f"results_dir={results}", *TINY],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert second.returncode != 0 and "Another precisionflow run is using" in second.stderr  # the live run is respected
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     assert not list(results.glob("train_model/*/node.json"))  # killed before training finished
 
-    resumed = subprocess.run([sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}",
-                              *TINY], capture_output=True, text=True, cwd=tmp_path)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *TINY],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "cleared the directory lock" in resumed.stdout
     assert not list(results.glob("*/.*.tmp-*"))
@@ -96,8 +122,11 @@ def test_kill_9_while_a_stage_runs_then_a_plain_run_completes(tmp_path, stage):
     import mlflow
 
     results = tmp_path / "results"
-    overrides = [o for o in TINY if not o.startswith("train.epochs")] + ["train.epochs=2", "precisions=[fp32,fp16,int8]",
-                                                                          "calibration.num_samples=128"]
+    overrides = [o for o in TINY if not o.startswith("train.epochs")] + [
+        "train.epochs=2",
+        "precisions=[fp32,fp16,int8]",
+        "calibration.num_samples=128",
+    ]
     command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *overrides]
     first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path, start_new_session=True)
     deadline = time.time() + 300
@@ -125,14 +154,36 @@ def test_kill_9_while_a_stage_runs_then_a_plain_run_completes(tmp_path, stage):
 def test_two_sibling_results_folders_run_at_the_same_time(tmp_path):
     """results_dir=/data/a and /data/b once shared one .snakemake (Snakemake ran in their parent)
     and the second run was refused; each folder now holds its own."""
-    small = ["dataset.max_samples=300", "train.epochs=1", "precisions=[fp32]", "tracking.enabled=false",
-             "target_defs.local.framework=false", *TINY[3:]]
-    runs = [subprocess.Popen([sys.executable, "-m", "precisionflow.cli", "run", "--cores", "1",
-                              f"results_dir={tmp_path / name}", *small, f"train.seed={seed}"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
-            for seed, name in enumerate(["a", "b"])]
+    small = [
+        "dataset.max_samples=300",
+        "train.epochs=1",
+        "precisions=[fp32]",
+        "tracking.enabled=false",
+        "target_defs.local.framework=false",
+        *TINY[3:],
+    ]
+    runs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "precisionflow.cli",
+                "run",
+                "--cores",
+                "1",
+                f"results_dir={tmp_path / name}",
+                *small,
+                f"train.seed={seed}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=tmp_path,
+        )
+        for seed, name in enumerate(["a", "b"])
+    ]
     outputs = [run.communicate(timeout=600)[0] for run in runs]
-    for run, output in zip(runs, outputs):
+    for run, output in zip(runs, outputs, strict=True):
         assert run.returncode == 0, output[-3000:]
         assert "planned jobs executed" in output and "running in" not in output
     assert (tmp_path / "a" / ".snakemake").is_dir() and (tmp_path / "b" / ".snakemake").is_dir()

@@ -37,8 +37,19 @@ def cluster():
 
 
 def run_on_slurm(results: Path, *overrides: str) -> str:
-    command = [sys.executable, "-m", "precisionflow.cli", "run", "--profile", "slurm", "--cores", "2",
-               f"results_dir={results}", "experiment=slurm_smoke", *overrides]
+    command = [
+        sys.executable,
+        "-m",
+        "precisionflow.cli",
+        "run",
+        "--profile",
+        "slurm",
+        "--cores",
+        "2",
+        f"results_dir={results}",
+        "experiment=slurm_smoke",
+        *overrides,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=results.parent, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     return done.stdout + done.stderr
@@ -59,8 +70,11 @@ def test_the_workflow_runs_as_slurm_jobs_with_each_target_s_resources(cluster, t
     jobs = submissions(output)
     assert jobs, output[-3000:]
     gpu_jobs = {(name, node) for jobid, name, node in jobs if "gres:gpu" in job_info(jobid)}
-    expected = {(name, node) for _, name, node in jobs
-                if name in ("build_engine", "evaluate_engine", "compare_speed", "benchmark_framework") and "fakegpu" in node}
+    expected = {
+        (name, node)
+        for _, name, node in jobs
+        if name in ("build_engine", "evaluate_engine", "compare_speed", "benchmark_framework") and "fakegpu" in node
+    }
     assert gpu_jobs == expected and len(expected) == 7  # 2 engines, 2 evaluations, 2 ratio jobs, 1 TF baseline
     for jobid, name, node in jobs:
         info = job_info(jobid)
@@ -71,8 +85,13 @@ def test_the_workflow_runs_as_slurm_jobs_with_each_target_s_resources(cluster, t
     assert "localrule track_mlflow" in output and "track_mlflow" not in {name for _, name, _ in jobs}  # on the submit host
 
     # The same nodes a plan made here names (ids do not depend on where jobs run).
-    plan = subprocess.run([sys.executable, "-m", "precisionflow.cli", "plan", f"results_dir={results}",
-                           "experiment=slurm_smoke"], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    plan = subprocess.run(
+        [sys.executable, "-m", "precisionflow.cli", "plan", f"results_dir={results}", "experiment=slurm_smoke"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
     planned = set(re.findall(r"^(\w+/[^\s/]+-[0-9a-f]{12})$", plan, re.MULTILINE))
     finished = {f"{p.parent.parent.name}/{p.parent.name}" for p in results.glob("*/*/node.json")}
     assert planned and planned == finished

@@ -105,8 +105,9 @@ def test_a_failing_stream_fails_the_measurement_instead_of_hanging_it():
 
 
 def test_device_timed_windows_report_the_device_clock_and_keep_the_host_one():
-    stats = timing.repeated_windows(lambda: 0.002, 4, {"repeats": 2, "warmup_s": 0.0, "duration_s": 0.0, "min_iterations": 5},
-                                    device_timed=True)
+    stats = timing.repeated_windows(
+        lambda: 0.002, 4, {"repeats": 2, "warmup_s": 0.0, "duration_s": 0.0, "min_iterations": 5}, device_timed=True
+    )
     assert stats["clock"] == "device" and stats["mean_ms"] == pytest.approx(2.0)
     assert stats["throughput_sps"] == pytest.approx(2000) and stats["host"]["mean_ms"] < 1.0
 

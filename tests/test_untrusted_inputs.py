@@ -16,7 +16,9 @@ from precisionflow.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "src" / "precisionflow").rglob("*.py"))
-RULE_FILES = sorted((ROOT / "src" / "precisionflow" / "workflow" / "rules").glob("*.smk")) + [ROOT / "src" / "precisionflow" / "workflow" / "Snakefile"]
+RULE_FILES = sorted((ROOT / "src" / "precisionflow" / "workflow" / "rules").glob("*.smk")) + [
+    ROOT / "src" / "precisionflow" / "workflow" / "Snakefile"
+]
 
 
 def calls():
@@ -44,18 +46,35 @@ def test_every_numpy_load_refuses_pickles():
 
 
 def test_nothing_is_unpickled_or_evaluated():
-    imported = {alias.name.split(".")[0] for path in SOURCES for node in ast.walk(ast.parse(path.read_text()))
-                if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in getattr(node, "names", [])}
-    imported |= {node.module.split(".")[0] for path in SOURCES for node in ast.walk(ast.parse(path.read_text()))
-                 if isinstance(node, ast.ImportFrom) and node.module}
+    imported = {
+        alias.name.split(".")[0]
+        for path in SOURCES
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in getattr(node, "names", [])
+    }
+    imported |= {
+        node.module.split(".")[0]
+        for path in SOURCES
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
     assert not imported & {"pickle", "dill", "marshal", "shelve", "cloudpickle", "joblib"}
     evaluated = [where for where, call in calls() if named(call) in ("eval", "exec", "yaml.load", "yaml.unsafe_load")]
     assert not evaluated
 
 
 def test_no_command_is_a_shell_string():
-    spawning = {"subprocess.run", "subprocess.call", "subprocess.check_call", "subprocess.check_output", "subprocess.Popen",
-                "os.system", "os.popen", "os.execl"}
+    spawning = {
+        "subprocess.run",
+        "subprocess.call",
+        "subprocess.check_call",
+        "subprocess.check_output",
+        "subprocess.Popen",
+        "os.system",
+        "os.popen",
+        "os.execl",
+    }
     spawned = [(where, call) for where, call in calls() if named(call) in spawning]
     assert spawned  # the scan sees the commands there are
     for where, call in spawned:
@@ -69,8 +88,12 @@ def test_no_command_is_a_shell_string():
 def test_the_workflow_quotes_every_value_it_puts_in_a_shell_command():
     """Snakemake's shell commands are strings: each {placeholder} (a node key, a log path under the
     results folder the user names) is quoted with :q."""
-    commands = [line for path in RULE_FILES for line in path.read_text().splitlines()
-                if re.search(r"\bshell:\s*['\"]|_COMMAND\w* = ", line)]
+    commands = [
+        line
+        for path in RULE_FILES
+        for line in path.read_text().splitlines()
+        if re.search(r"\bshell:\s*['\"]|_COMMAND\w* = ", line)
+    ]
     assert commands
     placeholders = [found for line in commands for found in re.findall(r"(?<!\{)\{([^{}]+)\}(?!\})", line)]
     assert placeholders and all(p.endswith(":q") for p in placeholders), placeholders
@@ -91,8 +114,9 @@ def test_only_precisionflow_s_own_modules_are_imported_by_name():
     assert not instantiated
 
 
-@pytest.mark.parametrize("override", ["++_target_=os.system", "+model._target_=builtins.eval", "+x._target_=os.system",
-                                      "model._target_=os.system"])
+@pytest.mark.parametrize(
+    "override", ["++_target_=os.system", "+model._target_=builtins.eval", "+x._target_=os.system", "model._target_=os.system"]
+)
 def test_a_configuration_cannot_name_a_class_to_build(override):
     with pytest.raises(ConfigError, match=r"_target_: precisionflow builds no objects named in the configuration"):
         expand([override])
@@ -101,8 +125,18 @@ def test_a_configuration_cannot_name_a_class_to_build(override):
 @pytest.mark.slow
 def test_a_results_folder_with_shell_characters_is_a_plain_path(tmp_path):
     results = tmp_path / "my results;touch INJECTED;$(touch INJECTED2)"
-    command = [sys.executable, "-m", "precisionflow.cli", "run", f"results_dir='{results}'", "dataset.max_samples=300",
-               "calibration.num_samples=64", "--", "--until", "prepare_dataset"]
+    command = [
+        sys.executable,
+        "-m",
+        "precisionflow.cli",
+        "run",
+        f"results_dir='{results}'",
+        "dataset.max_samples=300",
+        "calibration.num_samples=64",
+        "--",
+        "--until",
+        "prepare_dataset",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert [p.name for p in results.glob("prepare_dataset/*/node.json")] == ["node.json"]

@@ -18,10 +18,23 @@ from precisionflow.nodeio import write_json_atomic
 
 pytestmark = pytest.mark.slow
 
-SWEEP = ["model=small_cnn", "dataset.max_samples=400", "train.epochs=1", "finetune.epochs=1", "precisions=[fp32,fp16,int8,int8_qat,int8_mixed]",
-         "calibration.num_samples=64", "int8.report_samples=16", "evaluate.duration_s=0.02", "evaluate.warmup_s=0.01",
-         "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2", "evaluate.streams=[2]", "evaluate.ratio_rounds=2",
-         "evaluate.ratio_window_s=0.02", "calibration=entropy,minmax"]
+SWEEP = [
+    "model=small_cnn",
+    "dataset.max_samples=400",
+    "train.epochs=1",
+    "finetune.epochs=1",
+    "precisions=[fp32,fp16,int8,int8_qat,int8_mixed]",
+    "calibration.num_samples=64",
+    "int8.report_samples=16",
+    "evaluate.duration_s=0.02",
+    "evaluate.warmup_s=0.01",
+    "evaluate.timing_batch_sizes=[1,8]",
+    "evaluate.repeats=2",
+    "evaluate.streams=[2]",
+    "evaluate.ratio_rounds=2",
+    "evaluate.ratio_window_s=0.02",
+    "calibration=entropy,minmax",
+]
 
 
 def chattr(flag: str, path: Path) -> None:
@@ -63,8 +76,11 @@ def test_every_stage_writes_only_its_own_folder(tmp_path):
     frozen = []
     try:
         for key in in_dependency_order(plan):
-            done = subprocess.run([sys.executable, "-m", "precisionflow.runner", "--plan", str(plan_file), "--node", key],
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                [sys.executable, "-m", "precisionflow.runner", "--plan", str(plan_file), "--node", key],
+                capture_output=True,
+                text=True,
+            )
             assert done.returncode == 0, f"{key}:\n{done.stderr[-3000:]}"
             chattr("+i", results / key)  # finished: nothing may write here any more
             frozen.append(key)
@@ -102,9 +118,10 @@ def test_parallel_jobs_over_one_export_do_not_interfere(tmp_path):
         for folder in upstream:
             chattr("-i", folder)
     [export] = results.glob("export_onnx/*")
-    readers = [json.loads(path.read_text()) for stage in ("calibrate", "quantize_onnx")
-               for path in results.glob(f"{stage}/*/node.json")]
+    readers = [
+        json.loads(path.read_text()) for stage in ("calibrate", "quantize_onnx") for path in results.glob(f"{stage}/*/node.json")
+    ]
     readers = [record for record in readers if f"export_onnx/{export.name}" in record["inputs"].values()]
     assert sum(record["stage"] == "calibrate" for record in readers) == 3
     spans = sorted((record["timings"]["started"], record["timings"]["finished"]) for record in readers)
-    assert any(later_start < earlier_end for (_, earlier_end), (later_start, _) in zip(spans, spans[1:]))
+    assert any(later_start < earlier_end for (_, earlier_end), (later_start, _) in zip(spans, spans[1:], strict=False))

@@ -8,8 +8,16 @@ from precisionflow import budget, stats
 from precisionflow.compare import PER_SAMPLE_FILE
 from precisionflow.config.compose import expand
 
-BUDGET = {"max_top1_drop": 1.0, "min_agreement": None, "max_class_drop": None, "min_qat_agreement": None,
-          "min_speedup": None, "speedup_at": "bmax", "confidence": 0.95, "accept_undecided": False}
+BUDGET = {
+    "max_top1_drop": 1.0,
+    "min_agreement": None,
+    "max_class_drop": None,
+    "min_qat_agreement": None,
+    "min_speedup": None,
+    "speedup_at": "bmax",
+    "confidence": 0.95,
+    "accept_undecided": False,
+}
 
 
 def evaluation(folder, right, labels):
@@ -19,8 +27,7 @@ def evaluation(folder, right, labels):
     predictions = np.where(right, labels, (labels + 1) % 2).astype(np.int32)
     np.savez(folder / PER_SAMPLE_FILE, predictions=predictions, labels=labels)
     top1 = float(np.mean(right))
-    return {"top1": top1, "test_images": len(labels), "flipped": 0, "agreement": 1.0,
-            "per_class_top1": {"a": top1, "b": top1}}
+    return {"top1": top1, "test_images": len(labels), "flipped": 0, "agreement": 1.0, "per_class_top1": {"a": top1, "b": top1}}
 
 
 def outcomes(n, lost, gained, base_right=0.85):
@@ -29,7 +36,7 @@ def outcomes(n, lost, gained, base_right=0.85):
     reference = np.arange(n) < round(base_right * n)
     engine = reference.copy()
     engine[:lost] = False
-    engine[n - gained:] = True
+    engine[n - gained :] = True
     return reference, engine
 
 
@@ -38,8 +45,9 @@ def judged(tmp_path, n, lost, gained, limit=1.0):
     labels = np.arange(n) % 2
     fp32 = evaluation(tmp_path / "evaluate_engine" / "fp32", reference_right, labels)
     engine = evaluation(tmp_path / "evaluate_engine" / "int8", engine_right, labels)
-    return budget.judge(tmp_path, "evaluate_engine/int8", "evaluate_engine/fp32", engine, fp32,
-                        dict(BUDGET, max_top1_drop=limit), {})
+    return budget.judge(
+        tmp_path, "evaluate_engine/int8", "evaluate_engine/fp32", engine, fp32, dict(BUDGET, max_top1_drop=limit), {}
+    )
 
 
 def test_a_clear_pass_a_clear_fail_and_an_undecided(tmp_path):
@@ -94,7 +102,7 @@ def test_int8_mixed_does_not_claim_a_budget_one_image_away_from_a_large_drop():
     def predictions(kept):
         calls.append(kept)
         found = labels.copy()
-        found[:lost[kept]] = 1
+        found[: lost[kept]] = 1
         return found
 
     chosen, record = mixed.choose(46, predictions, reference, labels, budget=1.0, confidence=0.95)
@@ -114,14 +122,22 @@ def test_the_qat_twin_is_planned_once_per_sweep_with_the_qat_fine_tune_settings(
     points = expand(["precisions=[fp32,int8,int8_qat]", "calibration=entropy,minmax"], multirun=True)
     plan = build_plan(points, str(tmp_path / "results"))
     nodes = plan["nodes"]
-    twins = [key for key, node in nodes.items() if node["stage"] == "evaluate_engine"
-             and node["params"]["precision"] == budget.TWIN]
+    twins = [
+        key for key, node in nodes.items() if node["stage"] == "evaluate_engine" and node["params"]["precision"] == budget.TWIN
+    ]
     assert len(twins) == 1  # shared by both calibration points
-    [qat_eval] = [key for key, node in nodes.items() if node["stage"] == "evaluate_engine"
-                  and node["params"]["precision"] == "int8_qat" and not node["params"].get("simulates")]
+    [qat_eval] = [
+        key
+        for key, node in nodes.items()
+        if node["stage"] == "evaluate_engine"
+        and node["params"]["precision"] == "int8_qat"
+        and not node["params"].get("simulates")
+    ]
     qat_model = nodes[qat_eval]["inputs"]["qat_model"]
     assert nodes[twins[0]]["params"]["twin_of"] == qat_model
-    twin_model = nodes[nodes[nodes[nodes[nodes[twins[0]]["inputs"]["engine"]]["inputs"]["graph"]]["inputs"]["onnx"]]["inputs"]["model"]]
+    twin_model = nodes[
+        nodes[nodes[nodes[nodes[twins[0]]["inputs"]["engine"]]["inputs"]["graph"]]["inputs"]["onnx"]]["inputs"]["model"]
+    ]
     qat_settings, twin_settings = dict(nodes[qat_model]["params"]["finetune"]), dict(twin_model["params"]["finetune"])
     assert qat_settings.pop("mode") == "qat" and twin_settings.pop("mode") == "fp32"
     qat_settings.pop("exclude_layers")

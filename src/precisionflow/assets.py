@@ -19,9 +19,11 @@ USER_CONFIG_ENV = "PRECISIONFLOW_CONFIG_DIR"
 def _packaged(name: str) -> Path:
     path = Path(str(resources.files("precisionflow") / name))
     if not path.exists():
-        raise ConfigError(f"Expected precisionflow's packaged {name}/ at {path}, found nothing there: the installation "
-                          "is incomplete. Reinstall the package (pip install precisionflow-*.whl, or pip install -e . "
-                          "in a checkout).")
+        raise ConfigError(
+            f"Expected precisionflow's packaged {name}/ at {path}, found nothing there: the installation "
+            "is incomplete. Reinstall the package (pip install precisionflow-*.whl, or pip install -e . "
+            "in a checkout)."
+        )
     return path
 
 
@@ -36,9 +38,11 @@ def user_conf_dir() -> Optional[Path]:
         return None
     folder = Path(named).expanduser().resolve()
     if not folder.is_dir():
-        raise ConfigError(f"--config-dir ({USER_CONFIG_ENV}): expected a folder of configuration groups "
-                          f"(dataset/, model/, experiment/, ...), found no folder at {folder}. Make one with "
-                          "`precisionflow init DIR`.")
+        raise ConfigError(
+            f"--config-dir ({USER_CONFIG_ENV}): expected a folder of configuration groups "
+            f"(dataset/, model/, experiment/, ...), found no folder at {folder}. Make one with "
+            "`precisionflow init DIR`."
+        )
     return folder
 
 

@@ -26,10 +26,17 @@ from typing import Dict, List
 from precisionflow.errors import ConfigError, PrecisionflowError
 from precisionflow.nodeio import NODE_FILE
 
+
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-m", "--multirun", action="store_true", help="expand sweep overrides (a=1,2) into several configurations")
-    parser.add_argument("--config-dir", type=Path, help="your configuration folder: its groups (dataset/, model/, "
-                        "experiment/, ...) are added to the built-in ones and override those of the same name")
+    parser.add_argument(
+        "-m", "--multirun", action="store_true", help="expand sweep overrides (a=1,2) into several configurations"
+    )
+    parser.add_argument(
+        "--config-dir",
+        type=Path,
+        help="your configuration folder: its groups (dataset/, model/, "
+        "experiment/, ...) are added to the built-in ones and override those of the same name",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. train.epochs=4 'precisions=[fp32,fp16]'")
 
 
@@ -40,7 +47,9 @@ def _add_store_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="precisionflow", description="Measure what each precision costs in accuracy and buys in speed.")
+    parser = argparse.ArgumentParser(
+        prog="precisionflow", description="Measure what each precision costs in accuracy and buys in speed."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="plan with Hydra and run one Snakemake DAG over the unique nodes")
     _add_config_args(run)
@@ -54,20 +63,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(config)
     doctor = commands.add_parser("doctor", help="which backends, devices and versions this machine has, per target")
     _add_config_args(doctor)
-    check = commands.add_parser("check", help="each finished engine's verdict against its budget; exit 1 on a breach (runs nothing)")
+    check = commands.add_parser(
+        "check", help="each finished engine's verdict against its budget; exit 1 on a breach (runs nothing)"
+    )
     _add_config_args(check)
     compare = commands.add_parser("compare", help="the comparison table from MLflow: runs of several sweeps and machines")
     _add_store_args(compare)
     compare.add_argument("--sweep", action="append", default=[], help="a sweep id (tag precisionflow.sweep.<id>); repeatable")
     compare.add_argument("--where", help="an MLflow filter, e.g. \"tags.precision = 'int8'\"")
     compare.add_argument("--format", default="markdown", choices=["markdown", "csv"])
-    report = commands.add_parser("report", help="Snakemake's self-contained report of a finished run (report items: table, page, figures)")
+    report = commands.add_parser(
+        "report", help="Snakemake's self-contained report of a finished run (report items: table, page, figures)"
+    )
     _add_config_args(report)
     report.add_argument("--out", type=Path, help="the HTML file to write (default: <results>/snakemake-report.html)")
     ui = commands.add_parser("ui", help="start the MLflow UI on the project's store and print its URL")
     _add_store_args(ui)
     ui.add_argument("--port", type=int, default=5000)
-    ship = commands.add_parser("ship", help="pack what a GPU target's engine nodes read, to run them on a GPU machine (precisionflow.remote)")
+    ship = commands.add_parser(
+        "ship", help="pack what a GPU target's engine nodes read, to run them on a GPU machine (precisionflow.remote)"
+    )
     ship.add_argument("--target", required=True, help="the GPU target whose engine nodes run there, e.g. h200")
     ship.add_argument("--to", dest="bundle", type=Path, required=True, help="a new folder to pack into")
     _add_config_args(ship)
@@ -76,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(land)
     status = commands.add_parser("status", help="list built engines and which are stale for the installed runtime")
     status.add_argument("--results", type=Path, default=Path("results"))
-    commands.add_parser("flow", help="the stage graph: each stage, what it does, which stages feed it (src/precisionflow/flow.py)")
+    commands.add_parser(
+        "flow", help="the stage graph: each stage, what it does, which stages feed it (src/precisionflow/flow.py)"
+    )
     init = commands.add_parser("init", help="write a starter configuration folder (a data set, a model, an experiment preset)")
     init.add_argument("folder", type=Path, help="a new folder, e.g. precisionflow-config")
     return parser
@@ -86,7 +103,7 @@ def _split_passthrough(argv: List[str]):
     """Arguments after a lone '--' go to Snakemake unchanged."""
     if "--" in argv:
         cut = argv.index("--")
-        return argv[:cut], argv[cut + 1:]
+        return argv[:cut], argv[cut + 1 :]
     return argv, []
 
 
@@ -123,9 +140,11 @@ def check_scheduler(profile: str) -> None:
     executor = next((line.split(":", 1)[1].strip() for line in config.splitlines() if line.startswith("executor:")), "")
     missing = [command for command in SCHEDULER_COMMANDS.get(executor, ()) if shutil.which(command) is None]
     if missing:
-        raise ConfigError(f"--profile {profile}: its executor is {executor}, but {', '.join(missing)} is not on PATH here. "
-                          f"Run from a host of the {executor} cluster (a login node), install its client commands "
-                          "(Debian: slurm-client), or run without --profile to use this machine.")
+        raise ConfigError(
+            f"--profile {profile}: its executor is {executor}, but {', '.join(missing)} is not on PATH here. "
+            f"Run from a host of the {executor} cluster (a login node), install its client commands "
+            "(Debian: slurm-client), or run without --profile to use this machine."
+        )
 
 
 def snakemake_dir(results: Path) -> Path:
@@ -138,9 +157,19 @@ def snakemake_dir(results: Path) -> Path:
 def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[str], profile: str = "local") -> List[str]:
     from precisionflow.assets import snakefile
 
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile()),
-               "--workflow-profile", str(profile_dir(profile)),
-               "--cores", str(cores), "--config", f"plan={plan_file}"]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(snakefile()),
+        "--workflow-profile",
+        str(profile_dir(profile)),
+        "--cores",
+        str(cores),
+        "--config",
+        f"plan={plan_file}",
+    ]
     return command + (["--dry-run"] if dry_run else []) + extra
 
 
@@ -178,8 +207,10 @@ def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
             print(f"precisionflow: {note}.")
         missing = missing_under_finished(plan)
         if missing:
-            print(f"precisionflow: {', '.join(missing)} missing (deleted?) while nodes built from them are finished: "
-                  "recomputing them and everything built from them.")
+            print(
+                f"precisionflow: {', '.join(missing)} missing (deleted?) while nodes built from them are finished: "
+                "recomputing them and everything built from them."
+            )
         force = ["--forcerun", *[str(results / key / NODE_FILE) for key in missing]] if missing else []
         command = snakemake_command(plan_file, args.cores, False, [*force, "--rerun-incomplete", *extra], args.profile)
         return subprocess.call(command, cwd=snakemake_dir(results))
@@ -198,8 +229,9 @@ def cmd_run(args, extra: List[str]) -> int:
     plan_file = write_plan(plan)  # only a plan that passed every check is written
     before = node_mtimes(plan)
     if args.dry_run:
-        code = subprocess.call(snakemake_command(plan_file, args.cores, True, extra, args.profile),
-                               cwd=snakemake_dir(Path(plan["results_dir"])))
+        code = subprocess.call(
+            snakemake_command(plan_file, args.cores, True, extra, args.profile), cwd=snakemake_dir(Path(plan["results_dir"]))
+        )
         print_why(plan)
         return code
     code = run_exclusively(plan, plan_file, args, extra)
@@ -208,14 +240,18 @@ def cmd_run(args, extra: List[str]) -> int:
     if code != 0:
         failed = print_failures(plan)
         unfinished = len(plan["nodes"]) - len(after)
-        print(f"\nprecisionflow: the run FAILED ({', '.join(failed) or 'Snakemake stopped before a job ran; see its output above'}); "
-              f"{executed} jobs finished in this run, {unfinished} of {len(plan['nodes'])} planned nodes are not done.",
-              file=sys.stderr)
+        print(
+            f"\nprecisionflow: the run FAILED ({', '.join(failed) or 'Snakemake stopped before a job ran; see its output above'}); "
+            f"{executed} jobs finished in this run, {unfinished} of {len(plan['nodes'])} planned nodes are not done.",
+            file=sys.stderr,
+        )
         return code
     unfinished = len(plan["nodes"]) - len(after)
     if unfinished:  # e.g. `-- --omit-from build_engine` before shipping a GPU target's nodes
-        print(f"\nprecisionflow: {executed} jobs executed; {unfinished} of {len(plan['nodes'])} planned nodes are not done "
-              "(left out of this run), so there is no report yet.")
+        print(
+            f"\nprecisionflow: {executed} jobs executed; {unfinished} of {len(plan['nodes'])} planned nodes are not done "
+            "(left out of this run), so there is no report yet."
+        )
         return 0
     print(f"\nprecisionflow: {executed} of {len(plan['nodes'])} planned jobs executed (the rest were up to date).")
     print_summary(plan)
@@ -228,19 +264,34 @@ def print_verdicts(plan: Dict) -> int:
 
     found = verdicts(plan)
     if not found:
-        print(f"precisionflow check: no finished evaluations (with their fp32 baseline) under {plan['results_dir']} "
-              "for this configuration; run it first (precisionflow run ...).", file=sys.stderr)
+        print(
+            f"precisionflow check: no finished evaluations (with their fp32 baseline) under {plan['results_dir']} "
+            "for this configuration; run it first (precisionflow run ...).",
+            file=sys.stderr,
+        )
         return 2
     failed = [entry for entry in found if entry["verdict"] == "FAIL"]
     undecided = [entry for entry in found if entry["verdict"] == "UNDECIDED"]
     passed = len(found) - len(failed) - len(undecided)
-    print("\nBudgets (evaluate.budget / evaluate.budgets.<precision>; [..] = 95% interval from the paired test images):\n"
-          + format_verdicts(found))
-    print(f"\n{passed} of {len(found)} engines within budget" + (f"; {len(failed)} broke it" if failed else "")
-          + (f"; {len(undecided)} undecided (the test split cannot tell"
-             + ("; accepted: evaluate.accept_undecided=true)" if all(e["accept_undecided"] for e in undecided)
-                else "; a gate never passes what it cannot tell: more test images, or evaluate.accept_undecided=true)")
-             if undecided else "") + ".")
+    print(
+        "\nBudgets (evaluate.budget / evaluate.budgets.<precision>; [..] = 95% interval from the paired test images):\n"
+        + format_verdicts(found)
+    )
+    print(
+        f"\n{passed} of {len(found)} engines within budget"
+        + (f"; {len(failed)} broke it" if failed else "")
+        + (
+            f"; {len(undecided)} undecided (the test split cannot tell"
+            + (
+                "; accepted: evaluate.accept_undecided=true)"
+                if all(e["accept_undecided"] for e in undecided)
+                else "; a gate never passes what it cannot tell: more test images, or evaluate.accept_undecided=true)"
+            )
+            if undecided
+            else ""
+        )
+        + "."
+    )
     return 1 if any(gate_fails(entry) for entry in found) else 0
 
 
@@ -314,12 +365,16 @@ def cmd_report(args) -> int:
     plan_file = plan_from_overrides(args.overrides, args.multirun)
     plan = read_json(plan_file)
     if not (Path(plan["results_dir"]) / plan["report"] / NODE_FILE).is_file():
-        print(f"precisionflow report: the report of this configuration has not been made yet ({plan['report']}); "
-              "run it first (precisionflow run ...).", file=sys.stderr)
+        print(
+            f"precisionflow report: the report of this configuration has not been made yet ({plan['report']}); "
+            "run it first (precisionflow run ...).",
+            file=sys.stderr,
+        )
         return 2
     out = (args.out or Path(plan["results_dir"]) / "snakemake-report.html").resolve()
-    code = subprocess.call(snakemake_command(plan_file, "1", False, ["--report", str(out)]),
-                           cwd=snakemake_dir(Path(plan["results_dir"])))
+    code = subprocess.call(
+        snakemake_command(plan_file, "1", False, ["--report", str(out)]), cwd=snakemake_dir(Path(plan["results_dir"]))
+    )
     if code == 0:
         print(f"Snakemake report: {out}")
     return code
@@ -370,9 +425,11 @@ def cmd_ship(args) -> int:
     from precisionflow.plan import plan_from_overrides
 
     manifest = remote.pack(read_json(plan_from_overrides(args.overrides, args.multirun)), args.target, args.bundle)
-    print(f"{len(manifest['nodes'])} {args.target} nodes and {len(manifest['upstream_files'])} upstream files packed in {args.bundle}.\n"
-          f"There: python -m precisionflow.remote run {args.bundle.name}; then collect the node folders and "
-          "`precisionflow land --from <folder> [same overrides]` here.")
+    print(
+        f"{len(manifest['nodes'])} {args.target} nodes and {len(manifest['upstream_files'])} upstream files packed in {args.bundle}.\n"
+        f"There: python -m precisionflow.remote run {args.bundle.name}; then collect the node folders and "
+        "`precisionflow land --from <folder> [same overrides]` here."
+    )
     return 0
 
 
@@ -405,8 +462,18 @@ def main(argv=None) -> int:
             return write_starter(args.folder)
         if args.command == "run":
             return cmd_run(args, extra)
-        commands = {"plan": cmd_plan, "config": cmd_config, "doctor": cmd_doctor, "status": cmd_status, "check": cmd_check,
-                    "compare": cmd_compare, "ui": cmd_ui, "report": cmd_report, "ship": cmd_ship, "land": cmd_land}
+        commands = {
+            "plan": cmd_plan,
+            "config": cmd_config,
+            "doctor": cmd_doctor,
+            "status": cmd_status,
+            "check": cmd_check,
+            "compare": cmd_compare,
+            "ui": cmd_ui,
+            "report": cmd_report,
+            "ship": cmd_ship,
+            "land": cmd_land,
+        }
         return commands[args.command](args)
     except PrecisionflowError as err:
         print(f"precisionflow: error: {err}", file=sys.stderr)

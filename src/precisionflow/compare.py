@@ -24,8 +24,10 @@ def task_of(metrics: Dict[str, Any]) -> str:
 
 def split_inputs(inputs: Dict[str, Path]) -> Tuple[List[Path], List[Path], List[Path]]:
     """(evaluation, ratio, framework-baseline) node folders of an aggregate stage."""
-    picked = {prefix: [path for role, path in sorted(inputs.items()) if role.startswith(prefix)]
-              for prefix in ("eval", "speed", "framework")}
+    picked = {
+        prefix: [path for role, path in sorted(inputs.items()) if role.startswith(prefix)]
+        for prefix in ("eval", "speed", "framework")
+    }
     return picked["eval"], picked["speed"], picked["framework"]
 
 

@@ -50,11 +50,22 @@ def target_lines(cfg: Dict[str, Any]) -> List[str]:
 
 def doctor(cfg: Dict[str, Any]) -> str:
     gpu = gpu_facts()
-    devices = [f"  CPU: {cpu_name()} ({os.cpu_count()} cores)",
-               f"  GPU: {gpu['device_name']} (compute {gpu['compute_capability']}, driver {gpu['driver']})"
-               if gpu["device_name"] != "unknown CUDA device" else "  GPU: none visible (nvidia-smi absent or no device)"]
-    return "\n".join(["Devices:", *devices, "Backends and frameworks:", *backend_lines(),
-                      f"Targets (engine.backend={cfg['engine']['backend']}):", *target_lines(cfg)])
+    devices = [
+        f"  CPU: {cpu_name()} ({os.cpu_count()} cores)",
+        f"  GPU: {gpu['device_name']} (compute {gpu['compute_capability']}, driver {gpu['driver']})"
+        if gpu["device_name"] != "unknown CUDA device"
+        else "  GPU: none visible (nvidia-smi absent or no device)",
+    ]
+    return "\n".join(
+        [
+            "Devices:",
+            *devices,
+            "Backends and frameworks:",
+            *backend_lines(),
+            f"Targets (engine.backend={cfg['engine']['backend']}):",
+            *target_lines(cfg),
+        ]
+    )
 
 
 def engine_status(results: Path) -> List[Dict[str, str]]:
@@ -71,6 +82,12 @@ def engine_status(results: Path) -> List[Dict[str, str]]:
                     state = f"STALE: built with {key} {description[key]}, this machine has {current[key]}"
         except (PrecisionflowError, ImportError) as err:
             state = f"STALE: {err}"
-        rows.append({"engine": engine_json.parent.name, "backend": f"{description['backend']} {description['backend_version']}",
-                     "device": description["device_name"], "state": state})
+        rows.append(
+            {
+                "engine": engine_json.parent.name,
+                "backend": f"{description['backend']} {description['backend_version']}",
+                "device": description["device_name"],
+                "state": state,
+            }
+        )
     return rows

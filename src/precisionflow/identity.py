@@ -116,8 +116,11 @@ def clear_caches() -> None:
 
 # Distributions that provide the same module: whichever is installed is the one called.
 # Distributions that provide one module: the version is read from whichever is installed.
-ALTERNATIVES = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu"), "tensorflow": ("tensorflow", "tensorflow-cpu"),
-                "tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu11", "tensorrt-lean", "tensorrt-dispatch")}
+ALTERNATIVES = {
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
+    "tensorflow": ("tensorflow", "tensorflow-cpu"),
+    "tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu11", "tensorrt-lean", "tensorrt-dispatch"),
+}
 
 
 def installed_version(package: str) -> str:

@@ -14,13 +14,27 @@ from typing import List, Optional
 from precisionflow.errors import ConfigError
 from precisionflow.tracking import SWEEP_TAG
 
-COLUMNS = [("precision", "tags.precision"), ("model", "tags.node.train_model"), ("target", "tags.target"),
-           ("device", "tags.device_name"), ("executed", "tags.executed"), ("top1", "metrics.top1"),
-           ("agreement", "metrics.agreement"), ("flipped", "metrics.flipped"), ("map50", "metrics.map50"), ("map", "metrics.map"),
-           ("spurious_per_100", "metrics.spurious_per_100"), ("shadow_per_100", "metrics.shadow_per_100"),
-           ("x_fp32_b1", "metrics.x_fp32_b1"),
-           ("x_fp32_bmax", "metrics.x_fp32_bmax"), ("x_tf_b1", "metrics.x_tf_b1"), ("x_tf_bmax", "metrics.x_tf_bmax"),
-           ("b1_p50_ms", "metrics.b1_p50_ms"), ("evaluation", "tags.precisionflow.node"), ("commit", "tags.git_commit")]
+COLUMNS = [
+    ("precision", "tags.precision"),
+    ("model", "tags.node.train_model"),
+    ("target", "tags.target"),
+    ("device", "tags.device_name"),
+    ("executed", "tags.executed"),
+    ("top1", "metrics.top1"),
+    ("agreement", "metrics.agreement"),
+    ("flipped", "metrics.flipped"),
+    ("map50", "metrics.map50"),
+    ("map", "metrics.map"),
+    ("spurious_per_100", "metrics.spurious_per_100"),
+    ("shadow_per_100", "metrics.shadow_per_100"),
+    ("x_fp32_b1", "metrics.x_fp32_b1"),
+    ("x_fp32_bmax", "metrics.x_fp32_bmax"),
+    ("x_tf_b1", "metrics.x_tf_b1"),
+    ("x_tf_bmax", "metrics.x_tf_bmax"),
+    ("b1_p50_ms", "metrics.b1_p50_ms"),
+    ("evaluation", "tags.precisionflow.node"),
+    ("commit", "tags.git_commit"),
+]
 
 
 def default_uri(results: Path) -> str:
@@ -33,8 +47,10 @@ def engine_runs(uri: str, experiment: str, sweeps: List[str], where: Optional[st
 
     mlflow.set_tracking_uri(uri)
     if mlflow.get_experiment_by_name(experiment) is None:
-        raise ConfigError(f"compare: no experiment '{experiment}' at {uri}; expected one that precisionflow run logged to "
-                          "(tracking.experiment), or pass --experiment / --uri.")
+        raise ConfigError(
+            f"compare: no experiment '{experiment}' at {uri}; expected one that precisionflow run logged to "
+            "(tracking.experiment), or pass --experiment / --uri."
+        )
     filters = [where] if where else []
     runs = mlflow.search_runs(experiment_names=[experiment], filter_string=" and ".join(filters) or "", max_results=50000)
     if runs.empty or "tags.precision" not in runs:
@@ -78,14 +94,22 @@ def render(rows: List[dict], fmt: str) -> str:
 def compare(uri: str, experiment: str, sweeps: List[str], where: Optional[str], fmt: str) -> str:
     rows = table(engine_runs(uri, experiment, sweeps, where))
     if not rows:
-        raise ConfigError(f"compare: no engine runs in experiment '{experiment}' at {uri}"
-                          + (f" for sweeps {sweeps}" if sweeps else "") + (f" matching {where!r}" if where else "") + ".")
+        raise ConfigError(
+            f"compare: no engine runs in experiment '{experiment}' at {uri}"
+            + (f" for sweeps {sweeps}" if sweeps else "")
+            + (f" matching {where!r}" if where else "")
+            + "."
+        )
     return render(rows, fmt)
 
 
 def ui(uri: str, port: int) -> int:
     """MLflow's UI on the project's store (blocks until interrupted)."""
-    print(f"MLflow UI for {uri}: http://127.0.0.1:{port}  (open the experiment, select the engine runs, "
-          "and compare precision, target, top1, agreement and x_fp32_* / x_tf_* columns; Ctrl-C stops it)", flush=True)
-    return subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
-                            "--port", str(port)])
+    print(
+        f"MLflow UI for {uri}: http://127.0.0.1:{port}  (open the experiment, select the engine runs, "
+        "and compare precision, target, top1, agreement and x_fp32_* / x_tf_* columns; Ctrl-C stops it)",
+        flush=True,
+    )
+    return subprocess.call(
+        [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port)]
+    )

@@ -55,7 +55,7 @@ def resnet_mini(keras, params: Dict[str, Any], input_shape, num_classes: int):
     for stage in range(params["stages"]):
         for block in range(params["blocks_per_stage"]):
             stride = 2 if stage > 0 and block == 0 else 1
-            x = _residual_block(keras, x, width * 2 ** stage, stride, f"s{stage}b{block}")
+            x = _residual_block(keras, x, width * 2**stage, stride, f"s{stage}b{block}")
     x = layers.GlobalAveragePooling2D(name="pool")(x)
     return keras.Model(inputs, _logits(keras, x, num_classes), name="resnet_mini")
 
@@ -80,8 +80,10 @@ def _weights_path(params: Dict[str, Any]):
         return None
     path = Path(params["weights"]).expanduser()
     if not path.is_file():
-        raise DataError(f"model.weights: expected a local weights file, found nothing at {path}. "
-                        "Nothing is downloaded at run time; use weights=null to train from scratch.")
+        raise DataError(
+            f"model.weights: expected a local weights file, found nothing at {path}. "
+            "Nothing is downloaded at run time; use weights=null to train from scratch."
+        )
     return str(path)
 
 
@@ -106,11 +108,15 @@ def load_user_model(keras, params: Dict[str, Any]):
         # Keras safe mode refuses Lambda layers (arbitrary code) unless the user trusts the file.
         return keras.models.load_model(path, compile=False, safe_mode=not params["trust"])
     if path.suffix == ".h5" and _h5_has_lambda(path) and not params["trust"]:
-        raise DataError(f"{path} contains a Lambda layer (arbitrary Python code). Expected a model without "
-                        "code; if you trust this file, set model.trust=true.")
+        raise DataError(
+            f"{path} contains a Lambda layer (arbitrary Python code). Expected a model without "
+            "code; if you trust this file, set model.trust=true."
+        )
     if path.is_dir() and not params["trust"]:
-        raise DataError(f"{path}: SavedModel folders cannot be loaded in Keras safe mode. Save the model as "
-                        ".keras, or set model.trust=true if you trust this file.")
+        raise DataError(
+            f"{path}: SavedModel folders cannot be loaded in Keras safe mode. Save the model as "
+            ".keras, or set model.trust=true if you trust this file."
+        )
     return keras.models.load_model(path, compile=False)
 
 
@@ -120,18 +126,21 @@ def softmax_head(config: Dict[str, Any]) -> str:
     names = {entry[0] for entry in outputs if isinstance(entry, list) and entry}
     for layer in config.get("layers", []):
         inner = layer.get("config", {})
-        if layer.get("name", inner.get("name")) in names and (layer.get("class_name") == "Softmax"
-                                                               or inner.get("activation") == "softmax"):
+        if layer.get("name", inner.get("name")) in names and (
+            layer.get("class_name") == "Softmax" or inner.get("activation") == "softmax"
+        ):
             return layer.get("name", inner.get("name", ""))
     return ""
 
 
 def softmax_message(path, layer: str) -> str:
-    return (f"model.path: {path} ends in softmax (layer '{layer}'), but precisionflow trains with "
-            "from_logits=True and judges engines on logits: the loss would be computed on probabilities and the "
-            "model would learn badly while only Keras's own warning says so. Save the model with a linear last "
-            "layer (activation=None; apply softmax after the engine), or train for a different class count "
-            "(the head is then replaced).")
+    return (
+        f"model.path: {path} ends in softmax (layer '{layer}'), but precisionflow trains with "
+        "from_logits=True and judges engines on logits: the loss would be computed on probabilities and the "
+        "model would learn badly while only Keras's own warning says so. Save the model with a linear last "
+        "layer (activation=None; apply softmax after the engine), or train for a different class count "
+        "(the head is then replaced)."
+    )
 
 
 def check_user_model_file(params: Dict[str, Any]) -> None:
@@ -151,15 +160,19 @@ def check_user_model_file(params: Dict[str, Any]) -> None:
                 code = '"Lambda"' in text
             warn_softmax_head(path, text)
         except (zipfile.BadZipFile, KeyError) as err:
-            raise ConfigError(f"model.path: {path} is not a Keras .keras file (a zip archive with config.json): {err}. "
-                              "Save the model with model.save('name.keras').") from err
+            raise ConfigError(
+                f"model.path: {path} is not a Keras .keras file (a zip archive with config.json): {err}. "
+                "Save the model with model.save('name.keras')."
+            ) from err
     elif path.suffix == ".h5":
         code = _h5_has_lambda(path)
     elif not path.is_dir():
         raise ConfigError(f"model.path: expected a .keras file, an .h5 file or a SavedModel folder, found {path}.")
     if code and not params["trust"]:
-        raise ConfigError(f"model.path: {path} contains a Lambda layer (arbitrary Python code), refused in Keras safe "
-                          "mode. If you trust this file, set model.trust=true.")
+        raise ConfigError(
+            f"model.path: {path} contains a Lambda layer (arbitrary Python code), refused in Keras safe "
+            "mode. If you trust this file, set model.trust=true."
+        )
 
 
 def warn_softmax_head(path: Path, config_text: str) -> None:

@@ -41,8 +41,11 @@ def node_files(node_dir: Path) -> Dict[str, Path]:
     """{relative path: path} of every file a node wrote (node.json aside). Snakemake's own markers
     (.snakemake_timestamp in directory outputs, written after the job) are not the node's."""
     node_dir = Path(node_dir)
-    return {str(path.relative_to(node_dir)): path for path in sorted(node_dir.rglob("*"))
-            if path.is_file() and path.name not in (NODE_FILE, PACKED_FILE) and not path.name.startswith(".snakemake")}
+    return {
+        str(path.relative_to(node_dir)): path
+        for path in sorted(node_dir.rglob("*"))
+        if path.is_file() and path.name not in (NODE_FILE, PACKED_FILE) and not path.name.startswith(".snakemake")
+    }
 
 
 def content_hashes(node_dir: Path) -> Dict[str, str]:
@@ -177,7 +180,11 @@ def named_lineage(node_dir: Path, primary_roles=("engine", "data")) -> Dict[str,
                 continue
             seen.add(key)
             record = records[key]
-            name = record["stage"] if not prefix_all and record["stage"] not in named else f"{origin if prefix_all else role}.{record['stage']}"
+            name = (
+                record["stage"]
+                if not prefix_all and record["stage"] not in named
+                else f"{origin if prefix_all else role}.{record['stage']}"
+            )
             named[name] = record
             queue.extend((child_role, child, origin) for child_role, child in sorted(record["inputs"].items()))
     return named

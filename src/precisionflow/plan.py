@@ -30,8 +30,21 @@ from precisionflow.budget import budget_for
 from precisionflow import flow
 from precisionflow.errors import ConfigError
 
-STAGES = ("prepare_dataset", "train_model", "prune_model", "finetune_model", "export_onnx", "calibrate", "quantize_onnx",
-          "build_engine", "evaluate_engine", "compare_speed", "benchmark_framework", "report", "track_mlflow")
+STAGES = (
+    "prepare_dataset",
+    "train_model",
+    "prune_model",
+    "finetune_model",
+    "export_onnx",
+    "calibrate",
+    "quantize_onnx",
+    "build_engine",
+    "evaluate_engine",
+    "compare_speed",
+    "benchmark_framework",
+    "report",
+    "track_mlflow",
+)
 MEASURED_STAGES = ("evaluate_engine", "compare_speed", "benchmark_framework")
 
 
@@ -50,8 +63,15 @@ class Node:
         return f"{self.stage}/{self.id}"
 
     def to_json(self) -> Dict[str, Any]:
-        return {"stage": self.stage, "id": self.id, "params": self.params, "inputs": self.inputs,
-                "identity": self.identity, "checks": self.checks, "resources": self.resources}
+        return {
+            "stage": self.stage,
+            "id": self.id,
+            "params": self.params,
+            "inputs": self.inputs,
+            "identity": self.identity,
+            "checks": self.checks,
+            "resources": self.resources,
+        }
 
 
 def stage_module(stage: str):
@@ -147,8 +167,15 @@ class PlanBuilder:
             self.backend_versions[key] = identity.code_version(stage, identity.source_hashes(stage, backend))
         return {**self.identities[stage], "code": self.backend_versions[key]}
 
-    def add(self, stage: str, slug: str, params: Dict[str, Any], inputs: Dict[str, Node],
-            checks: Optional[Dict[str, Any]] = None, resources: Optional[Dict[str, Any]] = None) -> Node:
+    def add(
+        self,
+        stage: str,
+        slug: str,
+        params: Dict[str, Any],
+        inputs: Dict[str, Node],
+        checks: Optional[Dict[str, Any]] = None,
+        resources: Optional[Dict[str, Any]] = None,
+    ) -> Node:
         resources = {**self.stage_resources.get(stage, {}), **(resources or {})}  # never hashed
         for role, node in inputs.items():
             flow.check_edge(stage, role, node.stage)
@@ -167,8 +194,12 @@ class PlanBuilder:
         train_params = stage_module("train_model").reads(cfg)
         train_params["model"]["files"] = self.model_files(train_params["model"])
         model = trained = self.add(
-            "train_model", f"{cfg['model']['name']}-{cfg['train']['precision_policy']}-e{cfg['train']['epochs']}",
-            train_params, {"data": data}, checks=stage_module("train_model").checks(cfg))
+            "train_model",
+            f"{cfg['model']['name']}-{cfg['train']['precision_policy']}-e{cfg['train']['epochs']}",
+            train_params,
+            {"data": data},
+            checks=stage_module("train_model").checks(cfg),
+        )
         if cfg["prune"]["method"] != "none":  # the QAT branch starts from the pruned model too
             model = trained = self._add_prune(cfg, model, data)
         if cfg["finetune"]["mode"] != "none":
@@ -179,8 +210,11 @@ class PlanBuilder:
         for precision in cfg["precisions"]:  # int8_mixed needs the int8 graph's report: order matters
             for placement in sorted(set(placements.values())) if precision.startswith("int8") else [None]:
                 graphs[(precision, placement)] = self._add_graph(cfg, precision, onnx, data, graphs, trained, placement)
-        graph_of = {(p, t): graphs[(p, placements[t] if p.startswith("int8") else None)]
-                    for p in cfg["precisions"] for t in cfg["targets"]}
+        graph_of = {
+            (p, t): graphs[(p, placements[t] if p.startswith("int8") else None)]
+            for p in cfg["precisions"]
+            for t in cfg["targets"]
+        }
         engines = {key: self._add_engine(cfg, graph, key[1]) for key, graph in graph_of.items()}
         measured = []
         if "int8_qat" in cfg["precisions"]:  # int8_qat's fair reference: its fine-tune, run in fp32
@@ -191,8 +225,9 @@ class PlanBuilder:
             measured.append(self._add_comparison(cfg, target, engine, engines[("fp32", target)], model, data))
             if precision.startswith("int8") and placements[target] != "tensorrt" and cfg["int8"]["simulate_tensorrt"]:
                 measured.append(self._add_tensorrt_simulation(cfg, precision, target, onnx, data, graphs, trained))
-        measured += [self._add_framework(cfg, target, model, data) for target in cfg["targets"]
-                     if cfg["target_defs"][target]["framework"]]
+        measured += [
+            self._add_framework(cfg, target, model, data) for target in cfg["targets"] if cfg["target_defs"][target]["framework"]
+        ]
         return measured
 
     def _device(self, cfg, target: str, backend: str) -> Tuple[Dict[str, str], Dict[str, Any]]:
@@ -210,8 +245,7 @@ class PlanBuilder:
         params = module.reads(cfg)
         from precisionflow.pruning import describe
 
-        return self.add("prune_model", describe(params["prune"]).replace(" ", "-"), params,
-                        {"model": model, "data": data})
+        return self.add("prune_model", describe(params["prune"]).replace(" ", "-"), params, {"model": model, "data": data})
 
     def _add_finetune(self, cfg, finetune: Dict[str, Any], model: Node, data: Node) -> Node:
         params = stage_module("finetune_model").reads(cfg, finetune)
@@ -220,16 +254,23 @@ class PlanBuilder:
 
     def _add_export(self, cfg, model: Node, data: Node) -> Node:
         module = stage_module("export_onnx")
-        return self.add("export_onnx", f"{model.id.rsplit('-', 1)[0]}-opset{cfg['export']['opset']}", module.reads(cfg),
-                        {"model": model, "data": data}, checks=module.checks(cfg))
+        return self.add(
+            "export_onnx",
+            f"{model.id.rsplit('-', 1)[0]}-opset{cfg['export']['opset']}",
+            module.reads(cfg),
+            {"model": model, "data": data},
+            checks=module.checks(cfg),
+        )
 
     def _add_calibration(self, cfg, onnx: Node, data: Node, source: str) -> Node:
         params = stage_module("calibrate").reads(cfg, source)
         available = self.split_sizes(data)[params["split"]]
         if params["num_samples"] > available:
-            raise ConfigError(f"calibration.num_samples={params['num_samples']}, but the {params['split']} split has "
-                              f"{available} images: lower calibration.num_samples (or calibrate on a larger split, "
-                              "calibration.split=train|val).")
+            raise ConfigError(
+                f"calibration.num_samples={params['num_samples']}, but the {params['split']} split has "
+                f"{available} images: lower calibration.num_samples (or calibrate on a larger split, "
+                "calibration.split=train|val)."
+            )
         slug = f"{source}-{params['method']}-n{params['num_samples']}"
         return self.add("calibrate", slug, params, {"onnx": onnx, "data": data})
 
@@ -240,8 +281,9 @@ class PlanBuilder:
         on_gpu = stage_module("build_engine").may_run_on_gpu(cfg["target_defs"][target])
         return placement_for(cfg["engine"]["backend"], on_gpu)
 
-    def _add_tensorrt_simulation(self, cfg, precision: str, target: str, onnx: Node, data: Node,
-                                 graphs: Dict[tuple, Node], trained: Node) -> Node:
+    def _add_tensorrt_simulation(
+        self, cfg, precision: str, target: str, onnx: Node, data: Node, graphs: Dict[tuple, Node], trained: Node
+    ) -> Node:
         """The TensorRT-placed int8 graph run on this CPU target: what TensorRT would compute (its
         accuracy; its speed is not TensorRT's, so no timing ratio is planned), a row of its own."""
         graph = graphs.get((precision, "tensorrt")) or self._add_graph(cfg, precision, onnx, data, graphs, trained, "tensorrt")
@@ -255,8 +297,16 @@ class PlanBuilder:
             inputs.update(qat_export=qat_export, qat_model=self.nodes[qat_export.inputs["model"]])
         return self.add("evaluate_engine", f"{precision}-trtsim-{target}", params, inputs, resources=resources)
 
-    def _add_graph(self, cfg, precision: str, onnx: Node, data: Node, graphs: Dict[tuple, Node], trained: Node,
-                   placement: Optional[str] = None) -> Node:
+    def _add_graph(
+        self,
+        cfg,
+        precision: str,
+        onnx: Node,
+        data: Node,
+        graphs: Dict[tuple, Node],
+        trained: Node,
+        placement: Optional[str] = None,
+    ) -> Node:
         params = stage_module("quantize_onnx").reads(cfg, precision, placement or "tensorrt")
         inputs = {"onnx": onnx}
         if precision == "int8_qat":
@@ -266,7 +316,9 @@ class PlanBuilder:
             inputs["calibration"] = self._add_calibration(cfg, inputs["onnx"], data, "qat" if precision == "int8_qat" else "ptq")
             inputs["data"] = data
         if precision == "int8_mixed":
-            inputs["int8"] = graphs.get(("int8", placement)) or self._add_graph(cfg, "int8", onnx, data, graphs, trained, placement)
+            inputs["int8"] = graphs.get(("int8", placement)) or self._add_graph(
+                cfg, "int8", onnx, data, graphs, trained, placement
+            )
         slug = precision + ("-ortcpu" if placement == "onnxruntime_cpu" else "")
         if precision == "int8_mixed":
             drop = cfg["int8"]["mixed_max_val_drop"]
@@ -301,8 +353,15 @@ class PlanBuilder:
             engine = self._add_engine(cfg, twin_graph, target)
             runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
             params = {**stage_module("evaluate_engine").reads(cfg, TWIN, target, runtime), "twin_of": qat_model.key}
-            evaluations.append(self.add("evaluate_engine", f"{TWIN}-{target}", params,
-                                        {"engine": engine, "data": data, "reference": onnx}, resources=resources))
+            evaluations.append(
+                self.add(
+                    "evaluate_engine",
+                    f"{TWIN}-{target}",
+                    params,
+                    {"engine": engine, "data": data, "reference": onnx},
+                    resources=resources,
+                )
+            )
         return evaluations
 
     def _add_comparison(self, cfg, target: str, engine: Node, fp32_engine: Node, model: Node, data: Node) -> Node:
@@ -325,11 +384,18 @@ def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequen
     for cfg in points:
         point = {node.key: node for node in builder.add_point(cfg)}
         measured.update(point)
-        budgets.update({key: budget_for(cfg["evaluate"], node.params["precision"])
-                        for key, node in point.items() if node.stage == "evaluate_engine"})
+        budgets.update(
+            {
+                key: budget_for(cfg["evaluate"], node.params["precision"])
+                for key, node in point.items()
+                if node.stage == "evaluate_engine"
+            }
+        )
         if cfg["tracking"]["enabled"]:
-            tracking = {**{k: cfg["tracking"][k] for k in ("uri", "experiment")},
-                        "tensorrt_version": cfg["calibration"]["tensorrt_version"]}
+            tracking = {
+                **{k: cfg["tracking"][k] for k in ("uri", "experiment")},
+                "tensorrt_version": cfg["calibration"]["tensorrt_version"],
+            }
             measured_by_tracking.setdefault(json.dumps(tracking, sort_keys=True), {}).update(point)
     warn_unresolvable(builder, budgets)
     report_params = stage_module("report").reads(dict(sorted(budgets.items())))
@@ -362,10 +428,12 @@ def resolution_warnings(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]
         images = builder.split_sizes(builder.nodes[node.inputs["data"]])["test"]
         finest = stats.zero_flip_resolution(images, budget.get("confidence", 0.95))
         if limit < finest:
-            found.add(f"precisionflow: warning: max_top1_drop={limit} for {node.params['precision']} is finer than "
-                      f"{images} test images can resolve (one image = {100 / images:.2f} points; even with no image "
-                      f"flipped the drop's interval reaches {finest:.2f}): its verdict can only be UNDECIDED. Use "
-                      "more test images (dataset.test_fraction, a larger data set) or a budget of at least that.")
+            found.add(
+                f"precisionflow: warning: max_top1_drop={limit} for {node.params['precision']} is finer than "
+                f"{images} test images can resolve (one image = {100 / images:.2f} points; even with no image "
+                f"flipped the drop's interval reaches {finest:.2f}): its verdict can only be UNDECIDED. Use "
+                "more test images (dataset.test_fraction, a larger data set) or a budget of at least that."
+            )
     return sorted(found)
 
 
@@ -379,7 +447,7 @@ def warn_unresolvable(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) 
 def _add_aggregate(builder: PlanBuilder, stage: str, slug: str, params, measured: Dict[str, Node], extra=None) -> Node:
     # Inputs are numbered in a sorted order so the same set of nodes gives the same node id.
     inputs = dict(extra or {})
-    for measured_stage, role in zip(MEASURED_STAGES, ("eval", "speed", "framework")):
+    for measured_stage, role in zip(MEASURED_STAGES, ("eval", "speed", "framework"), strict=True):
         keys = sorted(key for key in measured if key.startswith(measured_stage + "/"))
         inputs.update({f"{role}{i:05d}": measured[key] for i, key in enumerate(keys)})
     engines = sum(1 for key in measured if key.startswith("evaluate_engine/"))
@@ -422,8 +490,9 @@ def missing_under_finished(plan: Dict[str, Any]) -> List[str]:
 
     results = Path(plan["results_dir"])
     finished = {key for key in plan["nodes"] if (results / key / NODE_FILE).is_file()}
-    return sorted({upstream for key in finished for upstream in plan["nodes"][key]["inputs"].values()
-                   if upstream not in finished})
+    return sorted(
+        {upstream for key in finished for upstream in plan["nodes"][key]["inputs"].values() if upstream not in finished}
+    )
 
 
 def recheck_finished(plan: Dict[str, Any]) -> None:

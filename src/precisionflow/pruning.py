@@ -34,18 +34,51 @@ import numpy as np
 from precisionflow.errors import ConfigError
 
 PRODUCERS = {"Conv2D", "Dense"}
-PASS_THROUGH = {"BatchNormalization", "Activation", "ReLU", "LeakyReLU", "ELU", "PReLU", "Softmax", "Dropout",
-                "SpatialDropout2D", "GaussianNoise", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling2D",
-                "GlobalMaxPooling2D", "ZeroPadding2D", "Cropping2D", "DepthwiseConv2D", "Rescaling", "Normalization",
-                "Identity"}
+PASS_THROUGH = {
+    "BatchNormalization",
+    "Activation",
+    "ReLU",
+    "LeakyReLU",
+    "ELU",
+    "PReLU",
+    "Softmax",
+    "Dropout",
+    "SpatialDropout2D",
+    "GaussianNoise",
+    "MaxPooling2D",
+    "AveragePooling2D",
+    "GlobalAveragePooling2D",
+    "GlobalMaxPooling2D",
+    "ZeroPadding2D",
+    "Cropping2D",
+    "DepthwiseConv2D",
+    "Rescaling",
+    "Normalization",
+    "Identity",
+}
 JOINS = {"Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum"}
 # Per-channel constants in a layer's config (not its weights) cannot be sliced from the weights file:
 # a layer holding them keeps its channels whole.
 PER_CHANNEL_CONFIG = {"Rescaling": ("scale", "offset"), "Normalization": ("mean", "variance")}
 # TFOpLambda functions that act on each element alone (with a constant as the other operand).
-ELEMENTWISE_OPS = {"__operators__.add", "__operators__.sub", "math.add", "math.subtract", "math.multiply",
-                   "math.truediv", "math.divide", "nn.relu", "nn.relu6", "math.sigmoid", "nn.silu", "nn.swish",
-                   "math.tanh", "math.minimum", "math.maximum", "clip_by_value"}
+ELEMENTWISE_OPS = {
+    "__operators__.add",
+    "__operators__.sub",
+    "math.add",
+    "math.subtract",
+    "math.multiply",
+    "math.truediv",
+    "math.divide",
+    "nn.relu",
+    "nn.relu6",
+    "math.sigmoid",
+    "nn.silu",
+    "nn.swish",
+    "math.tanh",
+    "math.minimum",
+    "math.maximum",
+    "clip_by_value",
+}
 
 
 class PruneError(ConfigError):
@@ -113,7 +146,7 @@ def channel_score(kernel: np.ndarray, criterion: str) -> np.ndarray:
     if criterion == "l1":
         return flat.sum(axis=0)
     if criterion == "l2":
-        return np.sqrt((flat ** 2).sum(axis=0))
+        return np.sqrt((flat**2).sum(axis=0))
     raise PruneError(f"prune.criterion: expected l1 or l2, found '{criterion}'")
 
 
@@ -167,8 +200,10 @@ def _fix(groups: "_Groups", layout) -> None:
 def check_config(config: Dict[str, Any], settings: Dict[str, Any]) -> None:
     """Refuse, before anything runs, a model whose layers channel pruning cannot follow."""
     if config.get("layers") is None:
-        raise PruneError("prune=channel needs a functional Keras model (a layer graph); this model's config has no "
-                         "layer list (a subclassed model?). Use prune=none or prune=sparse24 for it.")
+        raise PruneError(
+            "prune=channel needs a functional Keras model (a layer graph); this model's config has no "
+            "layer list (a subclassed model?). Use prune=none or prune=sparse24 for it."
+        )
     analyse_config(config, settings)
 
 
@@ -183,8 +218,10 @@ def _layer_layout(groups, produced, weights, layer_config, inputs: List[Layout],
     if kind in PRODUCERS:
         return _producer(groups, produced, weights, name, kind, inner, keep, settings)
     if kind == "DepthwiseConv2D" and inner.get("depth_multiplier", 1) != 1:
-        raise PruneError(f"layer '{name}' ({kind}, depth_multiplier {inner['depth_multiplier']}): channel pruning "
-                         "supports depthwise convolutions with multiplier 1 only; use prune=none for this model")
+        raise PruneError(
+            f"layer '{name}' ({kind}, depth_multiplier {inner['depth_multiplier']}): channel pruning "
+            "supports depthwise convolutions with multiplier 1 only; use prune=none for this model"
+        )
     if kind in PASS_THROUGH or _is_elementwise_op(layer_config):
         return _pass_through(groups, weights, name, kind, inner, inputs[0], keep, settings)
     if kind == "Reshape":
@@ -199,9 +236,11 @@ def _layer_layout(groups, produced, weights, layer_config, inputs: List[Layout],
         shape = (layer_config.get("build_config") or {}).get("input_shape") or [None, 1, 1, None]
         positions = int(np.prod([int(d) for d in shape[1:-1]]))
         return [("flatten", positions, inputs[0])]  # type: ignore[list-item]
-    raise PruneError(f"layer '{name}' has type {kind}, which channel pruning does not know: prune only models "
-                     "built from Conv2D/Dense/DepthwiseConv2D/BatchNorm/Normalization/Rescaling/activations/pooling/"
-                     "Add/Multiply/Concatenate/squeeze-excite Reshape, or use prune=none")
+    raise PruneError(
+        f"layer '{name}' has type {kind}, which channel pruning does not know: prune only models "
+        "built from Conv2D/Dense/DepthwiseConv2D/BatchNorm/Normalization/Rescaling/activations/pooling/"
+        "Add/Multiply/Concatenate/squeeze-excite Reshape, or use prune=none"
+    )
 
 
 def _producer(groups, produced, weights, name, kind, inner, keep, settings) -> Layout:
@@ -238,10 +277,12 @@ def _reshape_layout(name: str, inner: Dict[str, Any], layout: Layout) -> Layout:
     target = list(inner.get("target_shape") or [])
     channels = sum(size for _, size in layout) if layout and layout[0][0] != "flatten" else None
     if not target or any(int(d) != 1 for d in target[:-1]) or channels is None or int(target[-1]) != channels:
-        raise PruneError(f"layer '{name}' (Reshape to {target}) moves channels between axes; channel pruning follows "
-                         "only reshapes that add singleton axes and keep the channels last (squeeze-excite's "
-                         "(C) -> (1, 1, C)). Use prune=none for this model, or list its producers in "
-                         "prune.exclude_layers.")
+        raise PruneError(
+            f"layer '{name}' (Reshape to {target}) moves channels between axes; channel pruning follows "
+            "only reshapes that add singleton axes and keep the channels last (squeeze-excite's "
+            "(C) -> (1, 1, C)). Use prune=none for this model, or list its producers in "
+            "prune.exclude_layers."
+        )
     return layout
 
 
@@ -302,8 +343,10 @@ def prune(keras, model, settings: Dict[str, Any]):
             layer_config["config"]["filters" if layer_config["class_name"] == "Conv2D" else "units"] = count
         elif layer_config["class_name"] == "Reshape":  # squeeze-excite's (1, 1, C): C as kept
             source = layouts[_inbound(layer_config)[0]]
-            layer_config["config"]["target_shape"] = [*layer_config["config"]["target_shape"][:-1],
-                                                      len(layout_indices(source, groups, kept)[0])]
+            layer_config["config"]["target_shape"] = [
+                *layer_config["config"]["target_shape"][:-1],
+                len(layout_indices(source, groups, kept)[0]),
+            ]
     pruned = keras.Model.from_config(config)
     for layer_config in config["layers"]:
         name, kind = layer_config["name"], layer_config["class_name"]
@@ -314,10 +357,17 @@ def prune(keras, model, settings: Dict[str, Any]):
         in_kept = layout_indices(layouts[sources[0]], groups, kept)[0] if sources else None
         out_kept = kept[groups.find(produced[name])] if name in produced else None
         pruned.get_layer(name).set_weights(_sliced(kind, name, old, in_kept, out_kept))
-    report = {"layers": {name: {"kept": int(len(kept[groups.find(group)])), "of": int(groups.size[groups.find(group)])}
-                         for name, group in produced.items() if not groups.fixed[groups.find(group)]},
-              "params_before": int(model.count_params()), "params_after": int(pruned.count_params()),
-              "flops_before": flops(model), "flops_after": flops(pruned)}
+    report = {
+        "layers": {
+            name: {"kept": int(len(kept[groups.find(group)])), "of": int(groups.size[groups.find(group)])}
+            for name, group in produced.items()
+            if not groups.fixed[groups.find(group)]
+        },
+        "params_before": int(model.count_params()),
+        "params_after": int(pruned.count_params()),
+        "flops_before": flops(model),
+        "flops_after": flops(pruned),
+    }
     return pruned, report
 
 
@@ -353,10 +403,14 @@ def check_settings(settings: Dict[str, Any], where: str = "prune") -> None:
     if settings.get("threshold") is None and not 0.0 <= settings["ratio"] < 1.0:
         raise PruneError(f"{where}.ratio: expected a fraction of channels to remove in [0, 1), found {settings['ratio']}")
     if settings.get("threshold") is not None and not 0.0 <= settings["threshold"] <= 1.0:
-        raise PruneError(f"{where}.threshold: expected a score relative to the best channel in [0, 1], found {settings['threshold']}")
+        raise PruneError(
+            f"{where}.threshold: expected a score relative to the best channel in [0, 1], found {settings['threshold']}"
+        )
     if settings["granularity"] < 1 or settings["min_channels"] < 1:
-        raise PruneError(f"{where}.granularity and {where}.min_channels: expected >= 1, found "
-                         f"{settings['granularity']} and {settings['min_channels']}")
+        raise PruneError(
+            f"{where}.granularity and {where}.min_channels: expected >= 1, found "
+            f"{settings['granularity']} and {settings['min_channels']}"
+        )
 
 
 def describe(prune: Dict[str, Any]) -> str:

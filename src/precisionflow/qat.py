@@ -21,7 +21,8 @@ OUTPUT_LAYER = "logits"
 def _symmetric_scheme():
     from tensorflow_model_optimization.python.core.quantization.keras import quantizers
     from tensorflow_model_optimization.python.core.quantization.keras.default_8bit import (
-        default_8bit_quantize_registry as registry, default_8bit_quantize_scheme as scheme,
+        default_8bit_quantize_registry as registry,
+        default_8bit_quantize_scheme as scheme,
     )
     import tf_keras as keras
 
@@ -36,7 +37,9 @@ def _symmetric_scheme():
             if isinstance(getattr(config, "weight_quantizer", None), quantizers.LastValueQuantizer) and not isinstance(
                 layer, (keras.layers.Conv2D, keras.layers.DepthwiseConv2D)
             ):  # Dense: per output channel, as deployed (tfmot's conv quantizer is per-axis already)
-                config.weight_quantizer = quantizers.LastValueQuantizer(num_bits=8, per_axis=True, symmetric=True, narrow_range=True)
+                config.weight_quantizer = quantizers.LastValueQuantizer(
+                    num_bits=8, per_axis=True, symmetric=True, narrow_range=True
+                )
             if isinstance(config, registry.Default8BitActivationQuantizeConfig):
                 config.get_output_quantizers = lambda _layer: [symmetric()]
             return config
@@ -59,7 +62,8 @@ def quantize_model(keras, model, exclude: Iterable[str]):
     for _ in range(len(model.layers)):
         try:
             return _quantize_all_but(keras, model, skip | {name for name, _ in left_float}), [
-                f"{name} ({kind})" for name, kind in left_float]
+                f"{name} ({kind})" for name, kind in left_float
+            ]
         except RuntimeError as err:
             refused = _UNSUPPORTED.search(str(err))
             if refused is None or refused.group(1) in skip | {name for name, _ in left_float}:
@@ -103,8 +107,10 @@ def _symmetric_input_and_pattern_quantizers():
         return node
 
     def symmetric_outputs(self, layer):
-        return [quantizers.MovingAverageQuantizer(num_bits=8, per_axis=False, symmetric=True, narrow_range=True)
-                for _ in output_quantizers(self, layer)]
+        return [
+            quantizers.MovingAverageQuantizer(num_bits=8, per_axis=False, symmetric=True, narrow_range=True)
+            for _ in output_quantizers(self, layer)
+        ]
 
     transforms.InputLayerQuantize.replacement = replacement
     configs.Default8BitOutputQuantizeConfig.get_output_quantizers = symmetric_outputs
@@ -119,8 +125,11 @@ def learned_ranges(qat_model) -> Dict[str, Tuple[float, float]]:
     """{layer name: (min, max)} of every learned activation range; the model input as INPUT_KEY."""
     ranges = {}
     for layer in qat_model.layers:
-        values = {v.name.split("/")[-1].split(":")[0]: float(v.numpy().reshape(-1)[0]) for v in layer.weights
-                  if v.name.split("/")[-1].split(":")[0].endswith(("_min", "_max")) and "kernel" not in v.name}
+        values = {
+            v.name.split("/")[-1].split(":")[0]: float(v.numpy().reshape(-1)[0])
+            for v in layer.weights
+            if v.name.split("/")[-1].split(":")[0].endswith(("_min", "_max")) and "kernel" not in v.name
+        }
         if type(layer).__name__ == "QuantizeLayer":  # its variables carry the layer's own (numbered) name
             values = {name.replace(layer.name, "quantize_layer", 1): value for name, value in values.items()}
         target = INPUT_KEY if type(layer).__name__ == "QuantizeLayer" else getattr(getattr(layer, "layer", None), "name", None)

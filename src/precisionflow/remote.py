@@ -41,12 +41,14 @@ ONE_OF = {"y_test.npy", "objects_test.npz"}
 
 def target_nodes(plan: Dict[str, Any], target: str) -> List[str]:
     """The target's engine, evaluation and ratio nodes, each after the nodes it reads."""
-    chosen = [key for key, spec in plan["nodes"].items()
-              if spec["stage"] in GPU_STAGES and spec["params"].get("target") == target]
+    chosen = [
+        key for key, spec in plan["nodes"].items() if spec["stage"] in GPU_STAGES and spec["params"].get("target") == target
+    ]
     if not chosen:
         targets = sorted({s["params"]["target"] for s in plan["nodes"].values() if s["stage"] == "build_engine"})
-        raise StageError(f"The plan has no engine nodes for target '{target}'; its targets: {targets}. "
-                         f"Plan with targets=[{target}].")
+        raise StageError(
+            f"The plan has no engine nodes for target '{target}'; its targets: {targets}. Plan with targets=[{target}]."
+        )
     return sorted(chosen, key=lambda key: GPU_STAGES.index(plan["nodes"][key]["stage"]))
 
 
@@ -67,15 +69,19 @@ def pack(plan: Dict[str, Any], target: str, bundle: Path) -> Dict[str, Any]:
     roles = upstream_roles(plan, keys)
     missing = [key for key in roles if not (results / key / NODE_FILE).is_file()]
     if missing:
-        raise LineageError(f"These nodes must be finished here before shipping: {missing}. Run "
-                           "`precisionflow run [overrides] -- --omit-from build_engine` first.")
+        raise LineageError(
+            f"These nodes must be finished here before shipping: {missing}. Run "
+            "`precisionflow run [overrides] -- --omit-from build_engine` first."
+        )
     bundle = Path(bundle)
     if bundle.exists() and any(bundle.iterdir()):
         raise StageError(f"{bundle} is not empty: ship into a new folder (nothing was overwritten).")
     for key, node_roles in sorted(roles.items()):
         if "data" in node_roles and read_json(results / key / "meta.json")["storage"] == "files":
-            raise StageError(f"{key} keeps file paths of this machine, not pixels (dataset.cache=none): ship a plan "
-                             "made with dataset.cache=disk (or memory), whose data node holds the images.")
+            raise StageError(
+                f"{key} keeps file paths of this machine, not pixels (dataset.cache=none): ship a plan "
+                "made with dataset.cache=disk (or memory), whose data node holds the images."
+            )
     files = []
     for key, node_roles in sorted(roles.items()):
         target_dir = bundle / "results" / key
@@ -157,8 +163,10 @@ def land(collected: Path, plan: Dict[str, Any]) -> List[str]:
     for node_file in sorted(Path(collected).glob(f"*/*/{NODE_FILE}")):
         key = f"{node_file.parent.parent.name}/{node_file.parent.name}"
         if key not in plan["nodes"]:
-            raise LineageError(f"{node_file.parent} is not a node of this plan (another configuration, or code "
-                               "changed since it was shipped): ship again from this plan.")
+            raise LineageError(
+                f"{node_file.parent} is not a node of this plan (another configuration, or code "
+                "changed since it was shipped): ship again from this plan."
+            )
         if read_json(node_file)["id"] != plan["nodes"][key]["id"]:
             raise LineageError(f"{node_file} names another node id than its folder.")
         if (results / key).exists():

@@ -42,13 +42,17 @@ def pareto_plot(rows: List[Dict[str, Any]], target: str, path: Path) -> None:
     models = sorted({r["model"] for r in rows if r["target"] == target})
     # A detector's rows carry mAP@.5 where a classifier's carry top-1.
     column = "map50" if any(r.get("map50", "") != "" for r in rows if r["target"] == target) else "top1"
-    points = [(number(r["p50_ms_b1"]), float(r[column]), point_label(r, len(models) > 1))
-              for r in rows if r["target"] == target and r.get(column, "") != "" and r["p50_ms_b1"] != ""]  # simulations: untimed
+    points = [
+        (number(r["p50_ms_b1"]), float(r[column]), point_label(r, len(models) > 1))
+        for r in rows
+        if r["target"] == target and r.get(column, "") != "" and r["p50_ms_b1"] != ""
+    ]  # simulations: untimed
     front = pareto_front(points)
     fig, axis = plt.subplots(figsize=(7, 4.2))
     axis.scatter([p[0] for p in points], [p[1] for p in points], color="#4f81bd", label="engines")
-    axis.scatter([p[0] for p in front], [p[1] for p in front], facecolors="none", edgecolors="#c0504d", s=90,
-                 label="on the front")
+    axis.scatter(
+        [p[0] for p in front], [p[1] for p in front], facecolors="none", edgecolors="#c0504d", s=90, label="on the front"
+    )
     axis.step([p[0] for p in front], [p[1] for p in front], where="post", color="#c0504d", label="Pareto front")
     for latency, accuracy, label in points:
         axis.annotate(label, (latency, accuracy), fontsize=7, xytext=(3, 3), textcoords="offset points")
@@ -95,16 +99,19 @@ def flipped_grid(images, rows: List[Dict[str, str]], class_names: List[str], tit
     lines = -(-len(shown) // columns)
     sheet = Image.new("RGB", (columns * (cell + 8) + 8, lines * (cell + caption + 8) + 24), "white")
     pen = ImageDraw.Draw(sheet)
-    pen.text((6, 4), f"{title}: label: fp32 -> engine (confidence); green = engine right, red = fp32 right "
-                     f"({len(rows)} flipped)"[:160], fill="black")
+    pen.text(
+        (6, 4),
+        f"{title}: label: fp32 -> engine (confidence); green = engine right, red = fp32 right ({len(rows)} flipped)"[:160],
+        fill="black",
+    )
     for position, row in enumerate(shown):
         picture = np.asarray(images[int(row["test_index"])], dtype=np.float32)
         picture = np.repeat(picture, 3, axis=-1) if picture.shape[-1] == 1 else picture
         scaled = Image.fromarray((np.clip(picture, 0, 1) * 255).astype(np.uint8)).resize((cell, cell), Image.NEAREST)
         x, y = 8 + (position % columns) * (cell + 8), 24 + (position // columns) * (cell + caption + 8)
         sheet.paste(scaled, (x, y))
-        name = lambda key: class_names[int(row[key])]
-        confidence = lambda key: f" {float(row[key]):.2f}" if row.get(key) not in (None, "") else ""
+        name = lambda key, row=row: class_names[int(row[key])]
+        confidence = lambda key, row=row: f" {float(row[key]):.2f}" if row.get(key) not in (None, "") else ""
         colour = RIGHT_COLOURS.get(row.get("right", "neither"), "#555555")
         pen.text((x, y + cell + 1), f"{name('label')}: {name('fp32_prediction')}{confidence('fp32_confidence')}", fill=colour)
         pen.text((x, y + cell + 13), f"-> {name('engine_prediction')}{confidence('engine_confidence')}", fill=colour)
@@ -134,10 +141,16 @@ def boxes_grid(split, worst: List[Dict[str, Any]], class_names: List[str], title
         sheet.paste(Image.fromarray((picture * 255).astype(np.uint8)).resize((cell_w, cell_h), Image.NEAREST), (x, y))
         for side in ("truth", "reference", "engine"):
             for box in entry[side]["boxes"]:
-                pen.rectangle([x + box[0] * scale, y + box[1] * scale, x + box[2] * scale - 1, y + box[3] * scale - 1],
-                              outline=BOX_COLOURS[side], width=1 if side == "truth" else 2)
-        pen.text((x, y + cell_h + 1), f"#{entry['test_index']}: +{entry['spurious']} spurious "
-                                      f"({entry['shadow']} shadow), -{entry['lost']} lost", fill="black")
+                pen.rectangle(
+                    [x + box[0] * scale, y + box[1] * scale, x + box[2] * scale - 1, y + box[3] * scale - 1],
+                    outline=BOX_COLOURS[side],
+                    width=1 if side == "truth" else 2,
+                )
+        pen.text(
+            (x, y + cell_h + 1),
+            f"#{entry['test_index']}: +{entry['spurious']} spurious ({entry['shadow']} shadow), -{entry['lost']} lost",
+            fill="black",
+        )
     sheet.save(path)
 
 
@@ -165,7 +178,7 @@ def _cell(value, title: str = "") -> str:
 
 
 def accuracy_change(entry: Dict[str, Any]) -> str:
-    """"top-1 -0.44 [-1.8, +0.9] vs its fp32 twin; +27.1 [..] vs base fp32" and int8_mixed's validation."""
+    """ "top-1 -0.44 [-1.8, +0.9] vs its fp32 twin; +27.1 [..] vs base fp32" and int8_mixed's validation."""
     from precisionflow.budget import interval_text
 
     against = "vs its fp32 twin" if entry.get("vs_base_fp32") else "vs fp32"
@@ -181,8 +194,10 @@ def accuracy_change(entry: Dict[str, Any]) -> str:
 def verdict_table(verdicts: List[Dict[str, Any]]) -> str:
     if not verdicts:
         return "<p class='note'>No budgets to check (no fp32 engine in this report).</p>"
-    head = "<tr><th>verdict</th><th>engine</th><th>target</th><th>ran</th><th>accuracy vs fp32 [95% interval]</th>" \
-           "<th>agreement</th><th>worst class</th><th>speed vs fp32</th><th>what broke it, or what the sample cannot tell</th></tr>"
+    head = (
+        "<tr><th>verdict</th><th>engine</th><th>target</th><th>ran</th><th>accuracy vs fp32 [95% interval]</th>"
+        "<th>agreement</th><th>worst class</th><th>speed vs fp32</th><th>what broke it, or what the sample cannot tell</th></tr>"
+    )
     rows = []
     for entry in verdicts:
         worst = entry["worst_class"]
@@ -193,7 +208,8 @@ def verdict_table(verdicts: List[Dict[str, Any]]) -> str:
             f"<td>{html.escape(entry['target'])}</td><td>{html.escape(entry['ran'])}</td>"
             f"<td>{html.escape(accuracy_change(entry))}</td><td>{entry['agreement']:.4f}</td>"
             f"<td>{html.escape(f'{worst[0]}: {0.0 - worst[1]:+.1f}') if worst else ''}</td><td>{speed}</td>"
-            f"<td>{html.escape('; '.join(entry['breaches'] + entry.get('undecided', [])))}</td></tr>")
+            f"<td>{html.escape('; '.join(entry['breaches'] + entry.get('undecided', [])))}</td></tr>"
+        )
     return f"<table>{head}{''.join(rows)}</table>"
 
 
@@ -204,21 +220,32 @@ def comparison_table(rows: List[Dict[str, Any]], columns: List[str], failed: set
     for row in rows:
         css = "ref" if row["precision"] == "fp32" else "fail" if row["node"] in failed else ""
         shown = dict(row, model=str(row.get("model", "")).rsplit("-", 1)[-1][:8])
-        cells = "".join(_cell(shown[c], row["node"] if c == "precision" else row.get("model", "") if c == "model" else "")
-                        for c in columns)
+        cells = "".join(
+            _cell(shown[c], row["node"] if c == "precision" else row.get("model", "") if c == "model" else "") for c in columns
+        )
         body.append(f"<tr class='{css}'>{cells}</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def html_page(rows: List[Dict[str, Any]], columns: List[str], plots: Dict[str, List[str]], notes: List[str] = (),
-              verdicts: List[Dict[str, Any]] = ()) -> str:
+def html_page(
+    rows: List[Dict[str, Any]],
+    columns: List[str],
+    plots: Dict[str, List[str]],
+    notes: List[str] = (),
+    verdicts: List[Dict[str, Any]] = (),
+) -> str:
     """`plots`: {section title: [image file names]}."""
     failed = {entry["node"].split("/", 1)[-1] for entry in verdicts if entry["breaches"]}
-    sections = [f"<h2>Verdicts</h2>{verdict_table(list(verdicts))}",
-                "<h2>Comparison table</h2>" + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in notes)
-                + comparison_table(rows, columns, failed)]
+    sections = [
+        f"<h2>Verdicts</h2>{verdict_table(list(verdicts))}",
+        "<h2>Comparison table</h2>"
+        + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in notes)
+        + comparison_table(rows, columns, failed),
+    ]
     for title, names in plots.items():
         images = "".join(f'<p><img src="{html.escape(name)}" alt="{html.escape(name)}"></p>' for name in names)
         sections.append(f"<h2>{html.escape(title)}</h2>{images or '<p class=note>none</p>'}")
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>precisionflow report</title>"
-            f"<style>{STYLE}</style></head><body><h1>precisionflow report</h1>{''.join(sections)}{CHECK_SCRIPT}</body></html>\n")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>precisionflow report</title>"
+        f"<style>{STYLE}</style></head><body><h1>precisionflow report</h1>{''.join(sections)}{CHECK_SCRIPT}</body></html>\n"
+    )

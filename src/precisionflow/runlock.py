@@ -76,8 +76,10 @@ def recover(results: Path, workdir: Path) -> List[str]:
     if locks:
         running = live_snakemake_in(Path(workdir))
         if running:
-            raise RunLockedError(f"Snakemake processes {running} are running in {workdir} (started outside "
-                                 "precisionflow): wait for them to finish.")
+            raise RunLockedError(
+                f"Snakemake processes {running} are running in {workdir} (started outside "
+                "precisionflow): wait for them to finish."
+            )
         for lock in locks:
             lock.unlink()
         notes.append("cleared the directory lock of a Snakemake run that died")

@@ -32,8 +32,10 @@ def check_identity(spec: Dict[str, Any], stage_module) -> Dict[str, str]:
     """Refuse to run where the code or a package differs from what the node's id covers."""
     sources = identity.source_hashes(spec["stage"], identity.node_backend(spec["params"]))
     planned = spec.get("identity") or {}
-    found = {"code": identity.code_version(spec["stage"], sources),
-             "packages": identity.package_versions(getattr(stage_module, "PACKAGES", ()))}
+    found = {
+        "code": identity.code_version(spec["stage"], sources),
+        "packages": identity.package_versions(getattr(stage_module, "PACKAGES", ())),
+    }
     for key in ("code", "packages"):
         if key in planned and planned[key] != found[key]:
             raise StageError(
@@ -73,8 +75,13 @@ def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[s
             "code_version": identity.code_version(spec["stage"], sources),
             "versions": package_versions(getattr(stage, "PACKAGES", ())),
             "host": platform.node(),
-            "timings": {"started": started, "finished": time.time(), "seconds": round(time.time() - started, 3),
-                        "peak_rss_mb": peak_rss_mb(), "children_peak_rss_mb": peak_rss_mb(resource.RUSAGE_CHILDREN)},
+            "timings": {
+                "started": started,
+                "finished": time.time(),
+                "seconds": round(time.time() - started, 3),
+                "peak_rss_mb": peak_rss_mb(),
+                "children_peak_rss_mb": peak_rss_mb(resource.RUSAGE_CHILDREN),
+            },
             "summary": summary,
             "files": content_hashes(out),
             "file_stats": file_stats(out),

@@ -19,9 +19,14 @@ from precisionflow import timing
 
 def conditions() -> Dict[str, Any]:
     """When, where and under what load a figure was taken: it travels with every absolute figure."""
-    return {"taken_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(), "cpu_count": os.cpu_count(),
-            "loadavg_1m": round(os.getloadavg()[0], 2), "run": os.environ.get("PRECISIONFLOW_RUN", "outside a workflow run"),
-            "cpu_sample": cpu_sample()}
+    return {
+        "taken_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": platform.node(),
+        "cpu_count": os.cpu_count(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "run": os.environ.get("PRECISIONFLOW_RUN", "outside a workflow run"),
+        "cpu_sample": cpu_sample(),
+    }
 
 
 def cpu_sample() -> Dict[str, float]:
@@ -81,20 +86,28 @@ def measure(load: Callable[[], Any], images: np.ndarray, settings: Dict[str, Any
     engine = engine or load()
     copies = getattr(engine, "has_device_copies", False)
     device_timed = getattr(engine, "device_timed", False)
-    report: Dict[str, Any] = {"batch": {}, "streams": {}, "copies_included": not copies, "conditions": conditions(),
-                              "clock": engine.clock_name() if hasattr(engine, "clock_name") else "host (perf_counter around each call)"}
+    report: Dict[str, Any] = {
+        "batch": {},
+        "streams": {},
+        "copies_included": not copies,
+        "conditions": conditions(),
+        "clock": engine.clock_name() if hasattr(engine, "clock_name") else "host (perf_counter around each call)",
+    }
     if copies:
         report["batch_with_copies"] = {}
     for size in settings["timing_batch_sizes"]:
         batch = timing_batch(images, size)
         report["batch"][str(size)] = timing.repeated_windows(engine.prepare(batch), size, settings, device_timed)
         if copies:
-            report["batch_with_copies"][str(size)] = timing.repeated_windows(engine.prepare(batch, include_copies=True), size, settings)
+            report["batch_with_copies"][str(size)] = timing.repeated_windows(
+                engine.prepare(batch, include_copies=True), size, settings
+            )
     stream_batch = timing_batch(images, settings["stream_batch_size"])
     for count in settings["streams"]:
         runners, sharing = stream_runners(engine, load, stream_batch, count)
         report["streams"][str(count)] = timing.concurrent_streams(
-            runners, settings["stream_batch_size"], settings["warmup_s"], settings["duration_s"])
+            runners, settings["stream_batch_size"], settings["warmup_s"], settings["duration_s"]
+        )
         report["streams"][str(count)]["engines"] = sharing
     report["conditions"] = finished(report["conditions"])
     return report

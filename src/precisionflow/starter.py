@@ -66,13 +66,18 @@ def write_starter(folder: Path) -> int:
     """Write the starter files into a new (or empty) folder; never overwrite anything."""
     folder = folder.expanduser()
     if folder.exists() and any(folder.iterdir()):
-        print(f"precisionflow: error: init: {folder} exists and is not empty; expected a new folder "
-              "(nothing was written). Name another folder.", file=sys.stderr)
+        print(
+            f"precisionflow: error: init: {folder} exists and is not empty; expected a new folder "
+            "(nothing was written). Name another folder.",
+            file=sys.stderr,
+        )
         return 2
     for relative, text in FILES.items():
         path = folder / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text.replace("{folder}", str(folder)))
-    print(f"Wrote a starter configuration to {folder}/ ({', '.join(sorted(FILES))}).\n"
-          f"Try: precisionflow plan --config-dir {folder} experiment=my_first")
+    print(
+        f"Wrote a starter configuration to {folder}/ ({', '.join(sorted(FILES))}).\n"
+        f"Try: precisionflow plan --config-dir {folder} experiment=my_first"
+    )
     return 0

@@ -48,7 +48,7 @@ def mcnemar_exact_p(b: int, c: int) -> float:
     total = b + c
     if total == 0:
         return 1.0
-    tail = sum(math.comb(total, k) for k in range(min(b, c) + 1)) / 2 ** total
+    tail = sum(math.comb(total, k) for k in range(min(b, c) + 1)) / 2**total
     return min(1.0, 2 * tail)
 
 
@@ -101,16 +101,21 @@ def paired_drop(reference_correct: Sequence[bool], engine_correct: Sequence[bool
     reference_correct, engine_correct = np.asarray(reference_correct, bool), np.asarray(engine_correct, bool)
     if reference_correct.shape != engine_correct.shape:
         raise ValueError(f"paired samples need the same images: {reference_correct.shape} vs {engine_correct.shape}")
-    counts = [int(np.sum(reference_correct & engine_correct)), int(np.sum(reference_correct & ~engine_correct)),
-              int(np.sum(~reference_correct & engine_correct)), int(np.sum(~reference_correct & ~engine_correct))]
+    counts = [
+        int(np.sum(reference_correct & engine_correct)),
+        int(np.sum(reference_correct & ~engine_correct)),
+        int(np.sum(~reference_correct & engine_correct)),
+        int(np.sum(~reference_correct & ~engine_correct)),
+    ]
     return drop_from_counts(*counts, confidence=confidence)
 
 
 def drop_from_counts(both: int, b: int, c: int, neither: int, confidence: float = 0.95) -> PairedDrop:
     n = both + b + c + neither
     low, high = newcombe_interval(both, b, c, neither, confidence)
-    return PairedDrop(n, both, b, c, neither, 100.0 * (b - c) / n if n else 0.0, 100.0 * low, 100.0 * high,
-                      mcnemar_exact_p(b, c), confidence)
+    return PairedDrop(
+        n, both, b, c, neither, 100.0 * (b - c) / n if n else 0.0, 100.0 * low, 100.0 * high, mcnemar_exact_p(b, c), confidence
+    )
 
 
 def verdict_at_most(low: float, high: float, limit: float) -> str:
@@ -134,8 +139,7 @@ def images_to_decide_drop(drop: PairedDrop, limit: float) -> Optional[int]:
         return None
 
     def decided(scale: float) -> bool:
-        low, high = newcombe_interval(drop.both * scale, drop.b * scale, drop.c * scale, drop.neither * scale,
-                                      drop.confidence)
+        low, high = newcombe_interval(drop.both * scale, drop.b * scale, drop.c * scale, drop.neither * scale, drop.confidence)
         return verdict_at_most(100 * low, 100 * high, limit) != UNDECIDED
 
     return _smallest_scale(decided, drop.n)

@@ -16,5 +16,8 @@ def device_params(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> 
     """Where engines are built and timed: the target's device (its scheduler resources and timing
     settings are not read here), and the runtime found there."""
     target_def = cfg["target_defs"][target]
-    return {"target": target, "target_def": {"device": target_def["device"], "expect_device": target_def["expect_device"]},
-            "runtime": runtime}
+    return {
+        "target": target,
+        "target_def": {"device": target_def["device"], "expect_device": target_def["expect_device"]},
+        "runtime": runtime,
+    }

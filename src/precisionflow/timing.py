@@ -29,8 +29,13 @@ def warm_up(run_once: Callable[[], object], seconds: float) -> None:
         run_once()
 
 
-def time_runs(run_once: Callable[[], object], warmup_s: float, duration_s: float, min_iterations: int,
-              device_times: Optional[List[float]] = None) -> List[float]:
+def time_runs(
+    run_once: Callable[[], object],
+    warmup_s: float,
+    duration_s: float,
+    min_iterations: int,
+    device_times: Optional[List[float]] = None,
+) -> List[float]:
     """Host seconds per call of run_once, after a warm-up. A device-timed run_once returns the
     seconds the device took: those are appended to `device_times`."""
     warm_up(run_once, warmup_s)
@@ -60,8 +65,9 @@ def summarize(latencies_s: Sequence[float], batch_size: int) -> Dict[str, float]
     return stats
 
 
-def repeated_windows(run_once: Callable[[], object], batch_size: int, settings: Dict,
-                     device_timed: bool = False) -> Dict[str, float]:
+def repeated_windows(
+    run_once: Callable[[], object], batch_size: int, settings: Dict, device_timed: bool = False
+) -> Dict[str, float]:
     """`repeats` timed windows after one warm-up: percentiles over all runs, plus the spread.
 
     cv_percent is the coefficient of variation of the windows' mean latencies; a comparison
@@ -88,7 +94,9 @@ def repeated_windows(run_once: Callable[[], object], batch_size: int, settings: 
     return pooled
 
 
-def concurrent_streams(run_fns: List[Callable[[], object]], batch_size: int, warmup_s: float, duration_s: float) -> Dict[str, float]:
+def concurrent_streams(
+    run_fns: List[Callable[[], object]], batch_size: int, warmup_s: float, duration_s: float
+) -> Dict[str, float]:
     """Aggregate throughput of len(run_fns) streams, each a thread driving its own engine instance.
 
     The backends release the GIL while they compute, so the threads run concurrently -- the
@@ -133,8 +141,13 @@ def concurrent_streams(run_fns: List[Callable[[], object]], batch_size: int, war
     if failures:
         raise failures[0]
     every = sorted(t for stream_latencies in latencies for t in stream_latencies)
-    return {"streams": len(run_fns), "throughput_sps": batch_size * sum(counts) / wall,
-            "p50_ms": 1000 * percentile(every, 50), "p99_ms": 1000 * percentile(every, 99), "iterations": sum(counts)}
+    return {
+        "streams": len(run_fns),
+        "throughput_sps": batch_size * sum(counts) / wall,
+        "p50_ms": 1000 * percentile(every, 50),
+        "p99_ms": 1000 * percentile(every, 99),
+        "iterations": sum(counts),
+    }
 
 
 def window_throughput(run_once: Callable[[], object], batch_size: int, seconds: float) -> float:
@@ -171,6 +184,12 @@ def ratio_stats(numerator: Sequence[float], denominator: Sequence[float]) -> Dic
     ratios = np.asarray(numerator, dtype=float) / np.asarray(denominator, dtype=float)
     cv = float(100 * ratios.std(ddof=1) / ratios.mean()) if len(ratios) > 1 else 0.0
     error = 1.2533 * cv / np.sqrt(len(ratios))
-    return {"median": float(np.median(ratios)), "min": float(ratios.min()), "max": float(ratios.max()),
-            "cv_percent": cv, "median_error_percent": float(error), "noisy": bool(error > NOISY_CV_PERCENT),
-            "rounds": [round(float(r), 4) for r in ratios]}
+    return {
+        "median": float(np.median(ratios)),
+        "min": float(ratios.min()),
+        "max": float(ratios.max()),
+        "cv_percent": cv,
+        "median_error_percent": float(error),
+        "noisy": bool(error > NOISY_CV_PERCENT),
+        "rounds": [round(float(r), 4) for r in ratios],
+    }

@@ -33,8 +33,9 @@ def init_store(uri: str, experiment: str, results_dir: Path) -> str:
         return found.experiment_id
     artifacts = (Path(results_dir).resolve() / "mlartifacts").as_uri() if uri.startswith("sqlite") else None
     # Without this tag MLflow 3's UI opens the experiment as a GenAI project (an empty traces page).
-    return client.create_experiment(experiment, artifact_location=artifacts,
-                                    tags={"mlflow.experimentKind": "custom_model_development"})
+    return client.create_experiment(
+        experiment, artifact_location=artifacts, tags={"mlflow.experimentKind": "custom_model_development"}
+    )
 
 
 def find_run(client, experiment_id: str, tags: Dict[str, str]):
@@ -60,8 +61,9 @@ def resumable_run(client, experiment_id: str, tags: Dict[str, str], name: str, p
     (no COMPLETE_TAG) is deleted and started over, so no metric point is ever logged twice."""
     run, created = get_or_create_run(client, experiment_id, tags, name, parent_id)
     if not created and run.data.tags.get(COMPLETE_TAG) != "1":
-        children = client.search_runs([experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'",
-                                      max_results=1)
+        children = client.search_runs(
+            [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'", max_results=1
+        )
         if children:  # a parent logged before runs were marked complete: deleting it would orphan them
             client.set_tag(run.info.run_id, COMPLETE_TAG, "1")
             return client.get_run(run.info.run_id)
@@ -81,10 +83,14 @@ def git_commit() -> str:
         except PackageNotFoundError:
             return "unknown"
     try:
-        commit = subprocess.check_output(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], text=True,
-                                         stderr=subprocess.DEVNULL).strip()
-        dirty = subprocess.check_output(["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
-                                        text=True, stderr=subprocess.DEVNULL).strip()
+        commit = subprocess.check_output(
+            ["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], text=True, stderr=subprocess.DEVNULL
+        ).strip()
+        dirty = subprocess.check_output(
+            ["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            text=True,
+            stderr=subprocess.DEVNULL,
+        ).strip()
         return commit + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -77,20 +77,35 @@ def fit(keras, model, data_dir: Path, settings: Dict[str, Any], opt, cache: str)
     model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     callbacks = [stop_on_nan(keras), inference_mode_watch(keras, len(train.classes))]
     if settings.get("early_stopping_patience"):
-        callbacks.append(keras.callbacks.EarlyStopping(monitor="val_accuracy", patience=settings["early_stopping_patience"],
-                                                       restore_best_weights=True))
+        callbacks.append(
+            keras.callbacks.EarlyStopping(
+                monitor="val_accuracy", patience=settings["early_stopping_patience"], restore_best_weights=True
+            )
+        )
     started = time.time()
     if cache == "memory":
-        history = model.fit(train.array(), train.labels, validation_data=(val.array(), val.labels), epochs=settings["epochs"],
-                            batch_size=settings["batch_size"], shuffle=True, verbose=2, callbacks=callbacks)
+        history = model.fit(
+            train.array(),
+            train.labels,
+            validation_data=(val.array(), val.labels),
+            epochs=settings["epochs"],
+            batch_size=settings["batch_size"],
+            shuffle=True,
+            verbose=2,
+            callbacks=callbacks,
+        )
     else:
         import tensorflow as tf
 
         from precisionflow.datasets import streaming
 
-        history = model.fit(streaming.dataset(tf, train, settings["batch_size"], True, settings["seed"]),
-                            validation_data=streaming.dataset(tf, val, settings["batch_size"], False, 0),
-                            epochs=settings["epochs"], verbose=2, callbacks=callbacks)
+        history = model.fit(
+            streaming.dataset(tf, train, settings["batch_size"], True, settings["seed"]),
+            validation_data=streaming.dataset(tf, val, settings["batch_size"], False, 0),
+            epochs=settings["epochs"],
+            verbose=2,
+            callbacks=callbacks,
+        )
     return {name: [float(v) for v in values] for name, values in history.history.items()}, time.time() - started
 
 
@@ -101,8 +116,11 @@ def _fit_detector(keras, model, data_dir: Path, settings: Dict[str, Any], opt, c
 
     callbacks = [stop_on_nan(keras)]
     if settings.get("early_stopping_patience"):
-        callbacks.append(keras.callbacks.EarlyStopping(monitor="val_loss", patience=settings["early_stopping_patience"],
-                                                       restore_best_weights=True))
+        callbacks.append(
+            keras.callbacks.EarlyStopping(
+                monitor="val_loss", patience=settings["early_stopping_patience"], restore_best_weights=True
+            )
+        )
     started = time.time()
     history = detection.fit(tf, keras, model, data_dir, settings, opt, cache, callbacks)
     return {name: [float(v) for v in values] for name, values in history.history.items()}, time.time() - started
@@ -176,13 +194,23 @@ def at_chance_message(summary: Dict[str, Any]) -> str:
     classes = summary.get("classes")
     if not classes or summary["val_accuracy"] >= AT_CHANCE_FACTOR / classes:
         return ""
-    return (f"validation top-1 {summary['val_accuracy']:.3f} is at chance ({1 / classes:.3f} for {classes} classes): "
-            "the model learned nothing, and its engines' accuracy and agreement compare noise. Train longer "
-            "(train.epochs), lower train.learning_rate or check the data")
+    return (
+        f"validation top-1 {summary['val_accuracy']:.3f} is at chance ({1 / classes:.3f} for {classes} classes): "
+        "the model learned nothing, and its engines' accuracy and agreement compare noise. Train longer "
+        "(train.epochs), lower train.learning_rate or check the data"
+    )
 
 
-def save_outputs(out: Path, model, history, seconds: float, data_dir: Path, title: str,
-                 task: str = "classification", restored_best: bool = False) -> Dict[str, Any]:
+def save_outputs(
+    out: Path,
+    model,
+    history,
+    seconds: float,
+    data_dir: Path,
+    title: str,
+    task: str = "classification",
+    restored_best: bool = False,
+) -> Dict[str, Any]:
     model.save(out / "model.keras")
     write_json_atomic(out / "history.json", history)
     save_curves(history, out / "curves.png", title)
@@ -194,7 +222,17 @@ def save_outputs(out: Path, model, history, seconds: float, data_dir: Path, titl
     else:
         # val_accuracy is measured on the weights saved (the restored best epoch, not the last one):
         # the at-chance check and every table read the model that is exported.
-        scores = {"test_accuracy": test_accuracy(model, data_dir), "val_accuracy": test_accuracy(model, data_dir, "val"),
-                  "last_epoch_val_accuracy": history["val_accuracy"][-1], "classes": int(model.output_shape[-1])}
-    return {**scores, "kept_epoch": kept_epoch(history, restored_best), "epochs_run": epochs, "train_seconds": round(seconds, 3), "seconds_per_epoch": round(seconds / epochs, 3),
-            "parameters": int(model.count_params())}
+        scores = {
+            "test_accuracy": test_accuracy(model, data_dir),
+            "val_accuracy": test_accuracy(model, data_dir, "val"),
+            "last_epoch_val_accuracy": history["val_accuracy"][-1],
+            "classes": int(model.output_shape[-1]),
+        }
+    return {
+        **scores,
+        "kept_epoch": kept_epoch(history, restored_best),
+        "epochs_run": epochs,
+        "train_seconds": round(seconds, 3),
+        "seconds_per_epoch": round(seconds / epochs, 3),
+        "parameters": int(model.count_params()),
+    }

@@ -17,7 +17,7 @@ def differences(planned: Dict[str, Any], existing: Dict[str, Any]) -> List[str]:
     new, old = dict(flatten(planned["params"], "params")), dict(flatten(existing.get("params", {}), "params"))
     for key in sorted(set(new) | set(old)):
         if new.get(key, "<unset>") != old.get(key, "<unset>"):
-            found.append(f"{key[len('params.'):]}: {old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r}")
+            found.append(f"{key[len('params.') :]}: {old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r}")
     for role in sorted(set(planned["inputs"]) | set(existing.get("inputs", {}))):
         if planned["inputs"].get(role) != existing.get("inputs", {}).get(role):
             found.append(f"upstream {role}: {planned['inputs'].get(role, '<none>')} (new)")

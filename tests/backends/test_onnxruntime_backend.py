@@ -57,7 +57,9 @@ def test_an_fp16_graph_on_the_cpu_provider_is_labelled_as_the_fp32_it_runs(tiny_
     (tmp_path / "fp16").mkdir()
     quantize_onnx.to_fp16(tiny_onnx, tmp_path / "fp16" / "model.onnx", [])
     backend = get_backend("onnxruntime")
-    executed = backend.build(tmp_path / "fp16" / "model.onnx", tmp_path / "fp16", ENGINE, dict(LOCAL, device="cpu"), "fp16")["executed"]
+    executed = backend.build(tmp_path / "fp16" / "model.onnx", tmp_path / "fp16", ENGINE, dict(LOCAL, device="cpu"), "fp16")[
+        "executed"
+    ]
     assert executed["graph_precision"] == "fp16" and executed["executed_precision"] == "fp32"
     assert executed["as_requested"] is False
     assert executed["label"] == "fp16 graph, ran fp32 on CPUExecutionProvider"
@@ -73,8 +75,14 @@ def test_cuda_provider_options_come_from_the_engine_settings():
 
     tuned = {"prefer_nhwc": True, "cuda_graph": True, "cudnn_conv_algo_search": "HEURISTIC", "use_tf32": False}
     assert cuda_provider_options(tuned, stream_pointer=1234) == {
-        "device_id": "0", "prefer_nhwc": "1", "enable_cuda_graph": "1", "cudnn_conv_algo_search": "HEURISTIC",
-        "use_tf32": "0", "has_user_compute_stream": "1", "user_compute_stream": "1234"}
+        "device_id": "0",
+        "prefer_nhwc": "1",
+        "enable_cuda_graph": "1",
+        "cudnn_conv_algo_search": "HEURISTIC",
+        "use_tf32": "0",
+        "has_user_compute_stream": "1",
+        "user_compute_stream": "1234",
+    }
     assert cuda_provider_options(None) == {"device_id": "0"}
     with pytest.raises(ConfigError, match="cudnn_conv_algo_search: expected one of"):
         cuda_provider_options(dict(tuned, cudnn_conv_algo_search="FASTEST"))
@@ -84,8 +92,10 @@ def test_the_table_names_the_cuda_options_an_engine_ran_with():
     from precisionflow.stages.report import engine_options
 
     options = {"use_tf32": "0", "prefer_nhwc": "1", "enable_cuda_graph": "0"}
-    assert engine_options({"cuda_options": options, "cuda_graph_refused": "nodes on CPU"}) == \
-        "no TF32, NHWC, no CUDA graph (nodes on CPU)"
+    assert (
+        engine_options({"cuda_options": options, "cuda_graph_refused": "nodes on CPU"})
+        == "no TF32, NHWC, no CUDA graph (nodes on CPU)"
+    )
     assert engine_options({"cuda_options": dict(options, use_tf32="1", enable_cuda_graph="1")}) == "TF32, NHWC, CUDA graph"
     assert engine_options({"cuda_options": None}) == ""
 

@@ -17,27 +17,78 @@ SOURCE = Path(trt_backend.__file__)
 # Names the backend uses, each present in TensorRT 11.x's Python API (and in 10.x).
 TRT11_API = {
     # module level
-    "Builder", "BuilderFlag", "Logger", "WARNING", "MemoryPoolType", "WORKSPACE", "NetworkDefinitionCreationFlag",
-    "OnnxParser", "ProfilingVerbosity", "DETAILED", "Runtime", "TensorIOMode", "INPUT", "OUTPUT",
-    "LayerInformationFormat", "JSON", "nptype", "__version__",
+    "Builder",
+    "BuilderFlag",
+    "Logger",
+    "WARNING",
+    "MemoryPoolType",
+    "WORKSPACE",
+    "NetworkDefinitionCreationFlag",
+    "OnnxParser",
+    "ProfilingVerbosity",
+    "DETAILED",
+    "Runtime",
+    "TensorIOMode",
+    "INPUT",
+    "OUTPUT",
+    "LayerInformationFormat",
+    "JSON",
+    "nptype",
+    "__version__",
     # builder, network, config, profile, timing cache
-    "create_network", "create_builder_config", "set_memory_pool_limit", "builder_optimization_level",
-    "profiling_verbosity", "set_flag", "clear_flag", "create_optimization_profile", "set_shape",
-    "add_optimization_profile", "create_timing_cache", "set_timing_cache", "get_timing_cache", "combine", "serialize",
-    "build_serialized_network", "parse_from_file", "num_errors", "get_error",
+    "create_network",
+    "create_builder_config",
+    "set_memory_pool_limit",
+    "builder_optimization_level",
+    "profiling_verbosity",
+    "set_flag",
+    "clear_flag",
+    "create_optimization_profile",
+    "set_shape",
+    "add_optimization_profile",
+    "create_timing_cache",
+    "set_timing_cache",
+    "get_timing_cache",
+    "combine",
+    "serialize",
+    "build_serialized_network",
+    "parse_from_file",
+    "num_errors",
+    "get_error",
     # engine, inspector, execution context
-    "deserialize_cuda_engine", "create_engine_inspector", "get_engine_information", "num_io_tensors", "get_tensor_name",
-    "get_tensor_mode", "get_tensor_dtype", "get_tensor_shape", "create_execution_context", "set_input_shape",
-    "set_tensor_address", "execute_async_v3",
+    "deserialize_cuda_engine",
+    "create_engine_inspector",
+    "get_engine_information",
+    "num_io_tensors",
+    "get_tensor_name",
+    "get_tensor_mode",
+    "get_tensor_dtype",
+    "get_tensor_shape",
+    "create_execution_context",
+    "set_input_shape",
+    "set_tensor_address",
+    "execute_async_v3",
 }
 # BuilderFlag members the backend may set (by name, through getattr), each present in 11.x.
 TRT11_BUILDER_FLAGS = {"TF32", "SPARSE_WEIGHTS"}
 NETWORK_FLAGS = {"STRONGLY_TYPED"}  # set on 10.x only; 11.x ignores it (always strongly typed)
 # Removed in TensorRT 11.
 REMOVED_IN_11 = {
-    "FP16", "INT8", "BF16", "FP8", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS",
-    "IInt8Calibrator", "IInt8EntropyCalibrator", "IInt8EntropyCalibrator2", "IInt8MinMaxCalibrator",
-    "IInt8LegacyCalibrator", "int8_calibrator", "platform_has_fast_fp16", "platform_has_fast_int8", "device_memory_size",
+    "FP16",
+    "INT8",
+    "BF16",
+    "FP8",
+    "OBEY_PRECISION_CONSTRAINTS",
+    "PREFER_PRECISION_CONSTRAINTS",
+    "IInt8Calibrator",
+    "IInt8EntropyCalibrator",
+    "IInt8EntropyCalibrator2",
+    "IInt8MinMaxCalibrator",
+    "IInt8LegacyCalibrator",
+    "int8_calibrator",
+    "platform_has_fast_fp16",
+    "platform_has_fast_int8",
+    "device_memory_size",
 }
 
 
@@ -57,8 +108,12 @@ def test_every_tensorrt_module_name_the_backend_uses_is_on_the_11x_list():
         # trt.X and trt.X.Y chains
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "trt":
             used.add(node.attr)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
-                and isinstance(node.value.value, ast.Name) and node.value.value.id == "trt":
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and isinstance(node.value.value, ast.Name)
+            and node.value.value.id == "trt"
+        ):
             used.add(node.attr)
     assert used and used <= TRT11_API, used - TRT11_API
 

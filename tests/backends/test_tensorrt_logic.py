@@ -8,8 +8,17 @@ from precisionflow.backends import get_backend
 from precisionflow.backends import tensorrt_backend as trt_backend
 from precisionflow.errors import ConfigError, EngineMismatchError
 
-ENGINE = {"min_batch": 1, "opt_batch": 32, "max_batch": 64, "min_spatial": [], "opt_spatial": [], "max_spatial": [],
-          "trt_builder_optimization_level": 3, "trt_workspace_mb": 1024, "sparse_weights": False}
+ENGINE = {
+    "min_batch": 1,
+    "opt_batch": 32,
+    "max_batch": 64,
+    "min_spatial": [],
+    "opt_spatial": [],
+    "max_spatial": [],
+    "trt_builder_optimization_level": 3,
+    "trt_workspace_mb": 1024,
+    "sparse_weights": False,
+}
 
 
 def test_profiles_cover_batch_range_and_keep_static_dims():
@@ -66,7 +75,7 @@ def add_timings(path: str, writer: int, builds: int) -> None:
 
     for build in range(builds):
         trt_backend.read_shared(Path(path))
-        trt_backend.merge_shared(Path(path), lambda current: merged(current, f"w{writer}-b{build}"))
+        trt_backend.merge_shared(Path(path), lambda current, build=build: merged(current, f"w{writer}-b{build}"))
 
 
 def test_parallel_builds_lose_no_timing_cache_entries(tmp_path):
@@ -159,13 +168,21 @@ def test_fp16_engine_with_fp32_io_reads_fp16():
     """An fp16 engine keeps fp32 inputs/outputs (reformats, not compute) and is not flagged '(!)'."""
     from precisionflow.backends import executed
 
-    layers = [{"LayerType": "Reformat", "ParameterType": "Reformat", "Inputs": [{"Format/Datatype": "Row major linear FP32"}]},
-              {"LayerType": "CaskConvolution", "ParameterType": "Convolution",
-               "Inputs": [{"Format/Datatype": "Thirty-two wide channel vectorized row major FP16 format"}]},
-              {"LayerType": "CaskGemmConvolution", "ParameterType": "Convolution",
-               "Inputs": [{"Format/Datatype": "Channel major FP16 format where channel % 8 == 0"}]},
-              {"LayerType": "Shuffle", "ParameterType": "Shuffle", "Inputs": [{"Format/Datatype": "Row major linear Int32"}]},
-              {"LayerType": "Reformat", "ParameterType": "Reformat", "Inputs": [{"Format/Datatype": "Row major linear FP16 format"}]}]
+    layers = [
+        {"LayerType": "Reformat", "ParameterType": "Reformat", "Inputs": [{"Format/Datatype": "Row major linear FP32"}]},
+        {
+            "LayerType": "CaskConvolution",
+            "ParameterType": "Convolution",
+            "Inputs": [{"Format/Datatype": "Thirty-two wide channel vectorized row major FP16 format"}],
+        },
+        {
+            "LayerType": "CaskGemmConvolution",
+            "ParameterType": "Convolution",
+            "Inputs": [{"Format/Datatype": "Channel major FP16 format where channel % 8 == 0"}],
+        },
+        {"LayerType": "Shuffle", "ParameterType": "Shuffle", "Inputs": [{"Format/Datatype": "Row major linear Int32"}]},
+        {"LayerType": "Reformat", "ParameterType": "Reformat", "Inputs": [{"Format/Datatype": "Row major linear FP16 format"}]},
+    ]
     counts = executed.trt_layer_types({"Layers": layers})
     assert counts == {"fp16": 2}  # the shape tensor (Int32) and the I/O reformats are not counted
     assert executed.label("fp16", counts, "TensorRT")["as_requested"]
@@ -176,21 +193,27 @@ def test_tensorrt_11_data_type_field_is_read():
     NVIDIA's 10.x-to-11.x IEngineInspector migration guide; no real 11.x engine JSON was found)."""
     from precisionflow.backends import executed
 
-    layer = {"LayerType": "CaskConvolution", "ParameterType": "Convolution",
-             "Inputs": [{"Name": "x", "DataType": "Half", "Format": "Row major linear FP32 format (kLINEAR)"}]}
+    layer = {
+        "LayerType": "CaskConvolution",
+        "ParameterType": "Convolution",
+        "Inputs": [{"Name": "x", "DataType": "Half", "Format": "Row major linear FP32 format (kLINEAR)"}],
+    }
     assert executed.trt_layer_types({"Layers": [layer]}) == {"fp16": 1}  # DataType wins over the format's words
     layer["Inputs"][0]["DataType"] = "Int8"
     assert executed.trt_layer_types({"Layers": [layer]}) == {"int8": 1}
 
 
-@pytest.mark.parametrize("precision, version, allow, network, builder", [
-    ("int8", "10.14.1", True, [], {"TF32": True, "INT8": True, "FP16": True}),  # trtexec --int8 --fp16, asked for
-    ("int8_qat", "10.14.1", True, [], {"TF32": True, "INT8": True, "FP16": True}),
-    ("int8_mixed", "10.14.1", True, ["STRONGLY_TYPED"], {"TF32": True}),  # never: its float ops were chosen in fp32
-    ("int8", "10.14.1", False, ["STRONGLY_TYPED"], {"TF32": True}),
-    ("int8", "11.4.0", True, [], {"TF32": True}),  # 11.x: always strongly typed, no fp16 fallback
-    ("fp16", "10.14.1", True, ["STRONGLY_TYPED"], {"TF32": True}),
-])
+@pytest.mark.parametrize(
+    "precision, version, allow, network, builder",
+    [
+        ("int8", "10.14.1", True, [], {"TF32": True, "INT8": True, "FP16": True}),  # trtexec --int8 --fp16, asked for
+        ("int8_qat", "10.14.1", True, [], {"TF32": True, "INT8": True, "FP16": True}),
+        ("int8_mixed", "10.14.1", True, ["STRONGLY_TYPED"], {"TF32": True}),  # never: its float ops were chosen in fp32
+        ("int8", "10.14.1", False, ["STRONGLY_TYPED"], {"TF32": True}),
+        ("int8", "11.4.0", True, [], {"TF32": True}),  # 11.x: always strongly typed, no fp16 fallback
+        ("fp16", "10.14.1", True, ["STRONGLY_TYPED"], {"TF32": True}),
+    ],
+)
 def test_weak_typing_only_when_asked_on_10_and_never_for_int8_mixed(precision, version, allow, network, builder):
     params = dict(ENGINE, trt_int8_fp16=allow)
     assert trt_backend.network_flag_names(version, precision, params) == network
@@ -246,14 +269,18 @@ def test_cuda_failures_are_cuda_errors_not_engine_mismatches():
     assert not isinstance(caught.value, EngineMismatchError)
 
 
-@pytest.mark.parametrize("environ, chosen", [
-    ({}, "0"),
-    ({"CUDA_VISIBLE_DEVICES": "3"}, "3"),
-    ({"CUDA_VISIBLE_DEVICES": "2,5"}, "2"),
-    ({"CUDA_VISIBLE_DEVICES": "GPU-8b1c2d3e-aaaa-bbbb-cccc-0123456789ab"}, "GPU-8b1c2d3e-aaaa-bbbb-cccc-0123456789ab"),
-    ({"CUDA_VISIBLE_DEVICES": ""}, None), ({"CUDA_VISIBLE_DEVICES": "-1"}, None),
-    ({"SLURM_JOB_GPUS": "6,7"}, "6"),  # SLURM without CUDA_VISIBLE_DEVICES
-])
+@pytest.mark.parametrize(
+    "environ, chosen",
+    [
+        ({}, "0"),
+        ({"CUDA_VISIBLE_DEVICES": "3"}, "3"),
+        ({"CUDA_VISIBLE_DEVICES": "2,5"}, "2"),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-8b1c2d3e-aaaa-bbbb-cccc-0123456789ab"}, "GPU-8b1c2d3e-aaaa-bbbb-cccc-0123456789ab"),
+        ({"CUDA_VISIBLE_DEVICES": ""}, None),
+        ({"CUDA_VISIBLE_DEVICES": "-1"}, None),
+        ({"SLURM_JOB_GPUS": "6,7"}, "6"),  # SLURM without CUDA_VISIBLE_DEVICES
+    ],
+)
 def test_the_gpu_asked_about_is_the_one_the_job_was_given(environ, chosen):
     from precisionflow.backends import devices
 

@@ -41,9 +41,7 @@ def test_sweep_needs_multirun():
 
 def test_sweep_expands_cartesian_product_in_order():
     points = compose.expand(["train.epochs=2,4", "train.seed=0,1,2"], multirun=True)
-    assert [(p["train"]["epochs"], p["train"]["seed"]) for p in points] == [
-        (2, 0), (2, 1), (2, 2), (4, 0), (4, 1), (4, 2)
-    ]
+    assert [(p["train"]["epochs"], p["train"]["seed"]) for p in points] == [(2, 0), (2, 1), (2, 2), (4, 0), (4, 1), (4, 2)]
 
 
 def test_list_values_and_sweeps_of_lists():

@@ -11,8 +11,15 @@ from precisionflow.datasets.store import Split
 from precisionflow.errors import DataError
 from precisionflow.runner import run_node
 
-PARAMS = {"name": "image_folder", "image_size": [12, 12], "channels": 3, "val_fraction": 0.2, "test_fraction": 0.2,
-          "seed": 0, "max_samples": None}
+PARAMS = {
+    "name": "image_folder",
+    "image_size": [12, 12],
+    "channels": 3,
+    "val_fraction": 0.2,
+    "test_fraction": 0.2,
+    "seed": 0,
+    "max_samples": None,
+}
 
 
 def make_folder(root, classes=("cat", "dog"), per_class=10, size=(16, 20), mode="RGB"):
@@ -28,8 +35,17 @@ def make_folder(root, classes=("cat", "dog"), per_class=10, size=(16, 20), mode=
 def prepare(tmp_path, root, **overrides):
     """Run the prepare_dataset stage through the runner, as Snakemake would."""
     results = tmp_path / "results"
-    plan = {"results_dir": str(results), "nodes": {"prepare_dataset/data-1": {
-        "stage": "prepare_dataset", "id": "data-1", "params": dict(PARAMS, path=str(root), **overrides), "inputs": {}}}}
+    plan = {
+        "results_dir": str(results),
+        "nodes": {
+            "prepare_dataset/data-1": {
+                "stage": "prepare_dataset",
+                "id": "data-1",
+                "params": dict(PARAMS, path=str(root), **overrides),
+                "inputs": {},
+            }
+        },
+    }
     return run_node(plan, "prepare_dataset/data-1"), results / "prepare_dataset" / "data-1"
 
 
@@ -101,8 +117,10 @@ def _break_no_classes(root):
     return "expected one sub-folder per class", root
 
 
-@pytest.mark.parametrize("breaker", [_break_empty_class, _break_non_image, _break_unreadable, _break_single_class,
-                                     _break_missing_in_split, _break_no_classes])
+@pytest.mark.parametrize(
+    "breaker",
+    [_break_empty_class, _break_non_image, _break_unreadable, _break_single_class, _break_missing_in_split, _break_no_classes],
+)
 def test_bad_folders_fail_before_training_and_leave_no_output(tmp_path, breaker):
     expected, where = breaker(tmp_path / "images")
     with pytest.raises(DataError) as caught:

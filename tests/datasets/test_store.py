@@ -11,13 +11,14 @@ from precisionflow.datasets import store
 from precisionflow.datasets.store import Split, SplitWriter, write_arrays
 from precisionflow.errors import DataError
 from precisionflow.stages import prepare_dataset
-from tests.datasets.test_image_folder import PARAMS, make_folder, prepare
+from tests.datasets.test_image_folder import make_folder, prepare
 
 
 def numbered_pixels(count, shape=(3, 4)):
     """Image i holds i % 256 in channel 0 and i // 256 in channel 1: which image came back is visible."""
-    return np.stack([np.stack([np.full(shape, i % 256), np.full(shape, i // 256)], -1).astype(np.uint8)
-                     for i in range(count)]), np.arange(count) % 7
+    return np.stack(
+        [np.stack([np.full(shape, i % 256), np.full(shape, i // 256)], -1).astype(np.uint8) for i in range(count)]
+    ), np.arange(count) % 7
 
 
 def index_of(images):
@@ -55,15 +56,18 @@ def test_pixels_to_float_is_the_arithmetic_of_the_float_arrays_before(tmp_path):
     _, node = prepare(tmp_path, root)
     train = Split(node, "train")
     files = sorted((root / "cat").glob("*.png")) + sorted((root / "dog").glob("*.png"))
-    before = {f.name + f.parent.name: np.asarray(Image.open(f).convert("RGB").resize((12, 12)), dtype=np.float32) / 255.0
-              for f in files}
+    before = {
+        f.name + f.parent.name: np.asarray(Image.open(f).convert("RGB").resize((12, 12)), dtype=np.float32) / 255.0 for f in files
+    }
     after = train.array()
     assert any(np.array_equal(after[0], image) for image in before.values())
     digits = prepare_dataset.digits_source()
     from sklearn.datasets import load_digits
 
-    assert np.array_equal(digits.pixels(list(range(10))).astype(np.float32) / np.float32(16),
-                          (load_digits().images[:10].astype(np.float32) / 16.0)[..., None])
+    assert np.array_equal(
+        digits.pixels(list(range(10))).astype(np.float32) / np.float32(16),
+        (load_digits().images[:10].astype(np.float32) / 16.0)[..., None],
+    )
 
 
 def test_the_digits_split_is_the_one_made_before_from_the_arrays(tmp_path):
@@ -164,7 +168,7 @@ def test_the_training_stream_is_a_new_permutation_every_epoch(node):
         epochs.append(order)
     assert not np.array_equal(epochs[0], epochs[1]) and not np.array_equal(epochs[0], np.arange(600))
     ordered = streaming.dataset(tf, split, 64, shuffle=False, seed=0)
-    assert np.array_equal(np.concatenate([l.numpy() for _, l in ordered]), split.labels)
+    assert np.array_equal(np.concatenate([labels.numpy() for _, labels in ordered]), split.labels)
 
 
 def test_max_samples_of_all_the_images_or_more_keeps_them_all():

@@ -17,19 +17,29 @@ from precisionflow.runner import run_node
 
 def prepare(tmp_path, params):
     results = tmp_path / "results"
-    plan = {"results_dir": str(results), "nodes": {"prepare_dataset/d": {
-        "stage": "prepare_dataset", "id": "d", "params": params, "inputs": {}}}}
+    plan = {
+        "results_dir": str(results),
+        "nodes": {"prepare_dataset/d": {"stage": "prepare_dataset", "id": "d", "params": params, "inputs": {}}},
+    }
     return run_node(plan, "prepare_dataset/d"), results / "prepare_dataset" / "d"
 
 
-SHADOW_CARS = {"name": "shadow_cars", "num_images": 40, "image_size": [64, 64], "val_fraction": 0.15,
-               "test_fraction": 0.25, "seed": 3}
+SHADOW_CARS = {
+    "name": "shadow_cars",
+    "num_images": 40,
+    "image_size": [64, 64],
+    "val_fraction": 0.15,
+    "test_fraction": 0.25,
+    "seed": 3,
+}
 
 
 def test_shadow_cars_node_holds_scenes_boxes_and_shadows(tmp_path):
     record, node = prepare(tmp_path, SHADOW_CARS)
     meta = json.loads((node / "meta.json").read_text())
-    assert meta["task"] == "detection" and meta["classes"] == ["car", "van"] and meta["sizes"] == {"train": 24, "val": 6, "test": 10}
+    assert (
+        meta["task"] == "detection" and meta["classes"] == ["car", "van"] and meta["sizes"] == {"train": 24, "val": 6, "test": 10}
+    )
     test = Split(node, "test")
     assert test.labels is None and not (node / "y_test.npy").exists()
     objects = load_objects(node, "test", len(test))
@@ -50,9 +60,16 @@ def write_coco(root, scenes=6, size=80):
         for index, (pixels, objects) in enumerate(shadow_cars.generate({"train": 1, "val": 2, "test": 3}[split], scenes, size)):
             Image.fromarray(pixels).save(folder / f"{index}.png")
             images.append({"id": 100 + index, "file_name": f"{index}.png", "width": size, "height": size})
-            for box, label in zip(objects["boxes"], objects["classes"]):
-                notes.append({"id": len(notes) + 1, "image_id": 100 + index, "category_id": 7 + label, "iscrowd": 0,
-                              "bbox": [box[0], box[1], box[2] - box[0], box[3] - box[1]]})
+            for box, label in zip(objects["boxes"], objects["classes"], strict=True):
+                notes.append(
+                    {
+                        "id": len(notes) + 1,
+                        "image_id": 100 + index,
+                        "category_id": 7 + label,
+                        "iscrowd": 0,
+                        "bbox": [box[0], box[1], box[2] - box[0], box[3] - box[1]],
+                    }
+                )
         categories = [{"id": 7, "name": "car"}, {"id": 8, "name": "van"}]
         (folder / "annotations.json").write_text(json.dumps({"images": images, "annotations": notes, "categories": categories}))
     return root
@@ -75,24 +92,35 @@ def test_a_coco_folder_with_a_missing_image_fails_at_planning(tmp_path):
 
     root = write_coco(tmp_path / "coco")
     (root / "val" / "2.png").unlink()
-    [cfg] = expand(["task=detection", "dataset=coco_folder", f"dataset.path={root}", "model=center_net",
-                    "precisions=[fp32]", "calibration.num_samples=4"])
+    [cfg] = expand(
+        [
+            "task=detection",
+            "dataset=coco_folder",
+            f"dataset.path={root}",
+            "model=center_net",
+            "precisions=[fp32]",
+            "calibration.num_samples=4",
+        ]
+    )
     with pytest.raises(DataError, match="1 image.s. named in annotations.json are missing, e.g. 2.png"):
         build_plan([cfg], str(tmp_path / "results"))
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["dataset=shadow_cars"], "is a detection data set but task=classification"),
-    (["task=detection"], "task=detection needs a detection data set"),
-    (["task=detection", "dataset=shadow_cars"], "task=detection needs a detector"),
-    (["experiment=detection", "precisions=[fp32,int8,int8_mixed]"], "drop int8_mixed for task=detection"),
-    (["experiment=detection", "prune=channel", "finetune.mode=fp32"], "pruning a detector is not supported"),
-    (["model=center_net"], "model=center_net is a detector"),
-    (["experiment=detection", "dataset.num_images=5"], "at least 20 scenes"),
-    (["dataset.num_images=100"], "dataset.num_images is set, but dataset.name=digits does not read it"),
-    (["experiment=detection", "task=detectoin"], "Did you mean 'detection'"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["dataset=shadow_cars"], "is a detection data set but task=classification"),
+        (["task=detection"], "task=detection needs a detection data set"),
+        (["task=detection", "dataset=shadow_cars"], "task=detection needs a detector"),
+        (["experiment=detection", "precisions=[fp32,int8,int8_mixed]"], "drop int8_mixed for task=detection"),
+        (["experiment=detection", "prune=channel", "finetune.mode=fp32"], "pruning a detector is not supported"),
+        (["model=center_net"], "model=center_net is a detector"),
+        (["experiment=detection", "dataset.num_images=5"], "at least 20 scenes"),
+        (["dataset.num_images=100"], "dataset.num_images is set, but dataset.name=digits does not read it"),
+        (["experiment=detection", "task=detectoin"], "Did you mean 'detection'"),
+    ],
+)
 def test_task_mismatches_are_refused_when_composing(overrides, message):
     with pytest.raises(ConfigError, match=message):
         expand(overrides)

@@ -13,10 +13,20 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["experiment=detection", "dataset.num_images=400", "train.epochs=12", "finetune.epochs=1",
-         "calibration.num_samples=64", "evaluate.duration_s=0.05", "evaluate.warmup_s=0.01",
-         "evaluate.timing_batch_sizes=[1,8]", "evaluate.repeats=2", "evaluate.streams=[2]", "evaluate.ratio_rounds=3",
-         "evaluate.ratio_window_s=0.03"]
+SMALL = [
+    "experiment=detection",
+    "dataset.num_images=400",
+    "train.epochs=12",
+    "finetune.epochs=1",
+    "calibration.num_samples=64",
+    "evaluate.duration_s=0.05",
+    "evaluate.warmup_s=0.01",
+    "evaluate.timing_batch_sizes=[1,8]",
+    "evaluate.repeats=2",
+    "evaluate.streams=[2]",
+    "evaluate.ratio_rounds=3",
+    "evaluate.ratio_window_s=0.03",
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +74,8 @@ def test_verdicts_report_and_mlflow_speak_detection(detection_run):
     report = Path(re.search(r"^Summary table:\s+(\S+)/summary.csv$", output, re.MULTILINE).group(1))
     page = (report / "report.html").read_text()
     assert "Spurious and lost boxes" in page or not any(
-        json.loads((f / "worst_boxes.json").read_text()) for f in results.glob("evaluate_engine/*"))
+        json.loads((f / "worst_boxes.json").read_text()) for f in results.glob("evaluate_engine/*")
+    )
     assert "map50" in page and "Per-class change against fp32" in page
     import mlflow
 

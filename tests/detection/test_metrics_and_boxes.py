@@ -49,31 +49,41 @@ def test_nothing_detected_is_ap_zero():
 def test_spurious_lost_and_shadow_boxes_against_fp32():
     objects = truth((0, 0, 10, 10, 0), (30, 30, 40, 40, 0), shadows=[(10, 0, 20, 10)])
     reference = found((0, 0, 10, 10, 0.9, 0), (30, 30, 40, 40, 0.8, 0), (50, 50, 60, 60, 0.7, 1))
-    engine = found((0, 0, 10, 10, 0.9, 0),        # the first car, as fp32
-                   (11, 1, 19, 9, 0.6, 0),         # a box on the first car's shadow: spurious, on a shadow
-                   (50, 50, 60, 60, 0.5, 1),       # fp32's own false box: not new, not spurious
-                   (0, 50, 8, 58, 0.4, 1))         # a new box on nothing: spurious
+    engine = found(
+        (0, 0, 10, 10, 0.9, 0),  # the first car, as fp32
+        (11, 1, 19, 9, 0.6, 0),  # a box on the first car's shadow: spurious, on a shadow
+        (50, 50, 60, 60, 0.5, 1),  # fp32's own false box: not new, not spurious
+        (0, 50, 8, 58, 0.4, 1),
+    )  # a new box on nothing: spurious
     row = metrics.image_changes(engine, reference, objects, 0.5)
     # the second car: fp32 found it, the engine did not -> lost
     assert row == {"spurious": 2, "lost": 1, "shadow": 1, "reference_boxes": 3, "matched_reference": 2, "engine_boxes": 4}
     total = metrics.summary([row, metrics.image_changes(found(), found(), truth(), 0.5)])
-    assert total["spurious_per_100"] == 100.0 and total["shadow_per_100"] == 50.0 and total["box_agreement"] == pytest.approx(2 / 3, abs=1e-4)
+    assert (
+        total["spurious_per_100"] == 100.0
+        and total["shadow_per_100"] == 50.0
+        and total["box_agreement"] == pytest.approx(2 / 3, abs=1e-4)
+    )
 
 
 def test_with_a_shadow_mask_a_box_is_on_a_shadow_when_half_its_pixels_are():
     mask = np.zeros((64, 64), bool)
     mask[10:20, 30:50] = True  # a shadow blob
     objects = {**truth((0, 0, 10, 10, 0)), "shadow_mask": mask}
-    engine = found((30, 10, 50, 20, 0.9, 0),   # exactly on the shadow
-                   (25, 10, 45, 20, 0.8, 1),   # 15 of 20 columns on it: 75%
-                   (40, 15, 60, 35, 0.7, 0))   # 10 x 5 of 20 x 20 pixels: 12.5%, not on a shadow
+    engine = found(
+        (30, 10, 50, 20, 0.9, 0),  # exactly on the shadow
+        (25, 10, 45, 20, 0.8, 1),  # 15 of 20 columns on it: 75%
+        (40, 15, 60, 35, 0.7, 0),
+    )  # 10 x 5 of 20 x 20 pixels: 12.5%, not on a shadow
     row = metrics.image_changes(engine, found(), objects, 0.5)
     assert row["spurious"] == 3 and row["shadow"] == 2
 
 
 def test_a_duplicate_box_on_one_object_is_spurious():
     objects = truth((0, 0, 10, 10, 0))
-    row = metrics.image_changes(found((0, 0, 10, 10, 0.9, 0), (0.5, 0, 10.5, 10, 0.8, 0)), found((0, 0, 10, 10, 0.9, 0)), objects, 0.5)
+    row = metrics.image_changes(
+        found((0, 0, 10, 10, 0.9, 0), (0.5, 0, 10.5, 10, 0.8, 0)), found((0, 0, 10, 10, 0.9, 0)), objects, 0.5
+    )
     assert row["spurious"] == 1 and row["lost"] == 0
 
 
@@ -84,8 +94,8 @@ def test_score_threshold_applies_to_both_sides():
 
 def test_decode_finds_the_peak_its_box_and_suppresses_neighbours():
     output = np.full((16, 16, 2 + 4), -10.0, np.float32)
-    output[5, 7, 0] = 3.0        # a car centred in cell (x 7, y 5)
-    output[5, 8, 0] = 2.0        # a weaker neighbour: not a 3x3 maximum
+    output[5, 7, 0] = 3.0  # a car centred in cell (x 7, y 5)
+    output[5, 8, 0] = 2.0  # a weaker neighbour: not a 3x3 maximum
     output[5, 7, 2:] = [4.0, 2.0, 0.5, 0.25]  # 16 x 8 px, centre at (7.5, 5.25) cells
     [detections] = boxes.decode(output[None], 2, {"min_score": 0.05, "top_k": 10, "nms_iou": 0.5})
     assert len(detections) == 1 and detections.classes[0] == 0
@@ -99,6 +109,7 @@ def test_non_finite_outputs_decode_without_crashing():
 
 
 def test_nms_keeps_the_best_of_overlapping_boxes_per_class_only():
-    keep = boxes.class_nms(np.asarray([[0, 0, 10, 10], [1, 0, 11, 10], [1, 0, 11, 10.0]]), np.asarray([0.9, 0.8, 0.7]),
-                           np.asarray([0, 0, 1]), 0.5)
+    keep = boxes.class_nms(
+        np.asarray([[0, 0, 10, 10], [1, 0, 11, 10], [1, 0, 11, 10.0]]), np.asarray([0.9, 0.8, 0.7]), np.asarray([0, 0, 1]), 0.5
+    )
     assert list(keep) == [0, 2]

@@ -43,12 +43,15 @@ def test_cache_of_another_model_is_refused(tmp_path):
     assert f"delete {tmp_path} and run precisionflow run again" in message
 
 
-@pytest.mark.parametrize("lineage, algorithm", [
-    ({"source": "ptq", "method": "entropy"}, "EntropyCalibration2"),
-    ({"source": "ptq", "method": "minmax"}, "MinMaxCalibration"),
-    ({"source": "ptq", "method": "percentile"}, "LegacyCalibration"),
-    ({"source": "qat", "method": "minmax"}, "MinMaxCalibration"),  # QAT's learned ranges, used as they are
-])
+@pytest.mark.parametrize(
+    "lineage, algorithm",
+    [
+        ({"source": "ptq", "method": "entropy"}, "EntropyCalibration2"),
+        ({"source": "ptq", "method": "minmax"}, "MinMaxCalibration"),
+        ({"source": "ptq", "method": "percentile"}, "LegacyCalibration"),
+        ({"source": "qat", "method": "minmax"}, "MinMaxCalibration"),  # QAT's learned ranges, used as they are
+    ],
+)
 def test_trt_cache_header_names_the_method_that_made_the_ranges(tmp_path, lineage, algorithm):
     cache.write_cache(tmp_path, RANGES, {"graph_sha256": "abc", **lineage})
     header, _ = cache.parse_trt_text(cache.write_trt_cache(tmp_path, tmp_path / "x.cache", "10.14.1").read_text())

@@ -1,6 +1,5 @@
 """One calibration, two placements: int8 graphs for the runtime that runs them (quant/qdq.py)."""
 
-import numpy as np
 import onnx
 import pytest
 
@@ -13,13 +12,14 @@ ORT_CPU = {"backend": "onnxruntime", "optimization_level": "all", "intra_op_thre
 
 def engine_ops(graph_dir, out_dir):
     """Op types of the optimised graph ONNX Runtime's CPU provider really runs (the engine file)."""
-    description = get_backend("onnxruntime").build(graph_dir / "model.onnx", out_dir, ORT_CPU, {"device": "cpu", "expect_device": ""},
-                                                   "int8")
+    description = get_backend("onnxruntime").build(
+        graph_dir / "model.onnx", out_dir, ORT_CPU, {"device": "cpu", "expect_device": ""}, "int8"
+    )
     ops = [node.op_type for node in onnx.load(str(out_dir / description["engine_file"])).graph.node]
     return ops, description["executed"]
 
 
-def test_the_cpu_placement_runs_integer_convolutions_and_the_tensorrt_one_stays_legal(tmp_path, export_dir, data_dir):
+def test_the_cpu_placement_runs_integer_convolutions_and_the_tensorrt_one_stays_legal(tmp_path, export_dir, data_dir):  # noqa: F811 -- fixtures
     calibration = _calibrate(tmp_path, export_dir, data_dir)
     cpu_graph, cpu = _quantize(tmp_path, export_dir, data_dir, calibration, placement="onnxruntime_cpu")
     trt_graph, trt = _quantize(tmp_path, export_dir, data_dir, calibration, placement="tensorrt")
@@ -48,8 +48,10 @@ def test_relu_outputs_quantize_from_zero_so_the_fused_relu_stays_exact():
     assert adjusted["relu"] == (0.0, 5.7) and adjusted["conv"] == (-1.0, 2.0)
 
 
-@pytest.mark.parametrize("backend, on_gpu, placement", [
-    ("onnxruntime", False, "onnxruntime_cpu"), ("onnxruntime", True, "tensorrt"), ("tensorrt", True, "tensorrt")])
+@pytest.mark.parametrize(
+    "backend, on_gpu, placement",
+    [("onnxruntime", False, "onnxruntime_cpu"), ("onnxruntime", True, "tensorrt"), ("tensorrt", True, "tensorrt")],
+)
 def test_placement_follows_the_runtime_of_the_target(backend, on_gpu, placement):
     assert qdq.placement_for(backend, on_gpu) == placement
 
@@ -65,9 +67,14 @@ def test_a_sweep_over_a_cpu_and_a_tensorrt_target_plans_two_int8_graphs_over_one
     graphs = {key: node for key, node in nodes.items() if key.startswith("quantize_onnx/int8")}
     assert Counter(node["params"]["int8"]["placement"] for node in graphs.values()) == {"onnxruntime_cpu": 1, "tensorrt": 1}
     assert len({node["inputs"]["calibration"] for node in graphs.values()}) == 1
-    engines = {node["params"]["target"]: nodes[node["inputs"]["graph"]]["params"]["int8"]["placement"]
-               for key, node in nodes.items() if key.startswith("build_engine/int8") and node["params"]["target"] == "h200"}
+    engines = {
+        node["params"]["target"]: nodes[node["inputs"]["graph"]]["params"]["int8"]["placement"]
+        for key, node in nodes.items()
+        if key.startswith("build_engine/int8") and node["params"]["target"] == "h200"
+    }
     assert engines == {"h200": "tensorrt"}
     # the CPU target's int8 engine runs the CPU placement, and its TensorRT-placed twin is a simulation row
-    local = [node for key, node in nodes.items() if key.startswith("evaluate_engine/int8") and node["params"]["target"] == "local"]
+    local = [
+        node for key, node in nodes.items() if key.startswith("evaluate_engine/int8") and node["params"]["target"] == "local"
+    ]
     assert sorted(node["params"].get("simulates", "") for node in local) == ["", "tensorrt"]

@@ -10,8 +10,15 @@ from precisionflow.quant import cache, qdq
 from precisionflow.stages import calibrate, quantize_onnx
 from tests.conftest import make_tiny_cnn
 
-CALIBRATION = {"source": "ptq", "method": "entropy", "percentile": 99.99, "num_samples": 40, "batch_size": 8, "split": "train",
-               "tensorrt_version": "10.14.1"}
+CALIBRATION = {
+    "source": "ptq",
+    "method": "entropy",
+    "percentile": 99.99,
+    "num_samples": 40,
+    "batch_size": 8,
+    "split": "train",
+    "tensorrt_version": "10.14.1",
+}
 INT8 = {"exclude_nodes": [], "keep_output_layer": True, "mixed_keep_fp": 1, "report_samples": 20, "report_split": "val"}
 
 
@@ -20,8 +27,14 @@ def data_dir(tmp_path):
     rng = np.random.default_rng(0)
     folder = tmp_path / "data"
     folder.mkdir()
-    write_arrays(folder, {split: (rng.integers(0, 256, (60, 8, 8, 1), dtype=np.uint8), rng.integers(0, 4, 60))
-                          for split in ("train", "val", "test")}, "abcd")
+    write_arrays(
+        folder,
+        {
+            split: (rng.integers(0, 256, (60, 8, 8, 1), dtype=np.uint8), rng.integers(0, 4, 60))
+            for split in ("train", "val", "test")
+        },
+        "abcd",
+    )
     return folder
 
 
@@ -145,9 +158,16 @@ def test_checker_rejects_asymmetric_uint8_graphs(tmp_path, export_dir, data_dir)
 
     images = Split(data_dir, "train").array()
     target = tmp_path / "asym.onnx"
-    quantize_static(str(export_dir / "model.onnx"), str(target), array_reader("image", images, 10),
-                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                    per_channel=False, calibrate_method=CalibrationMethod.MinMax)
+    quantize_static(
+        str(export_dir / "model.onnx"),
+        str(target),
+        array_reader("image", images, 10),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        per_channel=False,
+        calibrate_method=CalibrationMethod.MinMax,
+    )
     problems = qdq.check_qdq(onnx.load(str(target)))
     text = " ".join(problems)
     assert "expected int8" in text
@@ -159,12 +179,19 @@ def test_checker_rejects_asymmetric_uint8_graphs(tmp_path, export_dir, data_dir)
 def test_residual_add_is_quantizable_but_bias_add_is_not(tmp_path):
     from onnx import TensorProto, helper, numpy_helper
 
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r1"), helper.make_node("Relu", ["x"], ["b"], name="r2"),
-             helper.make_node("Add", ["a", "b"], ["res"], name="residual"),
-             helper.make_node("Add", ["res", "bias"], ["y"], name="bias_add")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-                              [numpy_helper.from_array(np.ones(4, np.float32), "bias")])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="r1"),
+        helper.make_node("Relu", ["x"], ["b"], name="r2"),
+        helper.make_node("Add", ["a", "b"], ["res"], name="residual"),
+        helper.make_node("Add", ["res", "bias"], ["y"], name="bias_add"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.ones(4, np.float32), "bias")],
+    )
     model = helper.make_model(graph)
     assert qdq.quantizable_nodes(model, keep_output_layer=False) == ["residual"]
 

@@ -14,8 +14,14 @@ from precisionflow.stages import compare_speed
 
 ENGINE = {"backend": "onnxruntime", "optimization_level": "all", "intra_op_threads": 1}
 LOCAL = {"device": "auto", "expect_device": "", "resources": {}}
-SETTINGS = {"timing_batch_sizes": [1, 4], "stream_batch_size": 2, "streams": [], "warmup_s": 0.01,
-            "ratio_rounds": 2, "ratio_window_s": 0.02}
+SETTINGS = {
+    "timing_batch_sizes": [1, 4],
+    "stream_batch_size": 2,
+    "streams": [],
+    "warmup_s": 0.01,
+    "ratio_rounds": 2,
+    "ratio_window_s": 0.02,
+}
 
 
 def engine_node(graph, folder, **provenance):
@@ -23,8 +29,9 @@ def engine_node(graph, folder, **provenance):
     folder.mkdir()
     description = get_backend("onnxruntime").build(graph, folder, ENGINE, LOCAL)
     (folder / "engine.json").write_text(json.dumps(dict(description, **provenance)))
-    (folder / "node.json").write_text(json.dumps({"stage": "build_engine", "id": folder.name, "inputs": {},
-                                                  "params": {"target_def": LOCAL}}))
+    (folder / "node.json").write_text(
+        json.dumps({"stage": "build_engine", "id": folder.name, "inputs": {}, "params": {"target_def": LOCAL}})
+    )
     return folder
 
 
@@ -53,8 +60,10 @@ def data_dir(tmp_path):
 
 
 def test_both_sides_are_timed_in_alternating_rounds(tiny_onnx, tmp_path, data_dir):
-    sides = {"engine": ("engine", engine_node(tiny_onnx, tmp_path / "int8"), 1),
-             "fp32": ("engine", engine_node(tiny_onnx, tmp_path / "fp32"), 1)}
+    sides = {
+        "engine": ("engine", engine_node(tiny_onnx, tmp_path / "int8"), 1),
+        "fp32": ("engine", engine_node(tiny_onnx, tmp_path / "fp32"), 1),
+    }
     outcome = compare_within(60, sides, data_dir)
     assert "error" not in outcome, outcome
     assert set(outcome["result"]) == {"b1", "b4", "loading"}
@@ -65,8 +74,10 @@ def test_both_sides_are_timed_in_alternating_rounds(tiny_onnx, tmp_path, data_di
 
 
 def test_a_side_that_cannot_load_fails_the_job_with_its_error(tiny_onnx, tmp_path, data_dir):
-    sides = {"engine": ("engine", engine_node(tiny_onnx, tmp_path / "int8"), 1),
-             "fp32": ("engine", engine_node(tiny_onnx, tmp_path / "fp32", backend_version="0.0.1"), 1)}
+    sides = {
+        "engine": ("engine", engine_node(tiny_onnx, tmp_path / "int8"), 1),
+        "fp32": ("engine", engine_node(tiny_onnx, tmp_path / "fp32", backend_version="0.0.1"), 1),
+    }
     outcome = compare_within(60, sides, data_dir)
     assert isinstance(outcome.get("error"), EngineMismatchError), outcome
     assert "backend_version '0.0.1'" in str(outcome["error"]) and "delete the engine folder" in str(outcome["error"])

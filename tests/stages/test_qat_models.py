@@ -25,7 +25,7 @@ def quadrant_images(count: int, seed: int):
     images = rng.random((count, 32, 32, 3), dtype=np.float32) * 0.3
     for index, label in enumerate(labels):
         row, col = divmod(int(label), 2)
-        images[index, row * 16 + 4:row * 16 + 12, col * 16 + 4:col * 16 + 12, :] += 0.7
+        images[index, row * 16 + 4 : row * 16 + 12, col * 16 + 4 : col * 16 + 12, :] += 0.7
     return np.round(np.minimum(images, 1.0) * 255).astype(np.uint8), labels.astype(np.int64)
 
 
@@ -47,39 +47,68 @@ def run(plan, stage, name, params, inputs):
 
 # ResNet-50's export (tf2onnx on the fine-tuned 25M-parameter model) peaks at 9 GB in one process:
 # over the suite's 4 GB on a shared machine, so it runs only when asked (measured: README).
-HEAVY = pytest.mark.skipif(os.environ.get("PRECISIONFLOW_HEAVY_TESTS") != "1",
-                           reason="ResNet-50's export needs 9 GB; set PRECISIONFLOW_HEAVY_TESTS=1 to run it")
+HEAVY = pytest.mark.skipif(
+    os.environ.get("PRECISIONFLOW_HEAVY_TESTS") != "1",
+    reason="ResNet-50's export needs 9 GB; set PRECISIONFLOW_HEAVY_TESTS=1 to run it",
+)
 
 
 @pytest.mark.parametrize("model", ["small_cnn", "resnet_mini", "mobilenet_v2", pytest.param("resnet50", marks=HEAVY)])
 def test_int8_qat_graph_reproduces_the_qat_model(data_plan, model):
-    overrides = [f"model={model}", "train.epochs=1", "finetune=qat", "finetune.epochs=1", "train.batch_size=32",
-                 "calibration.num_samples=64", "int8.report_samples=16"]
+    overrides = [
+        f"model={model}",
+        "train.epochs=1",
+        "finetune=qat",
+        "finetune.epochs=1",
+        "train.batch_size=32",
+        "calibration.num_samples=64",
+        "int8.report_samples=16",
+    ]
     if model == "mobilenet_v2":
         overrides.append("model.width=0.35")
     [cfg] = expand(overrides)
     data = {"data": "prepare_dataset/quadrants"}
     run(data_plan, "train_model", model, train_model.reads(cfg), data)
-    tuned = run(data_plan, "finetune_model", f"{model}-qat", finetune_model.reads(cfg, cfg["finetune"]),
-                {"model": f"train_model/{model}", **data})
+    tuned = run(
+        data_plan,
+        "finetune_model",
+        f"{model}-qat",
+        finetune_model.reads(cfg, cfg["finetune"]),
+        {"model": f"train_model/{model}", **data},
+    )
     assert tuned["activations_symmetric"] is True and tuned["learned_ranges"] > 3
     run(data_plan, "export_onnx", f"{model}-qat", export_onnx.reads(cfg), {"model": f"finetune_model/{model}-qat", **data})
     run(data_plan, "calibrate", f"{model}-qat", calibrate.reads(cfg, "qat"), {"onnx": f"export_onnx/{model}-qat", **data})
-    graph = run(data_plan, "quantize_onnx", f"{model}-int8_qat", quantize_onnx.reads(cfg, "int8_qat"),
-                {"onnx": f"export_onnx/{model}-qat", "calibration": f"calibrate/{model}-qat", **data})
+    graph = run(
+        data_plan,
+        "quantize_onnx",
+        f"{model}-int8_qat",
+        quantize_onnx.reads(cfg, "int8_qat"),
+        {"onnx": f"export_onnx/{model}-qat", "calibration": f"calibrate/{model}-qat", **data},
+    )
     assert graph["qat_coverage"] == 1.0 and graph["quantized_nodes"] >= 3
 
     import onnxruntime as ort
 
     results = Path(data_plan["results_dir"])
-    session = ort.InferenceSession(str(results / f"quantize_onnx/{model}-int8_qat/model.onnx"), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(results / f"quantize_onnx/{model}-int8_qat/model.onnx"), providers=["CPUExecutionProvider"]
+    )
     images = Split(results / "prepare_dataset" / "quadrants", "test").array()
     deployed = session.run(None, {session.get_inputs()[0].name: images})[0]
     trained = np.load(results / f"finetune_model/{model}-qat/qat_logits.npy")
     agreement = float(np.mean(deployed.argmax(1) == trained.argmax(1)))
     max_diff = float(np.abs(deployed - trained).max())
-    print(json.dumps({"model": model, "agreement_with_qat_model": agreement, "max_abs_logit_diff": max_diff,
-                      "logit_range": float(np.ptp(trained))}))
+    print(
+        json.dumps(
+            {
+                "model": model,
+                "agreement_with_qat_model": agreement,
+                "max_abs_logit_diff": max_diff,
+                "logit_range": float(np.ptp(trained)),
+            }
+        )
+    )
     # One epoch leaves near-ties (a barely trained model's logits are close together): every sample the
     # QAT model decides by a clear margin must be decided the same way, and no logit may move much.
     ordered = np.sort(trained, axis=1)
@@ -110,19 +139,34 @@ def test_int8_qat_placed_for_the_cpu_reproduces_the_qat_model_in_integer_kernels
     kernels and still decides as the QAT model does."""
     import onnxruntime as ort
 
-    [cfg] = expand([f"model={model}", "train.epochs=1", "finetune=qat", "finetune.epochs=1", "train.batch_size=32",
-                    "calibration.num_samples=64", "int8.report_samples=16"])
+    [cfg] = expand(
+        [
+            f"model={model}",
+            "train.epochs=1",
+            "finetune=qat",
+            "finetune.epochs=1",
+            "train.batch_size=32",
+            "calibration.num_samples=64",
+            "int8.report_samples=16",
+        ]
+    )
     data = {"data": "prepare_dataset/quadrants"}
     results = Path(data_plan["results_dir"])
     if not (results / f"calibrate/{model}-qat/node.json").exists():  # the TensorRT-placement test made them
         test_int8_qat_graph_reproduces_the_qat_model(data_plan, model)
-    graph = run(data_plan, "quantize_onnx", f"{model}-int8_qat-cpu", quantize_onnx.reads(cfg, "int8_qat", "onnxruntime_cpu"),
-                {"onnx": f"export_onnx/{model}-qat", "calibration": f"calibrate/{model}-qat", **data})
+    graph = run(
+        data_plan,
+        "quantize_onnx",
+        f"{model}-int8_qat-cpu",
+        quantize_onnx.reads(cfg, "int8_qat", "onnxruntime_cpu"),
+        {"onnx": f"export_onnx/{model}-qat", "calibration": f"calibrate/{model}-qat", **data},
+    )
     assert graph["placement"] == "onnxruntime_cpu"
     options = ort.SessionOptions()
     options.optimized_model_filepath = str(results / f"{model}-cpu-optimised.onnx")
-    session = ort.InferenceSession(str(results / f"quantize_onnx/{model}-int8_qat-cpu/model.onnx"), options,
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(results / f"quantize_onnx/{model}-int8_qat-cpu/model.onnx"), options, providers=["CPUExecutionProvider"]
+    )
     ops = [node.op_type for node in __import__("onnx").load(options.optimized_model_filepath).graph.node]
     assert "QLinearConv" in ops
     images = Split(results / "prepare_dataset" / "quadrants", "test").array()

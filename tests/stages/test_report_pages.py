@@ -9,13 +9,30 @@ def test_pareto_front_keeps_only_undominated_points():
 
 
 def test_html_page_puts_verdicts_first_escapes_and_marks_rows():
-    rows = [{"precision": "fp32", "top1": 0.9, "node": "fp32-local-1"},
-            {"precision": "<int8>", "top1": "0.8*", "node": "int8-local-2"}]
-    verdicts = [{"node": "evaluate_engine/int8-local-2", "precision": "<int8>", "target": "local", "accuracy_name": "top-1", "drop_points": 10.0,
-                 "ran": "fp32", "model": "train_model/m-1",
-                 "agreement": 0.9, "worst_class": ("3", 20.0), "speedup_vs_fp32": 1.5, "speedup_at": "bmax",
-                 "verdict": "FAIL", "breaches": ["top-1 80.00 is 10.00 points below fp32's 90.00 (max 1.0)"]}]
-    page = report_pages.html_page(rows, ["precision", "top1"], {"Pareto plots": ["figures/pareto-local.png"]}, ["a note"], verdicts)
+    rows = [
+        {"precision": "fp32", "top1": 0.9, "node": "fp32-local-1"},
+        {"precision": "<int8>", "top1": "0.8*", "node": "int8-local-2"},
+    ]
+    verdicts = [
+        {
+            "node": "evaluate_engine/int8-local-2",
+            "precision": "<int8>",
+            "target": "local",
+            "accuracy_name": "top-1",
+            "drop_points": 10.0,
+            "ran": "fp32",
+            "model": "train_model/m-1",
+            "agreement": 0.9,
+            "worst_class": ("3", 20.0),
+            "speedup_vs_fp32": 1.5,
+            "speedup_at": "bmax",
+            "verdict": "FAIL",
+            "breaches": ["top-1 80.00 is 10.00 points below fp32's 90.00 (max 1.0)"],
+        }
+    ]
+    page = report_pages.html_page(
+        rows, ["precision", "top1"], {"Pareto plots": ["figures/pareto-local.png"]}, ["a note"], verdicts
+    )
     assert page.index("Verdicts") < page.index("Comparison table") < page.index("Pareto plots")
     assert "&lt;int8&gt;" in page and 'src="figures/pareto-local.png"' in page
     assert "<tr class='ref'>" in page and "<tr class='fail'>" in page and 'class="noisy"' in page
@@ -26,10 +43,26 @@ def test_flipped_grid_draws_the_changed_samples_with_the_side_that_was_right(tmp
     from PIL import Image
 
     images = np.random.default_rng(0).random((5, 8, 8, 1), dtype=np.float32)
-    rows = [{"test_index": "3", "label": "1", "fp32_prediction": "1", "fp32_confidence": "0.9", "engine_prediction": "2",
-             "engine_confidence": "0.6", "right": "fp32"},
-            {"test_index": "4", "label": "2", "fp32_prediction": "1", "fp32_confidence": "0.5", "engine_prediction": "2",
-             "engine_confidence": "0.7", "right": "engine"}]
+    rows = [
+        {
+            "test_index": "3",
+            "label": "1",
+            "fp32_prediction": "1",
+            "fp32_confidence": "0.9",
+            "engine_prediction": "2",
+            "engine_confidence": "0.6",
+            "right": "fp32",
+        },
+        {
+            "test_index": "4",
+            "label": "2",
+            "fp32_prediction": "1",
+            "fp32_confidence": "0.5",
+            "engine_prediction": "2",
+            "engine_confidence": "0.7",
+            "right": "engine",
+        },
+    ]
     report_pages.flipped_grid(images, rows, ["a", "b", "c"], "int8", tmp_path / "grid.png")
     pixels = np.asarray(Image.open(tmp_path / "grid.png").convert("RGB")).reshape(-1, 3).astype(int)
     red = (pixels[:, 0] > 150) & (pixels[:, 1] < 90) & (pixels[:, 2] < 90)  # caption where fp32 was right
@@ -38,8 +71,9 @@ def test_flipped_grid_draws_the_changed_samples_with_the_side_that_was_right(tmp
 
 
 def test_per_class_changes_draws_one_row_per_engine(tmp_path):
-    report_pages.per_class_changes({"int8": {"0": -2.0, "1": 0.0}, "fp16": {"0": 0.0, "1": 1.5}}, ["0", "1"], "t",
-                                   tmp_path / "classes.png")
+    report_pages.per_class_changes(
+        {"int8": {"0": -2.0, "1": 0.0}, "fp16": {"0": 0.0, "1": 1.5}}, ["0", "1"], "t", tmp_path / "classes.png"
+    )
     assert (tmp_path / "classes.png").stat().st_size > 0
 
 
@@ -48,8 +82,10 @@ def test_an_engine_with_inf_or_nan_outputs_is_named_under_the_table():
 
     from precisionflow.stages.report import non_finite_notes
 
-    metrics = {Path("evaluate_engine/fp16-local-1"): {"non_finite_outputs": 1540, "top1": 0.09},
-               Path("evaluate_engine/fp32-local-2"): {"non_finite_outputs": 0, "top1": 0.97}}
+    metrics = {
+        Path("evaluate_engine/fp16-local-1"): {"non_finite_outputs": 1540, "top1": 0.09},
+        Path("evaluate_engine/fp32-local-2"): {"non_finite_outputs": 0, "top1": 0.97},
+    }
     [note] = non_finite_notes(metrics)
     assert note.startswith("(!) fp16-local-1: 1540 non-finite outputs (inf/NaN) on the test split")
     assert "overflow" in note and "not rounding" in note

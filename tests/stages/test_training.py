@@ -30,8 +30,12 @@ def train_and_export(workspace, name, train_overrides):
     overrides = dict(train_overrides)
     cache = overrides.pop("cache", "memory")
     train = dict(cfg["train"], **overrides)
-    key, spec = node("train_model", f"t-{name}", {"model": cfg["model"], "train": train, "cache": cache, "task": "classification"},
-                     {"data": "prepare_dataset/d1"})
+    key, spec = node(
+        "train_model",
+        f"t-{name}",
+        {"model": cfg["model"], "train": train, "cache": cache, "task": "classification"},
+        {"data": "prepare_dataset/d1"},
+    )
     plan["nodes"][key] = spec
     trained = run_node(plan, key)
     export_key, export_spec = node("export_onnx", f"x-{name}", cfg["export"], {"model": key, "data": "prepare_dataset/d1"})
@@ -45,7 +49,11 @@ def test_mixed_precision_training_exports_an_onnx_that_matches_keras(workspace, 
     assert trained["summary"]["test_accuracy"] > 0.3  # chance is 0.1
     assert exported["summary"]["max_abs_diff_vs_keras"] < 1e-3
     graph = onnx.load(str(__import__("pathlib").Path(workspace[0]["results_dir"]) / "export_onnx" / f"x-{policy}" / "model.onnx"))
-    assert {init.data_type for init in graph.graph.initializer} <= {onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.INT32}
+    assert {init.data_type for init in graph.graph.initializer} <= {
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.INT64,
+        onnx.TensorProto.INT32,
+    }
 
 
 def test_streamed_training_learns_like_training_from_arrays(workspace):
@@ -65,8 +73,12 @@ def test_qat_ranges_are_symmetric_and_map_to_real_tensors(workspace):
     plan, cfg = workspace
     train_and_export(workspace, "base", {})
     finetune = dict(cfg["finetune"], mode="qat", epochs=1)
-    key, spec = node("finetune_model", "qat", {"finetune": finetune, "model": cfg["model"], "cache": "disk", "task": "classification"},
-                     {"model": "train_model/t-base", "data": "prepare_dataset/d1"})
+    key, spec = node(
+        "finetune_model",
+        "qat",
+        {"finetune": finetune, "model": cfg["model"], "cache": "disk", "task": "classification"},
+        {"model": "train_model/t-base", "data": "prepare_dataset/d1"},
+    )
     plan["nodes"][key] = spec
     summary = run_node(plan, key)["summary"]
     assert summary["activations_symmetric"] is True
@@ -90,8 +102,17 @@ def test_models_build_and_user_files_load_safely(tmp_path):
     from precisionflow.tfenv import import_tensorflow
 
     _, keras = import_tensorflow()
-    base = {"width": 0.5, "filters": [8], "dense_units": 8, "dropout": 0.0, "stages": 2, "blocks_per_stage": 1,
-            "weights": None, "path": None, "trust": False}
+    base = {
+        "width": 0.5,
+        "filters": [8],
+        "dense_units": 8,
+        "dropout": 0.0,
+        "stages": 2,
+        "blocks_per_stage": 1,
+        "weights": None,
+        "path": None,
+        "trust": False,
+    }
     resnet = models.build(keras, dict(base, name="resnet_mini"), (16, 16, 3), 4)
     assert any(type(layer).__name__ == "Add" for layer in resnet.layers) and resnet.output_shape == (None, 4)
     mobile = models.build(keras, dict(base, name="mobilenet_v2"), (32, 32, 3), 5)

@@ -36,10 +36,12 @@ def check_status(cudart, status: int, call: str) -> None:
         if hasattr(cudart, "cudaGetErrorString"):
             cudart.cudaGetErrorString.restype = ctypes.c_char_p
             name = (cudart.cudaGetErrorString(status) or b"").decode(errors="replace")
-        raise CudaError(f"{call} failed with CUDA error {status}{f' ({name})' if name else ''}. This is a fault of the "
-                        "GPU, its driver or the memory a kernel touched (error 700: an illegal address), not of the "
-                        "engine's provenance: rebuilding will not help. Check nvidia-smi and the job's log; a sticky "
-                        "error leaves the process unusable, so the job must be run again in a new process.")
+        raise CudaError(
+            f"{call} failed with CUDA error {status}{f' ({name})' if name else ''}. This is a fault of the "
+            "GPU, its driver or the memory a kernel touched (error 700: an illegal address), not of the "
+            "engine's provenance: rebuilding will not help. Check nvidia-smi and the job's log; a sticky "
+            "error leaves the process unusable, so the job must be run again in a new process."
+        )
 
 
 class DeviceBuffer:
@@ -55,12 +57,22 @@ class DeviceBuffer:
         return int(self.pointer.value or 0)
 
     def copy_from_host(self, host_address: int, nbytes: int, stream: ctypes.c_void_p) -> None:
-        check_status(self.cudart, self.cudart.cudaMemcpyAsync(self.pointer, ctypes.c_void_p(host_address), ctypes.c_size_t(nbytes),
-                                                              HOST_TO_DEVICE, stream), "cudaMemcpyAsync (host to device)")
+        check_status(
+            self.cudart,
+            self.cudart.cudaMemcpyAsync(
+                self.pointer, ctypes.c_void_p(host_address), ctypes.c_size_t(nbytes), HOST_TO_DEVICE, stream
+            ),
+            "cudaMemcpyAsync (host to device)",
+        )
 
     def copy_to_host(self, host_address: int, nbytes: int, stream: ctypes.c_void_p) -> None:
-        check_status(self.cudart, self.cudart.cudaMemcpyAsync(ctypes.c_void_p(host_address), self.pointer, ctypes.c_size_t(nbytes),
-                                                              DEVICE_TO_HOST, stream), "cudaMemcpyAsync (device to host)")
+        check_status(
+            self.cudart,
+            self.cudart.cudaMemcpyAsync(
+                ctypes.c_void_p(host_address), self.pointer, ctypes.c_size_t(nbytes), DEVICE_TO_HOST, stream
+            ),
+            "cudaMemcpyAsync (device to host)",
+        )
 
     def close(self) -> None:
         if self.pointer.value:

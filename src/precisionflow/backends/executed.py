@@ -11,10 +11,26 @@ from collections import Counter
 from typing import Any, Dict, Optional
 
 # Ops that carry the model's weights and nearly all of its arithmetic.
-FLOAT_COMPUTE_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "FusedConv", "FusedMatMul", "FusedGemm",
-                     "NhwcConv", "NhwcFusedConv"}
-INTEGER_COMPUTE_OPS = {"QLinearConv", "QLinearMatMul", "QGemm", "ConvInteger", "MatMulInteger",
-                       "MatMulIntegerToFloat", "DynamicQuantizeMatMul"}
+FLOAT_COMPUTE_OPS = {
+    "Conv",
+    "ConvTranspose",
+    "MatMul",
+    "Gemm",
+    "FusedConv",
+    "FusedMatMul",
+    "FusedGemm",
+    "NhwcConv",
+    "NhwcFusedConv",
+}
+INTEGER_COMPUTE_OPS = {
+    "QLinearConv",
+    "QLinearMatMul",
+    "QGemm",
+    "ConvInteger",
+    "MatMulInteger",
+    "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul",
+}
 TYPE_NAMES = {1: "fp32", 10: "fp16", 16: "bf16", 3: "int8", 2: "uint8", 11: "fp64", 7: "int64", 6: "int32"}
 
 
@@ -68,9 +84,22 @@ def compute_op_types(model) -> Counter:
 # TensorRT's words for data types: in 10.x's "Format/Datatype" strings ("Row major linear FP32",
 # "Thirty-two wide channel vectorized row major Int8 format") and in the DataType fields and weight
 # types ("Float", "Half", "Int8") of both majors.
-TRT_TYPE_WORDS = {"fp32": "fp32", "float": "fp32", "fp16": "fp16", "half": "fp16", "bf16": "bf16", "bfloat16": "bf16",
-                  "int8": "int8", "fp8": "fp8", "int4": "int4", "fp4": "fp4", "int32": "int32", "int64": "int64",
-                  "uint8": "uint8", "bool": "bool"}
+TRT_TYPE_WORDS = {
+    "fp32": "fp32",
+    "float": "fp32",
+    "fp16": "fp16",
+    "half": "fp16",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "int8": "int8",
+    "fp8": "fp8",
+    "int4": "int4",
+    "fp4": "fp4",
+    "int32": "int32",
+    "int64": "int64",
+    "uint8": "uint8",
+    "bool": "bool",
+}
 # Layers that carry the weights and the arithmetic (what the ONNX label counts as compute ops).
 TRT_COMPUTE_PARAMETERS = {"Convolution", "Deconvolution", "MatrixMultiply", "FullyConnected", "Gemm"}
 
@@ -93,8 +122,9 @@ def trt_tensor_type(tensor: Dict[str, Any]) -> str:
 
 def trt_is_compute(layer: Dict[str, Any]) -> bool:
     kind = str(layer.get("ParameterType", ""))
-    return kind in TRT_COMPUTE_PARAMETERS or any(word in str(layer.get("LayerType", ""))
-                                                 for word in ("Convolution", "Gemm", "MatrixMultiply"))
+    return kind in TRT_COMPUTE_PARAMETERS or any(
+        word in str(layer.get("LayerType", "")) for word in ("Convolution", "Gemm", "MatrixMultiply")
+    )
 
 
 def trt_layer_types(inspector: Dict[str, Any]) -> Counter:
@@ -132,16 +162,23 @@ def label(graph_precision: str, counts: Counter, provider: str, typing: str = ""
             total = sum(counts.values())
             ran = "int8" if counts["int8"] == total else f"int8 {counts['int8']}/{total}"
         if provider.startswith("CUDA"):
-            notes.append("ONNX Runtime's CUDA provider has no int8 convolution kernels: this engine runs Q/DQ around "
-                         "float convolutions, so its speed is not int8's; int8 speed on a GPU needs TensorRT")
+            notes.append(
+                "ONNX Runtime's CUDA provider has no int8 convolution kernels: this engine runs Q/DQ around "
+                "float convolutions, so its speed is not int8's; int8 speed on a GPU needs TensorRT"
+            )
     elif graph_precision == "fp16":
         as_requested = bool(counts) and counts.most_common(1)[0][0] == "fp16"
     else:
         as_requested = ran == graph_precision
     where = f"{provider}, {typing}" if typing else provider
-    found = {"graph_precision": graph_precision, "executed_precision": ran, "compute_op_types": dict(counts),
-             "provider": provider, "as_requested": as_requested,
-             "label": f"{graph_precision} graph, ran {ran} on {where}" + "".join(f" -- {note}" for note in notes)}
+    found = {
+        "graph_precision": graph_precision,
+        "executed_precision": ran,
+        "compute_op_types": dict(counts),
+        "provider": provider,
+        "as_requested": as_requested,
+        "label": f"{graph_precision} graph, ran {ran} on {where}" + "".join(f" -- {note}" for note in notes),
+    }
     if counts:
         found["integer_fraction"] = round(counts.get("int8", 0) / sum(counts.values()), 4)
     if typing:

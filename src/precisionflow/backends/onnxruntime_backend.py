@@ -41,7 +41,7 @@ def _load_gpu_libraries() -> None:
     if preload is not None:
         try:
             preload()
-        except Exception:  # noqa: BLE001 -- best effort; a missing library surfaces when the session starts
+        except Exception:  # noqa: S110 -- best effort; a missing library surfaces when the session starts
             pass
 
 
@@ -77,10 +77,16 @@ def cuda_provider_options(cuda: Optional[Dict[str, Any]], stream_pointer: int = 
     options = {"device_id": "0"}
     if cuda:
         if cuda["cudnn_conv_algo_search"] not in ALGO_SEARCH:
-            raise ConfigError(f"engine.onnxruntime.cudnn_conv_algo_search: expected one of {list(ALGO_SEARCH)}, "
-                              f"found '{cuda['cudnn_conv_algo_search']}'.")
-        options.update(prefer_nhwc=str(int(cuda["prefer_nhwc"])), enable_cuda_graph=str(int(cuda["cuda_graph"])),
-                       cudnn_conv_algo_search=cuda["cudnn_conv_algo_search"], use_tf32=str(int(cuda["use_tf32"])))
+            raise ConfigError(
+                f"engine.onnxruntime.cudnn_conv_algo_search: expected one of {list(ALGO_SEARCH)}, "
+                f"found '{cuda['cudnn_conv_algo_search']}'."
+            )
+        options.update(
+            prefer_nhwc=str(int(cuda["prefer_nhwc"])),
+            enable_cuda_graph=str(int(cuda["cuda_graph"])),
+            cudnn_conv_algo_search=cuda["cudnn_conv_algo_search"],
+            use_tf32=str(int(cuda["use_tf32"])),
+        )
     if stream_pointer:
         options.update(has_user_compute_stream="1", user_compute_stream=str(stream_pointer))
     return options
@@ -111,8 +117,9 @@ def _session_options(level: str, threads: int, save_to: Path = None):
     return options
 
 
-def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target_def: Dict[str, Any],
-          precision: str = "fp32") -> Dict[str, Any]:
+def build(
+    graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target_def: Dict[str, Any], precision: str = "fp32"
+) -> Dict[str, Any]:
     runtime = describe_runtime(target_def)
     check_device(runtime, target_def)
     engine_path = Path(out_dir) / ENGINE_FILE
@@ -128,14 +135,19 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
 
     cuda, nhwc_refused = built_without_refused_nhwc(attempt, cuda, engine_path)
     build_seconds = time.perf_counter() - started
-    return {**runtime, "engine_file": ENGINE_FILE, "engine_bytes": engine_path.stat().st_size,
-            "build_seconds": round(build_seconds, 4), "optimization_level": engine_params["optimization_level"],
-            "intra_op_threads": engine_params["intra_op_threads"],
-            "cuda_options": cuda_provider_options(cuda) if runtime["device"] == "cuda" else None,
-            "cuda_settings": cuda,
-            "cuda_graph_refused": graph_refused,
-            "nhwc_refused": nhwc_refused,
-            "executed": executed_types(engine_path, precision, PROVIDERS[runtime["device"]])}
+    return {
+        **runtime,
+        "engine_file": ENGINE_FILE,
+        "engine_bytes": engine_path.stat().st_size,
+        "build_seconds": round(build_seconds, 4),
+        "optimization_level": engine_params["optimization_level"],
+        "intra_op_threads": engine_params["intra_op_threads"],
+        "cuda_options": cuda_provider_options(cuda) if runtime["device"] == "cuda" else None,
+        "cuda_settings": cuda,
+        "cuda_graph_refused": graph_refused,
+        "nhwc_refused": nhwc_refused,
+        "executed": executed_types(engine_path, precision, PROVIDERS[runtime["device"]]),
+    }
 
 
 def _optimise_and_save(graph_path: Path, options, device: str, cuda: Optional[Dict[str, Any]]):
@@ -181,9 +193,11 @@ def built_without_refused_nhwc(attempt, cuda, engine_path: Path):
         refused = failure
         cuda, failure = attempt(dict(cuda, prefer_nhwc=False))
     if failure:
-        raise EngineMismatchError(f"The engine ONNX Runtime saved ({engine_path}) fails when loaded and run with the "
-                                  f"settings it was built with: {failure}. Try engine.optimization_level=basic, or "
-                                  "without engine.onnxruntime.prefer_nhwc.")
+        raise EngineMismatchError(
+            f"The engine ONNX Runtime saved ({engine_path}) fails when loaded and run with the "
+            f"settings it was built with: {failure}. Try engine.optimization_level=basic, or "
+            "without engine.onnxruntime.prefer_nhwc."
+        )
     return cuda, refused
 
 
@@ -212,8 +226,7 @@ class OrtEngine:
     """A loaded engine. run() takes and returns host arrays (accuracy); prepare() gives the
     no-argument callable that timing calls; stream_runners() the callables of N concurrent streams."""
 
-    def __init__(self, session, description: Dict[str, Any], reload: Callable[..., Any], clock=None,
-                 cuda_graph: bool = False):
+    def __init__(self, session, description: Dict[str, Any], reload: Callable[..., Any], clock=None, cuda_graph: bool = False):
         self.session = session
         self.description = description
         self.reload = reload  # another session on the same engine file (streams with CUDA graphs)
@@ -258,8 +271,8 @@ class OrtEngine:
         # A captured graph has one batch size: a short last batch is padded, its padding dropped.
         self.graph_batch = size = self.graph_batch or len(batch)
         padded = np.zeros((size,) + batch.shape[1:], dtype=np.float32)
-        padded[:len(batch)] = batch
-        return self.slot(size).run_with_copies(padded)[:len(batch)]
+        padded[: len(batch)] = batch
+        return self.slot(size).run_with_copies(padded)[: len(batch)]
 
     def prepare(self, batch: np.ndarray, include_copies: bool = False) -> Callable[[], object]:
         """A no-argument callable running one inference on `batch`, for timing. On a GPU the input
@@ -280,8 +293,10 @@ class OrtEngine:
         """`count` callables for concurrent threads, and how they share the engine."""
         if not self.on_gpu:
             feeds = {self.input_name: batch}
-            return ([lambda: self.session.run([self.output_name], feeds) for _ in range(count)],
-                    f"one session shared by {count} threads")
+            return (
+                [lambda: self.session.run([self.output_name], feeds) for _ in range(count)],
+                f"one session shared by {count} threads",
+            )
         # A session of its own for the threads: the timing session's single stream would serialise
         # them, and ONNX Runtime's CUDA graphs are neither shareable between threads nor safe to
         # capture while other threads launch work, so the streams run the engine without one.
@@ -330,8 +345,14 @@ class _BoundSlot:
         return self.output.numpy()
 
 
-def load(engine_dir: Path, description: Dict[str, Any], target_def: Dict[str, Any], threads: int = None,
-         timed: bool = True, cuda_graph: bool = True) -> OrtEngine:
+def load(
+    engine_dir: Path,
+    description: Dict[str, Any],
+    target_def: Dict[str, Any],
+    threads: int = None,
+    timed: bool = True,
+    cuda_graph: bool = True,
+) -> OrtEngine:
     """A session on the built engine file; on a GPU with `timed`, on a CUDA stream of its own with
     event timing (where the CUDA runtime library loads; else host timing, said in the figures)."""
     check_provenance(description, target_def, engine_dir)
@@ -345,8 +366,10 @@ def load(engine_dir: Path, description: Dict[str, Any], target_def: Dict[str, An
     if cuda and not cuda_graph:
         cuda = dict(cuda, cuda_graph=False)
     session = _ort().InferenceSession(
-        str(Path(engine_dir) / description["engine_file"]), options,
-        providers=_providers(description["device"], cuda, clock.stream_pointer if clock else 0))
+        str(Path(engine_dir) / description["engine_file"]),
+        options,
+        providers=_providers(description["device"], cuda, clock.stream_pointer if clock else 0),
+    )
     reload = lambda timed=True, cuda_graph=True: load(engine_dir, description, target_def, threads, timed, cuda_graph)  # noqa: E731
     return OrtEngine(session, description, reload, clock, cuda_graph=bool(cuda and cuda["cuda_graph"]))
 

@@ -73,8 +73,7 @@ def int8_over_fp16(precision: str, engine_params: Dict[str, Any], version: str) 
     """An int8 engine whose unquantized layers may run in fp16 (what `trtexec --int8 --fp16` builds):
     only when asked (engine.trt_int8_fp16), only TensorRT 10 (a weakly typed network), never
     int8_mixed. TensorRT 11 is always strongly typed: those layers run in the graph's types."""
-    return (precision in WEAK_TYPING_PRECISIONS and bool(engine_params.get("trt_int8_fp16"))
-            and check_version(version)[0] == 10)
+    return precision in WEAK_TYPING_PRECISIONS and bool(engine_params.get("trt_int8_fp16")) and check_version(version)[0] == 10
 
 
 def typing_of(precision: str, engine_params: Dict[str, Any], version: str) -> str:
@@ -124,11 +123,14 @@ def profile_shapes(input_shape: Sequence, engine_params: Dict[str, Any]) -> Dict
             elif spatial:
                 dims.append(int(spatial.pop(0)))
             else:
-                raise ConfigError(f"engine.{which}_spatial: the graph input {list(input_shape)} has a dynamic "
-                                  "non-batch dimension; list its sizes in engine.min/opt/max_spatial.")
+                raise ConfigError(
+                    f"engine.{which}_spatial: the graph input {list(input_shape)} has a dynamic "
+                    "non-batch dimension; list its sizes in engine.min/opt/max_spatial."
+                )
         shapes[which] = tuple(dims)
     if not shapes["min"] <= shapes["opt"] <= shapes["max"] or not all(
-            a <= b <= c for a, b, c in zip(shapes["min"], shapes["opt"], shapes["max"])):
+        a <= b <= c for a, b, c in zip(shapes["min"], shapes["opt"], shapes["max"], strict=True)
+    ):
         raise ConfigError(f"engine profile: expected min <= opt <= max in every dimension, found {shapes}.")
     return shapes
 
@@ -145,18 +147,31 @@ def timing_cache_state(cache_file: Path, contents: bytes) -> Dict[str, Any]:
     node says which state of it the build saw."""
     import hashlib
 
-    return {"file": f".cache/{cache_file.parent.name}/{cache_file.name}", "bytes_read": len(contents),
-            "sha256_read": hashlib.sha256(contents).hexdigest() if contents else None}
+    return {
+        "file": f".cache/{cache_file.parent.name}/{cache_file.name}",
+        "bytes_read": len(contents),
+        "sha256_read": hashlib.sha256(contents).hexdigest() if contents else None,
+    }
 
 
-def describe(version: str, gpu: Dict[str, str], precision: str, profiles, engine_params, seconds: float, size: int) -> Dict[str, Any]:
-    return {"backend": "tensorrt", "backend_version": version, "device": "cuda", **gpu, "precision": precision,
-            "typing": typing_of(precision, engine_params, version),
-            "profiles": {name: {k: list(v) for k, v in shapes.items()} for name, shapes in profiles.items()},
-            "builder_optimization_level": engine_params["trt_builder_optimization_level"],
-            "builder_flags": builder_flag_changes(precision, engine_params, version),
-            "network_flags": network_flag_names(version, precision, engine_params), "engine_file": ENGINE_FILE,
-            "engine_bytes": size, "build_seconds": round(seconds, 3)}
+def describe(
+    version: str, gpu: Dict[str, str], precision: str, profiles, engine_params, seconds: float, size: int
+) -> Dict[str, Any]:
+    return {
+        "backend": "tensorrt",
+        "backend_version": version,
+        "device": "cuda",
+        **gpu,
+        "precision": precision,
+        "typing": typing_of(precision, engine_params, version),
+        "profiles": {name: {k: list(v) for k, v in shapes.items()} for name, shapes in profiles.items()},
+        "builder_optimization_level": engine_params["trt_builder_optimization_level"],
+        "builder_flags": builder_flag_changes(precision, engine_params, version),
+        "network_flags": network_flag_names(version, precision, engine_params),
+        "engine_file": ENGINE_FILE,
+        "engine_bytes": size,
+        "build_seconds": round(seconds, 3),
+    }
 
 
 def check_provenance(description: Dict[str, Any], current_version: str, current_gpu: Dict[str, str], engine_dir) -> None:
@@ -170,6 +185,7 @@ def check_provenance(description: Dict[str, Any], current_version: str, current_
 
 
 # ---- runtime: needs tensorrt + the CUDA runtime library + a GPU ---------------------------------
+
 
 def _trt():
     """The tensorrt module, or an actionable error. (Callers import it by name afterwards so that
@@ -190,8 +206,10 @@ def _cudart():
 
     cudart = load_cudart()
     if cudart is None:
-        raise TensorRTUnavailable("the TensorRT backend needs the CUDA runtime library (libcudart.so.12/13 on the "
-                                  "library path, e.g. pip install nvidia-cuda-runtime-cu12); none could be loaded.")
+        raise TensorRTUnavailable(
+            "the TensorRT backend needs the CUDA runtime library (libcudart.so.12/13 on the "
+            "library path, e.g. pip install nvidia-cuda-runtime-cu12); none could be loaded."
+        )
     return cudart
 
 
@@ -200,8 +218,11 @@ def _graph_inputs(graph_path: Path) -> Dict[str, list]:
 
     model = onnx.load(str(graph_path), load_external_data=False)
     initializers = {init.name for init in model.graph.initializer}
-    return {i.name: [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
-            for i in model.graph.input if i.name not in initializers}
+    return {
+        i.name: [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
+        for i in model.graph.input
+        if i.name not in initializers
+    }
 
 
 def _network(builder, logger, graph_path: Path, version: str, precision: str, engine_params: Dict[str, Any]):
@@ -230,14 +251,23 @@ def _config(builder, precision: str, engine_params, profiles, version: str):
     profile = builder.create_optimization_profile()
     for name, shapes in profiles.items():
         profile.set_shape(name, shapes["min"], shapes["opt"], shapes["max"])
-    checked(config.add_optimization_profile(profile), "BuilderConfig.add_optimization_profile",
-            f"The profile {profiles} is not valid for this graph: check engine.min/opt/max_batch and *_spatial "
-            "against the graph's input shapes.")
+    checked(
+        config.add_optimization_profile(profile),
+        "BuilderConfig.add_optimization_profile",
+        f"The profile {profiles} is not valid for this graph: check engine.min/opt/max_batch and *_spatial "
+        "against the graph's input shapes.",
+    )
     return config
 
 
-def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target_def: Dict[str, Any],
-          precision: str = "fp32", cache_root: Optional[Path] = None) -> Dict[str, Any]:
+def build(
+    graph_path: Path,
+    out_dir: Path,
+    engine_params: Dict[str, Any],
+    target_def: Dict[str, Any],
+    precision: str = "fp32",
+    cache_root: Optional[Path] = None,
+) -> Dict[str, Any]:
     _trt()
     import tensorrt as trt
 
@@ -256,10 +286,16 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
     # after it: parallel builds (a sweep on a cluster) do not wait for each other's builds, and
     # none loses the others' timings.
     cached = read_shared(cache_file)
-    cache = checked(config.create_timing_cache(cached), "BuilderConfig.create_timing_cache",
-                    f"The shared timing cache {cache_file} may be damaged: delete it (it only saves build time).")
-    checked(config.set_timing_cache(cache, ignore_mismatch=False), "BuilderConfig.set_timing_cache",
-            f"{cache_file} was made by another GPU or TensorRT version: delete it (it only saves build time).")
+    cache = checked(
+        config.create_timing_cache(cached),
+        "BuilderConfig.create_timing_cache",
+        f"The shared timing cache {cache_file} may be damaged: delete it (it only saves build time).",
+    )
+    checked(
+        config.set_timing_cache(cache, ignore_mismatch=False),
+        "BuilderConfig.set_timing_cache",
+        f"{cache_file} was made by another GPU or TensorRT version: delete it (it only saves build time).",
+    )
     started = time.perf_counter()
     serialized = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - started
@@ -271,14 +307,19 @@ def build(graph_path: Path, out_dir: Path, engine_params: Dict[str, Any], target
     inspector = _save_inspector(logger, bytes(serialized), Path(out_dir) / INSPECTOR_FILE)
     description = describe(version, gpu, precision, profiles, engine_params, seconds, engine_path.stat().st_size)
     description["timing_cache"] = timing_cache_state(cache_file, cached)
-    return {**description, "executed": executed.label(precision, executed.trt_layer_types(inspector), "TensorRT",
-                                                      description["typing"])}
+    return {
+        **description,
+        "executed": executed.label(precision, executed.trt_layer_types(inspector), "TensorRT", description["typing"]),
+    }
 
 
 def _with_build_timings(config, current: bytes) -> bytes:
     """The shared cache as it is now, with this build's timings combined in."""
-    merged = checked(config.create_timing_cache(current), "BuilderConfig.create_timing_cache",
-                     "Delete the shared timing cache (it only saves build time) and build again.")
+    merged = checked(
+        config.create_timing_cache(current),
+        "BuilderConfig.create_timing_cache",
+        "Delete the shared timing cache (it only saves build time) and build again.",
+    )
     merged.combine(config.get_timing_cache(), False)
     return bytes(merged.serialize())
 
@@ -304,16 +345,21 @@ def merge_shared(path: Path, merge: Callable[[bytes], bytes]) -> None:
 
 def deserialized(runtime, plan: bytes, where: str):
     """An engine from its bytes; None from TensorRT means the plan does not fit this runtime or GPU."""
-    return checked(runtime.deserialize_cuda_engine(plan), "Runtime.deserialize_cuda_engine",
-                   f"{where} was not built by this TensorRT version for this GPU (or is damaged): delete the "
-                   "engine folder and run again to rebuild it here.")
+    return checked(
+        runtime.deserialize_cuda_engine(plan),
+        "Runtime.deserialize_cuda_engine",
+        f"{where} was not built by this TensorRT version for this GPU (or is damaged): delete the "
+        "engine folder and run again to rebuild it here.",
+    )
 
 
 def _save_inspector(logger, plan: bytes, path: Path) -> Dict[str, Any]:
     import tensorrt as trt
 
     engine = deserialized(trt.Runtime(logger), plan, "the engine just built")
-    inspector = checked(engine.create_engine_inspector(), "ICudaEngine.create_engine_inspector", "Check the TensorRT installation.")
+    inspector = checked(
+        engine.create_engine_inspector(), "ICudaEngine.create_engine_inspector", "Check the TensorRT installation."
+    )
     info = json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
     path.write_text(json.dumps(info, indent=1))
     return info
@@ -345,8 +391,11 @@ class _Context:
         self.trt, self.engine, self.description = trt, engine, description
         self.inputs, self.outputs = inputs, outputs
         self.cudart = _cudart()
-        self.context = checked(engine.create_execution_context(), "ICudaEngine.create_execution_context",
-                               "The GPU may be out of memory (other jobs on it?): see nvidia-smi.")
+        self.context = checked(
+            engine.create_execution_context(),
+            "ICudaEngine.create_execution_context",
+            "The GPU may be out of memory (other jobs on it?): see nvidia-smi.",
+        )
         self.clock = CudaClock(self.cudart)  # the context's stream, and the events that time its work
         self.buffers: Dict[tuple, _Buffers] = {}
         self.bound: Optional[tuple] = None
@@ -362,14 +411,18 @@ class _Context:
             if not self.context.set_input_shape(name, shape):
                 raise EngineMismatchError(
                     f"TensorRT refused input shape {shape} for '{name}': outside the engine's profile "
-                    f"{self.description.get('profiles')}. Rebuild with engine.min/opt/max_batch covering it.")
+                    f"{self.description.get('profiles')}. Rebuild with engine.min/opt/max_batch covering it."
+                )
         if key not in self.buffers:
             every = {**shapes, **{name: tuple(self.context.get_tensor_shape(name)) for name in self.outputs}}
             self.buffers[key] = _Buffers(self.cudart, every, {name: self.dtype(name) for name in every})
         buffers = self.buffers[key]
         for name, device in buffers.device.items():
-            checked(self.context.set_tensor_address(name, device.address), "IExecutionContext.set_tensor_address",
-                    f"TensorRT did not accept the device buffer of '{name}'.")
+            checked(
+                self.context.set_tensor_address(name, device.address),
+                "IExecutionContext.set_tensor_address",
+                f"TensorRT did not accept the device buffer of '{name}'.",
+            )
         self.bound = key
         return buffers
 
@@ -382,8 +435,10 @@ class _Context:
 
     def _enqueue(self) -> None:
         if not self.context.execute_async_v3(self.clock.stream_pointer):
-            raise TensorRTCallFailed("TensorRT's IExecutionContext.execute_async_v3 could not enqueue the engine "
-                                     f"(bound shapes {self.bound}); see TensorRT's log above.")
+            raise TensorRTCallFailed(
+                "TensorRT's IExecutionContext.execute_async_v3 could not enqueue the engine "
+                f"(bound shapes {self.bound}); see TensorRT's log above."
+            )
 
     def prepare(self, batch, include_copies: bool = False):
         """A callable running one inference. Without copies the inputs stay on the device and the

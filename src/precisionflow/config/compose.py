@@ -120,8 +120,10 @@ def _refuse_object_targets(key: str) -> None:
     """precisionflow never instantiates classes named in a configuration (components are chosen by
     group: model=..., dataset=...): a `_target_` key would do nothing or, in code that did, run anything."""
     if "_target_" in key.split("."):
-        raise ConfigError(f"{key}: precisionflow builds no objects named in the configuration, so _target_ keys "
-                          "are refused. Choose a component with its group (model=..., dataset=..., engine=...).")
+        raise ConfigError(
+            f"{key}: precisionflow builds no objects named in the configuration, so _target_ keys "
+            "are refused. Choose a component with its group (model=..., dataset=..., engine=...)."
+        )
 
 
 def _free_form_parent(cfg, key: str) -> bool:
@@ -234,8 +236,11 @@ STRING_CHOICES = {
     "task": ("classification", "detection"),
 }
 # Keys read only by one choice of a component: set for another choice, they would be silently ignored.
-ONLY_WITH = {"dataset.path": ("dataset.name", ("image_folder", "coco_folder")), "model.path": ("model.name", ("keras_file",)),
-             "dataset.num_images": ("dataset.name", ("shadow_cars",))}
+ONLY_WITH = {
+    "dataset.path": ("dataset.name", ("image_folder", "coco_folder")),
+    "model.path": ("model.name", ("keras_file",)),
+    "dataset.num_images": ("dataset.name", ("shadow_cars",)),
+}
 DETECTION_DATASETS = ("shadow_cars", "coco_folder")
 DETECTION_MODELS = ("center_net", "keras_file")  # a user's Keras detector follows center_net's output contract
 
@@ -258,15 +263,21 @@ def check_choices(cfg: Dict[str, Any]) -> None:
             raise ConfigError(f"{key}: expected one of {list(choices)}, found '{found}'.{hint}")
     uri = cfg["tracking"]["uri"]
     if uri is not None and not str(uri).startswith(("sqlite:///", "http://", "https://", "postgresql://", "mysql://", "file:")):
-        raise ConfigError(f"tracking.uri: expected a store URI (sqlite:///path.db, http(s)://host:port of an mlflow server, "
-                          f"postgresql://...), found '{uri}'; or leave it null for results/mlflow.db.")
+        raise ConfigError(
+            f"tracking.uri: expected a store URI (sqlite:///path.db, http(s)://host:port of an mlflow server, "
+            f"postgresql://...), found '{uri}'; or leave it null for results/mlflow.db."
+        )
     if cfg["dataset"]["cache"] == "none" and cfg["dataset"]["name"] != "image_folder":
-        raise ConfigError(f"dataset.cache=none keeps image files where they are, but dataset '{cfg['dataset']['name']}' "
-                          "has no image files: choose dataset.cache=memory or disk.")
+        raise ConfigError(
+            f"dataset.cache=none keeps image files where they are, but dataset '{cfg['dataset']['name']}' "
+            "has no image files: choose dataset.cache=memory or disk."
+        )
     for key, (selector, readers) in ONLY_WITH.items():
         if _get(cfg, key) and _get(cfg, selector) not in readers:
-            raise ConfigError(f"{key} is set, but {selector}={_get(cfg, selector)} does not read it (only "
-                              f"{' / '.join(readers)} does): choose {selector.split('.')[0]}={readers[0]}, or drop {key}.")
+            raise ConfigError(
+                f"{key} is set, but {selector}={_get(cfg, selector)} does not read it (only "
+                f"{' / '.join(readers)} does): choose {selector.split('.')[0]}={readers[0]}, or drop {key}."
+            )
 
 
 def check_task(cfg: Dict[str, Any]) -> None:
@@ -274,23 +285,33 @@ def check_task(cfg: Dict[str, Any]) -> None:
     dataset, model = cfg["dataset"]["name"], cfg["model"]["name"]
     if cfg["task"] == "classification":
         if dataset in DETECTION_DATASETS:
-            raise ConfigError(f"dataset={dataset} is a detection data set but task=classification: add task=detection "
-                              "(or use experiment=detection).")
+            raise ConfigError(
+                f"dataset={dataset} is a detection data set but task=classification: add task=detection "
+                "(or use experiment=detection)."
+            )
         if model == "center_net":
             raise ConfigError("model=center_net is a detector but task=classification: add task=detection.")
         return
     if dataset not in DETECTION_DATASETS:
-        raise ConfigError(f"task=detection needs a detection data set ({' or '.join(DETECTION_DATASETS)}), found "
-                          f"dataset={dataset}: use dataset=shadow_cars, or dataset=coco_folder dataset.path=<folder>.")
+        raise ConfigError(
+            f"task=detection needs a detection data set ({' or '.join(DETECTION_DATASETS)}), found "
+            f"dataset={dataset}: use dataset=shadow_cars, or dataset=coco_folder dataset.path=<folder>."
+        )
     if model not in DETECTION_MODELS:
-        raise ConfigError(f"task=detection needs a detector (model=center_net, or model=keras_file with its output "
-                          f"contract), found model={model}.")
+        raise ConfigError(
+            f"task=detection needs a detector (model=center_net, or model=keras_file with its output "
+            f"contract), found model={model}."
+        )
     if "int8_mixed" in cfg["precisions"]:
-        raise ConfigError("precisions: int8_mixed chooses ops by top-1 on the decision split, which a detector does not "
-                          "have; drop int8_mixed for task=detection (int8, int8_qat work).")
+        raise ConfigError(
+            "precisions: int8_mixed chooses ops by top-1 on the decision split, which a detector does not "
+            "have; drop int8_mixed for task=detection (int8, int8_qat work)."
+        )
     if cfg["prune"]["method"] != "none":
-        raise ConfigError("prune.method: pruning a detector is not supported yet (its head is not a classifier's); "
-                          "use prune=none with task=detection.")
+        raise ConfigError(
+            "prune.method: pruning a detector is not supported yet (its head is not a classifier's); "
+            "use prune=none with task=detection."
+        )
     if dataset == "shadow_cars" and (cfg["dataset"]["num_images"] or 0) < 20:
         raise ConfigError(f"dataset.num_images: expected at least 20 scenes, found {cfg['dataset']['num_images']}.")
 
@@ -299,8 +320,13 @@ def check_finetune(cfg: Dict[str, Any]) -> None:
     """A fine-tune that runs (finetune.mode, or the QAT fine-tune every int8_qat engine comes from)
     must train: with 0 epochs an int8_qat engine would carry untrained quantization ranges."""
     finetune = cfg["finetune"]
-    why = ("finetune.mode=" + finetune["mode"] if finetune["mode"] != "none"
-           else "int8_qat engines come from a QAT fine-tune" if "int8_qat" in cfg["precisions"] else "")
+    why = (
+        "finetune.mode=" + finetune["mode"]
+        if finetune["mode"] != "none"
+        else "int8_qat engines come from a QAT fine-tune"
+        if "int8_qat" in cfg["precisions"]
+        else ""
+    )
     for leaf in ("epochs", "batch_size"):
         if why and finetune[leaf] < 1:
             raise ConfigError(f"finetune.{leaf}: expected an integer >= 1 ({why}), found {finetune[leaf]}.")
@@ -323,8 +349,14 @@ def validate(cfg: Dict[str, Any]) -> None:
             f"targets: {unknown} not defined; known targets: {sorted(cfg['target_defs'])}. "
             "Define one under target_defs in conf/ or pick a known one."
         )
-    for key, minimum in (("train.epochs", 1), ("train.batch_size", 1), ("evaluate.batch_size", 1),
-                         ("calibration.num_samples", 1), ("calibration.batch_size", 1), ("int8.report_samples", 1)):
+    for key, minimum in (
+        ("train.epochs", 1),
+        ("train.batch_size", 1),
+        ("evaluate.batch_size", 1),
+        ("calibration.num_samples", 1),
+        ("calibration.batch_size", 1),
+        ("int8.report_samples", 1),
+    ):
         section, leaf = key.split(".")
         if cfg[section][leaf] < minimum:
             raise ConfigError(f"{key}: expected an integer >= {minimum}, found {cfg[section][leaf]}.")
@@ -332,8 +364,9 @@ def validate(cfg: Dict[str, Any]) -> None:
     if any(b < 1 for b in cfg["evaluate"]["timing_batch_sizes"]):
         raise ConfigError(f"evaluate.timing_batch_sizes: expected positive sizes, found {cfg['evaluate']['timing_batch_sizes']}.")
     if cfg["dataset"]["name"] in ("image_folder", "coco_folder") and not cfg["dataset"]["path"]:
-        raise ConfigError(f"dataset.path: dataset={cfg['dataset']['name']} needs the folder of your images; "
-                          "add dataset.path=/path/to/images.")
+        raise ConfigError(
+            f"dataset.path: dataset={cfg['dataset']['name']} needs the folder of your images; add dataset.path=/path/to/images."
+        )
     if cfg["model"]["name"] == "keras_file":
         from precisionflow.models import check_user_model_file
 
@@ -342,10 +375,14 @@ def validate(cfg: Dict[str, Any]) -> None:
         raise ConfigError(f"dataset.channels: expected 1 (grey) or 3 (RGB), found {cfg['dataset']['channels']}.")
     engine = cfg["engine"]
     if engine["backend"] == "tensorrt":
-        largest = max(cfg["evaluate"]["timing_batch_sizes"] + [cfg["evaluate"]["batch_size"], cfg["evaluate"]["stream_batch_size"]])
+        largest = max(
+            cfg["evaluate"]["timing_batch_sizes"] + [cfg["evaluate"]["batch_size"], cfg["evaluate"]["stream_batch_size"]]
+        )
         if largest > engine["max_batch"]:
-            raise ConfigError(f"engine.max_batch={engine['max_batch']} but evaluation runs batches of {largest}; "
-                              "raise engine.max_batch or lower the evaluate batch sizes.")
+            raise ConfigError(
+                f"engine.max_batch={engine['max_batch']} but evaluation runs batches of {largest}; "
+                "raise engine.max_batch or lower the evaluate batch sizes."
+            )
     for key in ("calibration.split", "int8.report_split"):
         section, leaf = key.split(".")
         if cfg[section][leaf] not in DECISION_SPLITS:
@@ -354,8 +391,10 @@ def validate(cfg: Dict[str, Any]) -> None:
                 "(calibration ranges, ops kept in float), and decisions never look at the test split: it only scores."
             )
     if cfg["evaluate"]["ratio_rounds"] < 2 or cfg["evaluate"]["ratio_window_s"] <= 0:
-        raise ConfigError(f"evaluate.ratio_rounds / ratio_window_s: expected at least 2 rounds of a positive window, "
-                          f"found {cfg['evaluate']['ratio_rounds']} / {cfg['evaluate']['ratio_window_s']}.")
+        raise ConfigError(
+            f"evaluate.ratio_rounds / ratio_window_s: expected at least 2 rounds of a positive window, "
+            f"found {cfg['evaluate']['ratio_rounds']} / {cfg['evaluate']['ratio_window_s']}."
+        )
     from precisionflow.budget import check_config
 
     check_config(cfg["evaluate"])

@@ -121,9 +121,7 @@ class ExportConf:
 @dataclass
 class Fp16Conf:
     # Ops kept in fp32 inside fp16 graphs (ops known to overflow or lose range in fp16).
-    op_block_list: List[str] = field(
-        default_factory=lambda: ["Softmax", "LogSoftmax", "ReduceMean", "ReduceSum", "Exp", "Pow"]
-    )
+    op_block_list: List[str] = field(default_factory=lambda: ["Softmax", "LogSoftmax", "ReduceMean", "ReduceSum", "Exp", "Pow"])
 
 
 @dataclass

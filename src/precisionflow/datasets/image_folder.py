@@ -42,7 +42,9 @@ def list_images(root: Path) -> Dict[str, List[Path]]:
         files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
         strays = [p for p in files if p.suffix.lower() not in IMAGE_SUFFIXES]
         if strays:
-            raise DataError(f"{strays[0]}: not an image (expected one of {sorted(IMAGE_SUFFIXES)}). Move it out of the data folder.")
+            raise DataError(
+                f"{strays[0]}: not an image (expected one of {sorted(IMAGE_SUFFIXES)}). Move it out of the data folder."
+            )
         if not files:
             raise DataError(f"{folder}: class folder is empty; expected at least one image.")
         found[folder.name] = files
@@ -51,7 +53,9 @@ def list_images(root: Path) -> Dict[str, List[Path]]:
 
 def all_files(root: Path) -> List[Path]:
     _check_root(root)
-    return sorted(p for p in root.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    return sorted(
+        p for p in root.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
 
 
 def fingerprint(root: Path, cache_file: Path) -> str:

@@ -10,7 +10,15 @@ class Source:
     labels, and how to turn a list of items into uint8 pixels. A detection source has no labels:
     objects(item) gives an image's boxes instead."""
 
-    def __init__(self, items: List[Any], labels: np.ndarray, classes: List[str], image_shape, divisor: int,
-                 pixels: Callable[[List[Any]], np.ndarray], objects: Callable[[Any], Dict[str, Any]] = None):
+    def __init__(
+        self,
+        items: List[Any],
+        labels: np.ndarray,
+        classes: List[str],
+        image_shape,
+        divisor: int,
+        pixels: Callable[[List[Any]], np.ndarray],
+        objects: Callable[[Any], Dict[str, Any]] = None,
+    ):
         self.items, self.labels, self.classes = items, labels, classes
         self.image_shape, self.divisor, self.pixels, self.objects = tuple(image_shape), divisor, pixels, objects

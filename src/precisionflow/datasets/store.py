@@ -53,8 +53,11 @@ class SplitWriter:
         self.count, self.image_shape, self.written = count, tuple(image_shape), 0
         self.digest = hashlib.sha256()
         self.handle = open(self.tmp, "wb")
-        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)), "fortran_order": False,
-                  "shape": (count,) + self.image_shape}
+        header = {
+            "descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)),
+            "fortran_order": False,
+            "shape": (count,) + self.image_shape,
+        }
         np.lib.format.write_array_header_2_0(self.handle, header)
 
     def append(self, images: np.ndarray) -> None:
@@ -82,8 +85,10 @@ def _npy_layout(path: Path) -> Tuple[Tuple[int, ...], int]:
         shape, fortran_order, dtype = read_header(handle)
         offset = handle.tell()
     if dtype != np.uint8 or fortran_order:
-        raise DataError(f"{path}: expected uint8 C-order images, found {dtype}{' (Fortran order)' if fortran_order else ''}. "
-                        "Delete this data node's folder and run again.")
+        raise DataError(
+            f"{path}: expected uint8 C-order images, found {dtype}{' (Fortran order)' if fortran_order else ''}. "
+            "Delete this data node's folder and run again."
+        )
     return tuple(shape), offset
 
 
@@ -106,9 +111,11 @@ class Split:
         else:
             shape, self.offset = _npy_layout(self.data_dir / IMAGES.format(name))
             if shape != (self.size,) + self.image_shape or (self.labels is not None and len(self.labels) != self.size):
-                raise DataError(f"{self.data_dir / IMAGES.format(name)}: holds {shape} (labels: "
-                                f"{None if self.labels is None else len(self.labels)}), expected {(self.size,) + self.image_shape}. "
-                                "Delete this data node's folder and run again.")
+                raise DataError(
+                    f"{self.data_dir / IMAGES.format(name)}: holds {shape} (labels: "
+                    f"{None if self.labels is None else len(self.labels)}), expected {(self.size,) + self.image_shape}. "
+                    "Delete this data node's folder and run again."
+                )
             self.item_bytes = int(np.prod(self.image_shape))
 
     def __len__(self) -> int:
@@ -130,7 +137,7 @@ class Split:
             position = 0
             for start, length in _runs(indices):
                 data = os.pread(handle.fileno(), length * self.item_bytes, self.offset + start * self.item_bytes)
-                out[position:position + length] = np.frombuffer(data, np.uint8).reshape((length,) + self.image_shape)
+                out[position : position + length] = np.frombuffer(data, np.uint8).reshape((length,) + self.image_shape)
                 position += length
         return out
 
@@ -186,6 +193,13 @@ def write_arrays(folder: Path, splits: dict, classes: List[str], divisor: int = 
         if labels is not None:
             np.save(folder / LABELS.format(name), np.asarray(labels, dtype=np.int64))
     first = next(iter(splits.values()))[0]
-    write_json_atomic(folder / META_FILE, {"classes": list(classes), "input_shape": list(first.shape[1:]),
-                                           "sizes": {name: len(x) for name, (x, _) in splits.items()},
-                                           "pixel_divisor": divisor, "storage": "pixels"})
+    write_json_atomic(
+        folder / META_FILE,
+        {
+            "classes": list(classes),
+            "input_shape": list(first.shape[1:]),
+            "sizes": {name: len(x) for name, (x, _) in splits.items()},
+            "pixel_divisor": divisor,
+            "storage": "pixels",
+        },
+    )

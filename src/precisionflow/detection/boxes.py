@@ -37,7 +37,7 @@ def _peaks(heat: np.ndarray) -> np.ndarray:
     """Cells that are the maximum of their 3x3 neighbourhood (CenterNet's max-pool NMS)."""
     padded = np.pad(heat, ((1, 1), (1, 1), (0, 0)), constant_values=-np.inf)
     height, width = heat.shape[:2]
-    neighbourhood = np.max([padded[dy:dy + height, dx:dx + width] for dy in range(3) for dx in range(3)], axis=0)
+    neighbourhood = np.max([padded[dy : dy + height, dx : dx + width] for dy in range(3) for dx in range(3)], axis=0)
     return heat >= neighbourhood
 
 
@@ -47,7 +47,7 @@ def decode_image(output: np.ndarray, num_classes: int, min_score: float, top_k: 
     if not np.all(np.isfinite(output)):
         output = np.nan_to_num(output, nan=-60.0, posinf=60.0, neginf=-60.0)  # counted separately as non-finite
     heat = sigmoid(output[..., :num_classes])
-    regression = output[..., num_classes:num_classes + REGRESSION_CHANNELS]
+    regression = output[..., num_classes : num_classes + REGRESSION_CHANNELS]
     ys, xs, classes = np.nonzero(_peaks(heat) & (heat >= min_score))
     scores = heat[ys, xs, classes]
     order = np.argsort(-scores, kind="stable")[:top_k]
@@ -60,15 +60,17 @@ def decode_image(output: np.ndarray, num_classes: int, min_score: float, top_k: 
 
 
 def decode(outputs: np.ndarray, num_classes: int, settings: Dict) -> List[Detections]:
-    return [decode_image(output, num_classes, settings["min_score"], settings["top_k"], settings["nms_iou"])
-            for output in outputs]
+    return [
+        decode_image(output, num_classes, settings["min_score"], settings["top_k"], settings["nms_iou"]) for output in outputs
+    ]
 
 
 def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Pairwise IoU of boxes a (N x 4) and b (M x 4)."""
     a, b = a.reshape(-1, 4)[:, None, :], b.reshape(-1, 4)[None, :, :]
-    inter = (np.clip(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
-             * np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0, None))
+    inter = np.clip(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0, None) * np.clip(
+        np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0, None
+    )
     area = lambda box: np.clip(box[..., 2] - box[..., 0], 0, None) * np.clip(box[..., 3] - box[..., 1], 0, None)
     union = area(a) + area(b) - inter
     return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
@@ -84,8 +86,9 @@ def class_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, thresh
     return np.asarray(keep, dtype=np.int64)
 
 
-def match(boxes: np.ndarray, classes: np.ndarray, other_boxes: np.ndarray, other_classes: np.ndarray,
-          threshold: float) -> Tuple[np.ndarray, np.ndarray]:
+def match(
+    boxes: np.ndarray, classes: np.ndarray, other_boxes: np.ndarray, other_classes: np.ndarray, threshold: float
+) -> Tuple[np.ndarray, np.ndarray]:
     """One-to-one greedy matching (boxes in order, each to the free same-class box of highest IoU
     >= threshold, as COCO matches detections): (matched flags of boxes, of other_boxes)."""
     matched, other_matched = np.zeros(len(boxes), bool), np.zeros(len(other_boxes), bool)

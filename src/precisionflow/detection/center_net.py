@@ -42,8 +42,9 @@ def build(keras, params: Dict[str, Any], input_shape, num_classes: int):
     # swamped by the background cells' loss.
     bias = np.concatenate([np.full(num_classes, -2.19), np.zeros(REGRESSION_CHANNELS)]).astype(np.float32)
     # Named "logits" like every builder's output layer: QAT and int8.keep_output_layer keep it float.
-    outputs = layers.Conv2D(num_classes + REGRESSION_CHANNELS, 1, name="logits", dtype="float32",
-                            bias_initializer=keras.initializers.Constant(bias))(x)
+    outputs = layers.Conv2D(
+        num_classes + REGRESSION_CHANNELS, 1, name="logits", dtype="float32", bias_initializer=keras.initializers.Constant(bias)
+    )(x)
     return keras.Model(inputs, outputs, name="center_net")
 
 
@@ -56,20 +57,23 @@ def encode(objects: Dict[str, np.ndarray], image_shape, num_classes: int) -> np.
     height, width = grid_shape(image_shape)
     target = np.zeros((height, width, num_classes + REGRESSION_CHANNELS + 1), np.float32)
     ys, xs = np.mgrid[0:height, 0:width]
-    for box, label in zip(objects["boxes"], objects["classes"]):
+    for box, label in zip(objects["boxes"], objects["classes"], strict=True):
         x0, y0, x1, y1 = np.asarray(box, np.float64) / STRIDE
         cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
         cell_x, cell_y = min(int(cx), width - 1), min(int(cy), height - 1)
         sigma = max(0.5, np.hypot(x1 - x0, y1 - y0) / 6)
-        peak = np.exp(-((xs - cell_x) ** 2 + (ys - cell_y) ** 2) / (2 * sigma ** 2))
+        peak = np.exp(-((xs - cell_x) ** 2 + (ys - cell_y) ** 2) / (2 * sigma**2))
         target[..., int(label)] = np.maximum(target[..., int(label)], peak)
         target[cell_y, cell_x, num_classes:] = [x1 - x0, y1 - y0, cx - cell_x, cy - cell_y, 1.0]
     return target
 
 
 def encode_many(truth, image_shape, num_classes: int) -> np.ndarray:
-    return np.stack([encode(objects, image_shape, num_classes) for objects in truth]) if len(truth) else \
-        np.zeros((0,) + grid_shape(image_shape) + (num_classes + REGRESSION_CHANNELS + 1,), np.float32)
+    return (
+        np.stack([encode(objects, image_shape, num_classes) for objects in truth])
+        if len(truth)
+        else np.zeros((0,) + grid_shape(image_shape) + (num_classes + REGRESSION_CHANNELS + 1,), np.float32)
+    )
 
 
 def loss(tf, num_classes: int):

@@ -18,18 +18,29 @@ OBJECTS = "objects_{}.npz"
 def save_objects(folder: Path, split: str, per_image: Sequence[Dict[str, Sequence]]) -> None:
     def flat(key: str, width: int):
         rows = [(index, row) for index, objects in enumerate(per_image) for row in objects.get(key, [])]
-        return (np.asarray([i for i, _ in rows], np.int64),
-                np.asarray([r for _, r in rows], np.float32 if width else np.int64).reshape((-1, width) if width else (-1,)))
+        return (
+            np.asarray([i for i, _ in rows], np.int64),
+            np.asarray([r for _, r in rows], np.float32 if width else np.int64).reshape((-1, width) if width else (-1,)),
+        )
 
     image_index, boxes = flat("boxes", 4)
     _, classes = flat("classes", 0)
     shadow_index, shadows = flat("shadows", 4)
     masks = {}
     if per_image and all("shadow_mask" in objects for objects in per_image):
-        masks = {"shadow_masks": np.stack([np.packbits(np.asarray(o["shadow_mask"], bool).reshape(-1)) for o in per_image]),
-                 "mask_shape": np.asarray(np.shape(per_image[0]["shadow_mask"]), np.int64)}
-    np.savez(Path(folder) / OBJECTS.format(split), image_index=image_index, boxes=boxes, classes=classes,
-             shadow_index=shadow_index, shadows=shadows, **masks)
+        masks = {
+            "shadow_masks": np.stack([np.packbits(np.asarray(o["shadow_mask"], bool).reshape(-1)) for o in per_image]),
+            "mask_shape": np.asarray(np.shape(per_image[0]["shadow_mask"]), np.int64),
+        }
+    np.savez(
+        Path(folder) / OBJECTS.format(split),
+        image_index=image_index,
+        boxes=boxes,
+        classes=classes,
+        shadow_index=shadow_index,
+        shadows=shadows,
+        **masks,
+    )
 
 
 def objects_digest(per_image: Sequence[Dict[str, Sequence]]) -> bytes:
@@ -56,7 +67,7 @@ def load_objects(data_dir: Path, split: str, count: int) -> List[Dict[str, np.nd
     for i in range(count):
         objects = {"boxes": boxes[image_index == i], "classes": classes[image_index == i], "shadows": shadows[shadow_index == i]}
         if masks is not None:
-            objects["shadow_mask"] = np.unpackbits(masks[i])[:shape[0] * shape[1]].reshape(shape).astype(bool)
+            objects["shadow_mask"] = np.unpackbits(masks[i])[: shape[0] * shape[1]].reshape(shape).astype(bool)
         found.append(objects)
     return found
 

@@ -24,13 +24,24 @@ def _coco_ground_truth(truth: Sequence[Dict[str, np.ndarray]], class_names: List
 
     annotations = []
     for image_id, objects in enumerate(truth):
-        for box, label in zip(objects["boxes"], objects["classes"]):
+        for box, label in zip(objects["boxes"], objects["classes"], strict=True):
             x0, y0, x1, y1 = (float(v) for v in box)
-            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": int(label) + 1,
-                                "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0), "iscrowd": 0})
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": int(label) + 1,
+                    "bbox": [x0, y0, x1 - x0, y1 - y0],
+                    "area": (x1 - x0) * (y1 - y0),
+                    "iscrowd": 0,
+                }
+            )
     coco = COCO()
-    coco.dataset = {"images": [{"id": i} for i in range(len(truth))], "annotations": annotations,
-                    "categories": [{"id": i + 1, "name": name} for i, name in enumerate(class_names)]}
+    coco.dataset = {
+        "images": [{"id": i} for i in range(len(truth))],
+        "annotations": annotations,
+        "categories": [{"id": i + 1, "name": name} for i, name in enumerate(class_names)],
+    }
     with contextlib.redirect_stdout(io.StringIO()):
         coco.createIndex()
     return coco
@@ -41,9 +52,16 @@ def coco_map(truth: Sequence[Dict[str, np.ndarray]], detections: Sequence[Detect
     from pycocotools.cocoeval import COCOeval
 
     ground_truth = _coco_ground_truth(truth, class_names)
-    results = [{"image_id": image_id, "category_id": int(label) + 1, "score": float(score),
-                "bbox": [float(box[0]), float(box[1]), float(box[2] - box[0]), float(box[3] - box[1])]}
-               for image_id, found in enumerate(detections) for box, score, label in zip(found.boxes, found.scores, found.classes)]
+    results = [
+        {
+            "image_id": image_id,
+            "category_id": int(label) + 1,
+            "score": float(score),
+            "bbox": [float(box[0]), float(box[1]), float(box[2] - box[0]), float(box[3] - box[1])],
+        }
+        for image_id, found in enumerate(detections)
+        for box, score, label in zip(found.boxes, found.scores, found.classes, strict=True)
+    ]
     if not results:  # pycocotools cannot load an empty result list: nothing detected is AP 0
         return {"map": 0.0, "map50": 0.0, "per_class_ap": {name: 0.0 for name in class_names}}
     with contextlib.redirect_stdout(io.StringIO()):
@@ -78,8 +96,13 @@ def _centre_inside(boxes: np.ndarray, regions: np.ndarray) -> np.ndarray:
     if len(boxes) == 0 or len(regions) == 0:
         return np.zeros(len(boxes), bool)
     cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
-    return np.any((cx[:, None] >= regions[None, :, 0]) & (cx[:, None] < regions[None, :, 2])
-                  & (cy[:, None] >= regions[None, :, 1]) & (cy[:, None] < regions[None, :, 3]), axis=1)
+    return np.any(
+        (cx[:, None] >= regions[None, :, 0])
+        & (cx[:, None] < regions[None, :, 2])
+        & (cy[:, None] >= regions[None, :, 1])
+        & (cy[:, None] < regions[None, :, 3]),
+        axis=1,
+    )
 
 
 def image_changes(engine: Detections, reference: Detections, objects: Dict[str, np.ndarray], match_iou: float) -> Dict[str, int]:
@@ -93,22 +116,40 @@ def image_changes(engine: Detections, reference: Detections, objects: Dict[str, 
         shadows = _on_shadow_pixels(engine.boxes[spurious], objects["shadow_mask"])
     else:
         shadows = _centre_inside(engine.boxes[spurious], objects.get("shadows", np.zeros((0, 4))))
-    return {"spurious": int(spurious.sum()), "lost": int((reference_on_truth & ~reference_matched).sum()),
-            "shadow": int(shadows.sum()), "reference_boxes": len(reference), "matched_reference": int(reference_matched.sum()),
-            "engine_boxes": len(engine)}
+    return {
+        "spurious": int(spurious.sum()),
+        "lost": int((reference_on_truth & ~reference_matched).sum()),
+        "shadow": int(shadows.sum()),
+        "reference_boxes": len(reference),
+        "matched_reference": int(reference_matched.sum()),
+        "engine_boxes": len(engine),
+    }
 
 
-def changes(engine: Sequence[Detections], reference: Sequence[Detections], truth: Sequence[Dict[str, np.ndarray]],
-            score_threshold: float, match_iou: float) -> List[Dict[str, int]]:
+def changes(
+    engine: Sequence[Detections],
+    reference: Sequence[Detections],
+    truth: Sequence[Dict[str, np.ndarray]],
+    score_threshold: float,
+    match_iou: float,
+) -> List[Dict[str, int]]:
     """Per image, above the score threshold: image_changes()."""
-    return [image_changes(e.above(score_threshold), r.above(score_threshold), t, match_iou)
-            for e, r, t in zip(engine, reference, truth)]
+    return [
+        image_changes(e.above(score_threshold), r.above(score_threshold), t, match_iou)
+        for e, r, t in zip(engine, reference, truth, strict=True)
+    ]
 
 
 def summary(rows: List[Dict[str, int]]) -> Dict[str, float]:
     images = max(len(rows), 1)
     total = {key: sum(row[key] for row in rows) for key in ("spurious", "lost", "shadow", "reference_boxes", "matched_reference")}
-    return {"spurious_per_100": round(100 * total["spurious"] / images, 2), "lost_per_100": round(100 * total["lost"] / images, 2),
-            "shadow_per_100": round(100 * total["shadow"] / images, 2), "spurious_per_image": total["spurious"] / images,
-            "box_agreement": round(total["matched_reference"] / total["reference_boxes"], 4) if total["reference_boxes"] else 1.0,
-            "spurious": total["spurious"], "lost": total["lost"], "shadow": total["shadow"]}
+    return {
+        "spurious_per_100": round(100 * total["spurious"] / images, 2),
+        "lost_per_100": round(100 * total["lost"] / images, 2),
+        "shadow_per_100": round(100 * total["shadow"] / images, 2),
+        "spurious_per_image": total["spurious"] / images,
+        "box_agreement": round(total["matched_reference"] / total["reference_boxes"], 4) if total["reference_boxes"] else 1.0,
+        "spurious": total["spurious"],
+        "lost": total["lost"],
+        "shadow": total["shadow"],
+    }

@@ -25,14 +25,22 @@ def sample_scene(seed: int, index: int, size: int) -> Dict[str, Any]:
     rng = np.random.default_rng([seed, index])
     scale = size / 64
     angle = rng.uniform(0, 2 * np.pi)
-    scene = {"size": size, "ground": rng.integers(90, 150, 3).tolist(), "gradient": float(rng.uniform(-0.25, 0.25)),
-             "darkness": float(rng.uniform(0.35, 0.55)), "light": [float(np.cos(angle)), float(np.sin(angle))],
-             "clutter": [], "vehicles": [], "noise_seed": int(rng.integers(2**31))}
+    scene = {
+        "size": size,
+        "ground": rng.integers(90, 150, 3).tolist(),
+        "gradient": float(rng.uniform(-0.25, 0.25)),
+        "darkness": float(rng.uniform(0.35, 0.55)),
+        "light": [float(np.cos(angle)), float(np.sin(angle))],
+        "clutter": [],
+        "vehicles": [],
+        "noise_seed": int(rng.integers(2**31)),
+    }
     for _ in range(int(rng.integers(3, 9))):
         w, h = rng.integers(1, 4, 2) * scale
         x, y = rng.uniform(0, size - w), rng.uniform(0, size - h)
-        scene["clutter"].append({"box": [float(x), float(y), float(x + w), float(y + h)],
-                                 "colour": rng.integers(40, 220, 3).tolist()})
+        scene["clutter"].append(
+            {"box": [float(x), float(y), float(x + w), float(y + h)], "colour": rng.integers(40, 220, 3).tolist()}
+        )
     for _ in range(int(rng.integers(1, 4))):
         vehicle = _place_vehicle(rng, scene, scale)
         if vehicle:
@@ -54,8 +62,13 @@ def _place_vehicle(rng, scene, scale: float):
         shadow = _shadow_box(body, scene["light"], reach, size)
         taken = [v["body"] for v in scene["vehicles"]] + [v["shadow_box"] for v in scene["vehicles"]]
         if all(_overlap(candidate, other) == 0 for candidate in (body, shadow) for other in taken):
-            return {"class": kind, "body": body, "reach": reach, "shadow_box": shadow,
-                    "colour": rng.integers(60, 256, 3).tolist()}
+            return {
+                "class": kind,
+                "body": body,
+                "reach": reach,
+                "shadow_box": shadow,
+                "colour": rng.integers(60, 256, 3).tolist(),
+            }
     return None
 
 

@@ -1,10 +1,10 @@
 """Detection data sets for prepare_dataset: generated shadow_cars scenes, or a COCO-format folder.
 
-    shadow_cars:  scenes 0..num_images-1 of the seed; the last test_fraction are the test split,
-                  the val_fraction before them validation (scenes are independent draws).
-    coco_folder:  <path>/{train,val,test}/annotations.json, each split's images beside it
-                  (file_name relative to the split folder); boxes rescaled with the image, crowd
-                  annotations left out, categories numbered in the order of their ids.
+shadow_cars:  scenes 0..num_images-1 of the seed; the last test_fraction are the test split,
+              the val_fraction before them validation (scenes are independent draws).
+coco_folder:  <path>/{train,val,test}/annotations.json, each split's images beside it
+              (file_name relative to the split folder); boxes rescaled with the image, crowd
+              annotations left out, categories numbered in the order of their ids.
 """
 
 import json
@@ -57,15 +57,18 @@ def shadow_cars_source(params: Dict[str, Any], source_class):
         scene = shadow_cars.sample_scene(params["seed"], item, height)
         return shadow_cars.annotations(scene, shadow_cars.render(scene)[1])
 
-    return source_class(list(range(params["num_images"])), None, list(shadow_cars.CLASSES), (height, width, 3), 255,
-                        pixels, objects)
+    return source_class(
+        list(range(params["num_images"])), None, list(shadow_cars.CLASSES), (height, width, 3), 255, pixels, objects
+    )
 
 
 def _read_annotations(root: Path, split: str) -> Dict[str, Any]:
     path = Path(root) / split / "annotations.json"
     if not path.is_file():
-        raise DataError(f"{path}: expected a COCO annotations file for the {split} split, found none. dataset=coco_folder "
-                        "reads <path>/{train,val,test}/annotations.json with each split's images beside it.")
+        raise DataError(
+            f"{path}: expected a COCO annotations file for the {split} split, found none. dataset=coco_folder "
+            "reads <path>/{train,val,test}/annotations.json with each split's images beside it."
+        )
     try:
         found = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -108,8 +111,10 @@ def coco_source(params: Dict[str, Any], root: Path, split: str, classes: List[Tu
         if note.get("iscrowd"):
             continue
         if note["category_id"] not in index_of:
-            raise DataError(f"{root / split / 'annotations.json'}: annotation {note.get('id')} has category "
-                            f"{note['category_id']}, not among the train split's {[c for c, _ in classes]}.")
+            raise DataError(
+                f"{root / split / 'annotations.json'}: annotation {note.get('id')} has category "
+                f"{note['category_id']}, not among the train split's {[c for c, _ in classes]}."
+            )
         by_image.setdefault(note["image_id"], []).append(note)
     height, width = params["image_size"]
     shape = (height, width, params["channels"])
@@ -119,10 +124,19 @@ def coco_source(params: Dict[str, Any], root: Path, split: str, classes: List[Tu
         image = images[item]
         sx, sy = width / image["width"], height / image["height"]
         notes = by_image.get(image["id"], [])
-        boxes = [[n["bbox"][0] * sx, n["bbox"][1] * sy, (n["bbox"][0] + n["bbox"][2]) * sx, (n["bbox"][1] + n["bbox"][3]) * sy]
-                 for n in notes]
+        boxes = [
+            [n["bbox"][0] * sx, n["bbox"][1] * sy, (n["bbox"][0] + n["bbox"][2]) * sx, (n["bbox"][1] + n["bbox"][3]) * sy]
+            for n in notes
+        ]
         return {"boxes": boxes, "classes": [index_of[n["category_id"]] for n in notes], "shadows": []}
 
     paths = [str(root / split / image["file_name"]) for image in images]
-    return source_class(list(range(len(images))), None, [name for _, name in classes], shape, 255,
-                        lambda items: store.decode_files([paths[i] for i in items], shape), objects)
+    return source_class(
+        list(range(len(images))),
+        None,
+        [name for _, name in classes],
+        shape,
+        255,
+        lambda items: store.decode_files([paths[i] for i in items], shape),
+        objects,
+    )

@@ -30,9 +30,16 @@ def fit(tf, keras, model, data_dir: Path, settings: Dict[str, Any], opt, cache: 
     train, val = Split(data_dir, "train"), Split(data_dir, "val")
     model.compile(optimizer=opt, loss=center_net.loss(tf, len(train.classes)))
     if cache == "memory":
-        return model.fit(train.array(), _targets(train), validation_data=(val.array(), _targets(val)),
-                         epochs=settings["epochs"], batch_size=settings["batch_size"], shuffle=True, verbose=2,
-                         callbacks=callbacks)
+        return model.fit(
+            train.array(),
+            _targets(train),
+            validation_data=(val.array(), _targets(val)),
+            epochs=settings["epochs"],
+            batch_size=settings["batch_size"],
+            shuffle=True,
+            verbose=2,
+            callbacks=callbacks,
+        )
     from precisionflow.datasets import streaming
 
     def streamed(split: Split, shuffle: bool, seed: int):
@@ -41,8 +48,13 @@ def fit(tf, keras, model, data_dir: Path, settings: Dict[str, Any], opt, cache: 
         shape = center_net.encode_many(objects[:1], split.image_shape, len(split.classes)).shape[1:]
         return streaming.dataset(tf, split, settings["batch_size"], shuffle, seed, streaming.Targets(encode, shape, "float32"))
 
-    return model.fit(streamed(train, True, settings["seed"]), validation_data=streamed(val, False, 0),
-                     epochs=settings["epochs"], verbose=2, callbacks=callbacks)
+    return model.fit(
+        streamed(train, True, settings["seed"]),
+        validation_data=streamed(val, False, 0),
+        epochs=settings["epochs"],
+        verbose=2,
+        callbacks=callbacks,
+    )
 
 
 def split_map(model, data_dir: Path, split_name: str) -> Dict[str, Any]:
@@ -54,13 +66,19 @@ def split_map(model, data_dir: Path, split_name: str) -> Dict[str, Any]:
 
 def summary(model, data_dir: Path) -> Dict[str, Any]:
     val, test = split_map(model, data_dir, "val"), split_map(model, data_dir, "test")
-    return {"val_map50": round(val["map50"], 4), "val_map": round(val["map"], 4),
-            "test_map50": round(test["map50"], 4), "test_map": round(test["map"], 4)}
+    return {
+        "val_map50": round(val["map50"], 4),
+        "val_map": round(val["map"], 4),
+        "test_map50": round(test["map50"], 4),
+        "test_map": round(test["map"], 4),
+    }
 
 
 def learned_nothing(summary: Dict[str, Any]) -> str:
     """'' or why this detector learned nothing (validation mAP@.5 below 0.05)."""
     if summary.get("val_map50", 1.0) >= LEARNED_NOTHING_MAP50:
         return ""
-    return (f"validation mAP@.5 {summary['val_map50']:.3f} is below {LEARNED_NOTHING_MAP50}: the detector learned nothing, "
-            "and its engines' mAP and spurious/lost boxes compare noise. Train longer (train.epochs) or check the data")
+    return (
+        f"validation mAP@.5 {summary['val_map50']:.3f} is below {LEARNED_NOTHING_MAP50}: the detector learned nothing, "
+        "and its engines' mAP and spurious/lost boxes compare noise. Train longer (train.epochs) or check the data"
+    )

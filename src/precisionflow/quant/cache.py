@@ -53,8 +53,10 @@ def trt_algorithm(lineage: Dict) -> str:
         return QAT_ALGORITHM
     method = lineage.get("method")
     if method not in TRT_ALGORITHMS:
-        raise LineageError(f"calibration cache lineage: expected a method among {sorted(TRT_ALGORITHMS)} (or QAT ranges), "
-                           f"found '{method}'; recalibrate (delete the calibrate node and run again).")
+        raise LineageError(
+            f"calibration cache lineage: expected a method among {sorted(TRT_ALGORITHMS)} (or QAT ranges), "
+            f"found '{method}'; recalibrate (delete the calibrate node and run again)."
+        )
     return TRT_ALGORITHMS[method]
 
 
@@ -77,8 +79,9 @@ def parse_trt_text(text: str) -> Tuple[str, Dict[str, float]]:
 
 def write_cache(folder: Path, ranges: Ranges, lineage: Dict) -> None:
     folder = Path(folder)
-    write_json_atomic(folder / RANGES_FILE, {"ranges": {k: [float(lo), float(hi)] for k, (lo, hi) in ranges.items()},
-                                             "lineage": lineage})
+    write_json_atomic(
+        folder / RANGES_FILE, {"ranges": {k: [float(lo), float(hi)] for k, (lo, hi) in ranges.items()}, "lineage": lineage}
+    )
     _write_ort_tables(folder / "ort", ranges)
 
 
@@ -86,8 +89,11 @@ def write_trt_cache(cache_folder: Path, target: Path, tensorrt_version: str) -> 
     """TensorRT's text cache of a calibrate node's ranges, written to `target` (another node's folder)."""
     data = read_json(Path(cache_folder) / RANGES_FILE)
     Path(target).parent.mkdir(parents=True, exist_ok=True)
-    Path(target).write_text(to_trt_text({name: tuple(bounds) for name, bounds in data["ranges"].items()}, tensorrt_version,
-                                        trt_algorithm(data["lineage"])))
+    Path(target).write_text(
+        to_trt_text(
+            {name: tuple(bounds) for name, bounds in data["ranges"].items()}, tensorrt_version, trt_algorithm(data["lineage"])
+        )
+    )
     return Path(target)
 
 

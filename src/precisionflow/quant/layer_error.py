@@ -19,7 +19,9 @@ from precisionflow.quant.reader import array_reader, graph_input_name
 
 def per_tensor_error(fp32_path: Path, int8_path: Path, images: np.ndarray) -> List[Dict]:
     from onnxruntime.quantization.qdq_loss_debug import (
-        collect_activations, compute_activation_error, create_activation_matching,
+        collect_activations,
+        compute_activation_error,
+        create_activation_matching,
         modify_model_output_intermediate_tensors,
     )
 
@@ -35,8 +37,10 @@ def per_tensor_error(fp32_path: Path, int8_path: Path, images: np.ndarray) -> Li
         float_acts = collect_activations(str(float_aug), array_reader(name, images, len(images)))
         qdq_acts = collect_activations(str(qdq_aug), array_reader(name, images, len(images)))
     errors = compute_activation_error(create_activation_matching(qdq_acts, float_acts))
-    rows = [{"tensor": tensor, "sqnr_vs_fp32_db": _finite(err.get("xmodel_err")), "sqnr_qdq_db": _finite(err.get("qdq_err"))}
-            for tensor, err in errors.items()]
+    rows = [
+        {"tensor": tensor, "sqnr_vs_fp32_db": _finite(err.get("xmodel_err")), "sqnr_qdq_db": _finite(err.get("qdq_err"))}
+        for tensor, err in errors.items()
+    ]
     return sorted(rows, key=lambda row: row["sqnr_vs_fp32_db"])
 
 

@@ -24,23 +24,40 @@ def _outputs(graph: Path, images: np.ndarray) -> np.ndarray:
     return session.run(None, {session.get_inputs()[0].name: images})[0]
 
 
-def _quantized_outputs(source: Path, ranges, nodes: Sequence[str], images: np.ndarray, scratch: Path,
-                       placement: str = "tensorrt") -> np.ndarray:
+def _quantized_outputs(
+    source: Path, ranges, nodes: Sequence[str], images: np.ndarray, scratch: Path, placement: str = "tensorrt"
+) -> np.ndarray:
     target = scratch / f"trial-{len(list(scratch.iterdir()))}.onnx"
     qdq.quantize_int8(source, target, ranges, list(nodes), placement)
     return _outputs(target, images)
 
 
-def sensitivity(source: Path, ranges, nodes: Sequence[str], images: np.ndarray, reference: np.ndarray, scratch: Path,
-                placement: str = "tensorrt"):
+def sensitivity(
+    source: Path,
+    ranges,
+    nodes: Sequence[str],
+    images: np.ndarray,
+    reference: np.ndarray,
+    scratch: Path,
+    placement: str = "tensorrt",
+):
     """[(op, mean |output change| with only that op quantized)], most sensitive first."""
-    scored = [(float(np.mean(np.abs(_quantized_outputs(source, ranges, [op], images, scratch, placement) - reference))), op)
-              for op in nodes]
+    scored = [
+        (float(np.mean(np.abs(_quantized_outputs(source, ranges, [op], images, scratch, placement) - reference))), op)
+        for op in nodes
+    ]
     return [(op, score) for score, op in sorted(scored, reverse=True)]
 
 
-def search(source: Path, ranges, nodes: List[str], data_dir: Path, int8: Dict[str, Any],
-           confidence: float = 0.95, placement: str = "tensorrt") -> Tuple[List[str], Dict[str, Any]]:
+def search(
+    source: Path,
+    ranges,
+    nodes: List[str],
+    data_dir: Path,
+    int8: Dict[str, Any],
+    confidence: float = 0.95,
+    placement: str = "tensorrt",
+) -> Tuple[List[str], Dict[str, Any]]:
     """(ops to keep in float, the search's record: order, trials with intervals, what it reached)."""
     from precisionflow.datasets.store import Split
 
@@ -58,13 +75,25 @@ def search(source: Path, ranges, nodes: List[str], data_dir: Path, int8: Dict[st
 
         chosen, record = choose(len(order), predictions, reference.argmax(1), labels, int8["mixed_max_val_drop"], confidence)
     kept = [op for op, _ in order[:chosen]]
-    record.update({"split": int8["report_split"], "kept": len(kept), "of": len(order),
-                   "sensitivity": [[op, round(score, 6)] for op, score in order]})
+    record.update(
+        {
+            "split": int8["report_split"],
+            "kept": len(kept),
+            "of": len(order),
+            "sensitivity": [[op, round(score, 6)] for op, score in order],
+        }
+    )
     return kept, record
 
 
-def choose(ops: int, predictions: Callable[[int], np.ndarray], reference: np.ndarray, labels: np.ndarray,
-           budget: float, confidence: float) -> Tuple[int, Dict[str, Any]]:
+def choose(
+    ops: int,
+    predictions: Callable[[int], np.ndarray],
+    reference: np.ndarray,
+    labels: np.ndarray,
+    budget: float,
+    confidence: float,
+) -> Tuple[int, Dict[str, Any]]:
     """How many of the most sensitive ops to keep in float: the fewest whose top-1 drop against
     fp32 on the decision split is within `budget` BY ITS INTERVAL (paired images: the drop's upper
     end <= budget), found by bisection over the sensitivity order. Drops need not shrink as more
@@ -89,13 +118,24 @@ def choose(ops: int, predictions: Callable[[int], np.ndarray], reference: np.nda
     chosen = high if reached else ops - 1
     met = reached and trials[chosen].high <= budget
     drop = trials[chosen]
-    record = {"fp32_top1": float(np.mean(reference_right)), "max_drop_points": budget, "confidence": confidence,
-              "drop_points": round(drop.drop, 3), "drop_interval": [round(drop.low, 3), round(drop.high, 3)],
-              "budget_met": met, "images": drop.n, "one_image_points": round(drop.one_image, 3),
-              "trials": {str(k): {"drop": round(v.drop, 3), "low": round(v.low, 3), "high": round(v.high, 3),
-                                  "lost": v.b, "gained": v.c} for k, v in sorted(trials.items())}}
+    record = {
+        "fp32_top1": float(np.mean(reference_right)),
+        "max_drop_points": budget,
+        "confidence": confidence,
+        "drop_points": round(drop.drop, 3),
+        "drop_interval": [round(drop.low, 3), round(drop.high, 3)],
+        "budget_met": met,
+        "images": drop.n,
+        "one_image_points": round(drop.one_image, 3),
+        "trials": {
+            str(k): {"drop": round(v.drop, 3), "low": round(v.low, 3), "high": round(v.high, 3), "lost": v.b, "gained": v.c}
+            for k, v in sorted(trials.items())
+        },
+    }
     if not met:
-        record["why_not_met"] = (f"no trial's interval cleared {budget} points on the decision split's {drop.n} images "
-                                 f"(one image = {drop.one_image:.2f} points; the smallest drop budget {drop.n} images can "
-                                 f"ever pass is {stats.zero_flip_resolution(drop.n, confidence):.2f})")
+        record["why_not_met"] = (
+            f"no trial's interval cleared {budget} points on the decision split's {drop.n} images "
+            f"(one image = {drop.one_image:.2f} points; the smallest drop budget {drop.n} images can "
+            f"ever pass is {stats.zero_flip_resolution(drop.n, confidence):.2f})"
+        )
     return chosen, record

@@ -10,7 +10,7 @@ from typing import Dict, Optional
 
 def _layer_of(node_name: str, model_name: str) -> Optional[str]:
     prefix = f"{model_name}/"
-    return node_name[len(prefix):].split("/")[0] if node_name.startswith(prefix) else None
+    return node_name[len(prefix) :].split("/")[0] if node_name.startswith(prefix) else None
 
 
 def layer_output_tensors(model_proto, model_name: str) -> Dict[str, str]:

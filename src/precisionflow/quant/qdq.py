@@ -21,8 +21,18 @@ from precisionflow.errors import StageError
 
 COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
 # Ops walked through when looking for the layer that produces a graph output (bias add, reshapes).
-PASS_THROUGH = ("Add", "Identity", "Reshape", "Flatten", "Softmax", "Cast", "Squeeze", "Transpose",
-                "QuantizeLinear", "DequantizeLinear")
+PASS_THROUGH = (
+    "Add",
+    "Identity",
+    "Reshape",
+    "Flatten",
+    "Softmax",
+    "Cast",
+    "Squeeze",
+    "Transpose",
+    "QuantizeLinear",
+    "DequantizeLinear",
+)
 
 
 def _initializers(model) -> Set[str]:
@@ -51,15 +61,19 @@ def is_residual_add(node, constants: Set[str]) -> bool:
 def quantizable_nodes(model, exclude: Iterable[str] = (), keep_output_layer: bool = True) -> List[str]:
     constants = _initializers(model)
     skip = set(exclude) | (output_layer_nodes(model) if keep_output_layer else set())
-    return [node.name for node in model.graph.node
-            if node.name not in skip and (node.op_type in COMPUTE_OPS or is_residual_add(node, constants))]
+    return [
+        node.name
+        for node in model.graph.node
+        if node.name not in skip and (node.op_type in COMPUTE_OPS or is_residual_add(node, constants))
+    ]
 
 
 PLACEMENTS = ("tensorrt", "onnxruntime_cpu")
 
 
-def quantize_int8(fp32_path: Path, out_path: Path, ranges: Dict[str, Tuple[float, float]], nodes: Sequence[str],
-                  placement: str = "tensorrt") -> None:
+def quantize_int8(
+    fp32_path: Path, out_path: Path, ranges: Dict[str, Tuple[float, float]], nodes: Sequence[str], placement: str = "tensorrt"
+) -> None:
     """Write the QDQ graph of `nodes` using the cache's ranges (no calibration happens here), with
     Q/DQ placed for `placement`'s runtime."""
     import onnx
@@ -72,17 +86,27 @@ def quantize_int8(fp32_path: Path, out_path: Path, ranges: Dict[str, Tuple[float
         # never the upstream node's own file.
         source = shutil.copy(fp32_path, Path(scratch) / "source.onnx")
         if placement == "tensorrt":
-            options = dict(op_types_to_quantize=list(COMPUTE_OPS) + ["Add"], nodes_to_quantize=list(nodes),
-                           activation_type=QuantType.QInt8, extra_options=TRT_PLACEMENT)
+            options = dict(
+                op_types_to_quantize=list(COMPUTE_OPS) + ["Add"],
+                nodes_to_quantize=list(nodes),
+                activation_type=QuantType.QInt8,
+                extra_options=TRT_PLACEMENT,
+            )
         else:  # every op ONNX Runtime can fuse, less the compute ops that stay float
             model = onnx.load(str(source))
             left_float = [name for name in quantizable_nodes(model, keep_output_layer=False) if name not in set(nodes)]
             ranges = non_negative_after_relu(model, ranges)
             options = dict(nodes_to_exclude=left_float, activation_type=QuantType.QUInt8, extra_options=ORT_CPU_PLACEMENT)
         quantize_static(
-            str(source), str(out_path), calibration_data_reader=None, quant_format=QuantFormat.QDQ, per_channel=True,
-            weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
-            calibration_cache_path=str(_ranges_file(ranges, Path(scratch))), **options,
+            str(source),
+            str(out_path),
+            calibration_data_reader=None,
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+            calibration_cache_path=str(_ranges_file(ranges, Path(scratch))),
+            **options,
         )
 
 
@@ -92,8 +116,13 @@ def _ranges_file(ranges: Dict[str, Tuple[float, float]], folder: Path) -> Path:
     from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
 
     path = folder / "tensors.json"
-    save_tensors_data(TensorsData(CalibrationMethod.MinMax, {
-        name: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for name, (lo, hi) in ranges.items()}), path)
+    save_tensors_data(
+        TensorsData(
+            CalibrationMethod.MinMax,
+            {name: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for name, (lo, hi) in ranges.items()},
+        ),
+        path,
+    )
     return path
 
 
@@ -103,9 +132,12 @@ def _ranges_file(ranges: Dict[str, Tuple[float, float]], folder: Path) -> Path:
 # activation). ONNX Runtime's CPU provider cannot fuse this layout into QLinear kernels: it runs such
 # graphs as fp32 compute with Q/DQ, and the engine's `executed` label says so.
 TRT_PLACEMENT = {
-    "ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False,
+    "ActivationSymmetric": True,
+    "WeightSymmetric": True,
+    "QuantizeBias": False,
     "OpTypesToExcludeOutputQuantization": list(COMPUTE_OPS) + ["Add"],
-    "QDQKeepRemovableActivations": True, "DedicatedQDQPair": True,
+    "QDQKeepRemovableActivations": True,
+    "DedicatedQDQPair": True,
 }
 
 
@@ -232,19 +264,29 @@ def fake_quantize_inputs(path: Path, node_names: Sequence[str], ranges: Dict[str
 
     model = onnx.load(str(path))
     treated = []
-    for index, node in enumerate(list(model.graph.node)):
+    for node in list(model.graph.node):
         tensor = node.input[0] if node.name in node_names else None
         if tensor is None or tensor not in ranges:
             continue
         scale = max(abs(ranges[tensor][0]), abs(ranges[tensor][1])) / 127.0
         stem = f"{tensor}_qat_fq"
-        model.graph.initializer.extend([numpy_helper.from_array(np.array(scale, np.float32), f"{stem}_scale"),
-                                        numpy_helper.from_array(np.array(0, np.int8), f"{stem}_zero_point")])
+        model.graph.initializer.extend(
+            [
+                numpy_helper.from_array(np.array(scale, np.float32), f"{stem}_scale"),
+                numpy_helper.from_array(np.array(0, np.int8), f"{stem}_zero_point"),
+            ]
+        )
         position = list(model.graph.node).index(node)
-        model.graph.node.insert(position, helper.make_node(
-            "DequantizeLinear", [f"{stem}_q", f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_dq"], name=f"{stem}_dq"))
-        model.graph.node.insert(position, helper.make_node(
-            "QuantizeLinear", [tensor, f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_q"], name=f"{stem}_q"))
+        model.graph.node.insert(
+            position,
+            helper.make_node(
+                "DequantizeLinear", [f"{stem}_q", f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_dq"], name=f"{stem}_dq"
+            ),
+        )
+        model.graph.node.insert(
+            position,
+            helper.make_node("QuantizeLinear", [tensor, f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_q"], name=f"{stem}_q"),
+        )
         node.input[0] = f"{stem}_dq"
         treated.append(tensor)
     onnx.checker.check_model(model)

@@ -14,7 +14,7 @@ def array_reader(input_name: str, images: np.ndarray, batch_size: int):
         def get_next(self):
             if self.position >= len(images):
                 return None
-            batch = images[self.position:self.position + batch_size]
+            batch = images[self.position : self.position + batch_size]
             self.position += batch_size
             return {input_name: np.ascontiguousarray(batch, dtype=np.float32)}
 

@@ -19,8 +19,11 @@ PACKAGES = ("tensorflow", "tf-keras", "numpy")
 def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
     from precisionflow.targets import device_params, timing_settings
 
-    return {"evaluate": timing_settings(cfg, target), "threads": cfg["engine"]["intra_op_threads"],
-            **device_params(cfg, target, runtime)}
+    return {
+        "evaluate": timing_settings(cfg, target),
+        "threads": cfg["engine"]["intra_op_threads"],
+        **device_params(cfg, target, runtime),
+    }
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
@@ -33,7 +36,13 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     images = speed.timing_images(Split(inputs["data"], "test"), params["evaluate"])
     measured = speed.measure(load, images, params["evaluate"])
     devices = [d.device_type for d in tf.config.list_logical_devices()]
-    metrics = {"framework": "tensorflow", "version": tf.__version__, "device": "gpu" if "GPU" in devices else "cpu",
-               "target": params["target"], "threads": params["threads"], "speed": measured}
+    metrics = {
+        "framework": "tensorflow",
+        "version": tf.__version__,
+        "device": "gpu" if "GPU" in devices else "cpu",
+        "target": params["target"],
+        "threads": params["threads"],
+        "speed": measured,
+    }
     write_json_atomic(out / "metrics.json", metrics)
     return {"b1_throughput_sps": measured["batch"][min(measured["batch"], key=int)]["throughput_sps"]}

@@ -14,8 +14,20 @@ PACKAGES = ("onnx", "numpy")  # the backend's own version is in params["runtime"
 # The engine settings each backend reads; the others do not enter its engines' ids.
 BACKEND_SETTINGS = {
     "onnxruntime": ("backend", "optimization_level", "intra_op_threads"),
-    "tensorrt": ("backend", "intra_op_threads", "trt_builder_optimization_level", "trt_workspace_mb", "min_batch",
-                 "opt_batch", "max_batch", "min_spatial", "opt_spatial", "max_spatial", "sparse_weights", "trt_int8_fp16"),
+    "tensorrt": (
+        "backend",
+        "intra_op_threads",
+        "trt_builder_optimization_level",
+        "trt_workspace_mb",
+        "min_batch",
+        "opt_batch",
+        "max_batch",
+        "min_spatial",
+        "opt_spatial",
+        "max_spatial",
+        "sparse_weights",
+        "trt_int8_fp16",
+    ),
 }
 
 
@@ -46,10 +58,12 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     graph_node = read_node(inputs["graph"])
     precision = graph_node["summary"]["precision"]
     description = backend.build(inputs["graph"] / "model.onnx", out, params["engine"], params["target_def"], precision)
-    description.update({
-        "target": params["target"],
-        "precision": precision,
-        "graph_sha256": graph_node["summary"]["graph_sha256"],
-    })
+    description.update(
+        {
+            "target": params["target"],
+            "precision": precision,
+            "graph_sha256": graph_node["summary"]["graph_sha256"],
+        }
+    )
     write_json_atomic(out / "engine.json", description)
     return description

@@ -26,8 +26,26 @@ PACKAGES = ("onnx", "onnxruntime", "numpy")
 CALIBRATION_KEYS = ("method", "num_samples", "batch_size", "split")
 # Ranges for every tensor either placement quantizes: TensorRT's (inputs of Conv/MatMul/Gemm and of
 # residual Adds) and ONNX Runtime's CPU placement (outputs of the ops it fuses into integer kernels).
-CALIBRATED_OPS = ["Add", "Mul", "Relu", "Clip", "MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Reshape",
-                  "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Pad"]
+CALIBRATED_OPS = [
+    "Add",
+    "Mul",
+    "Relu",
+    "Clip",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "Concat",
+    "Reshape",
+    "Flatten",
+    "Transpose",
+    "Squeeze",
+    "Unsqueeze",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "LeakyRelu",
+    "Pad",
+]
 
 
 def reads(cfg: Dict[str, Any], source: str) -> Dict[str, Any]:
@@ -46,14 +64,22 @@ def reads(cfg: Dict[str, Any], source: str) -> Dict[str, Any]:
 def _calibrator(graph: Path, params: Dict[str, Any], scratch: Path):
     from onnxruntime.quantization import CalibrationMethod, create_calibrator
 
-    methods = {"entropy": CalibrationMethod.Entropy, "minmax": CalibrationMethod.MinMax,
-               "percentile": CalibrationMethod.Percentile}
+    methods = {
+        "entropy": CalibrationMethod.Entropy,
+        "minmax": CalibrationMethod.MinMax,
+        "percentile": CalibrationMethod.Percentile,
+    }
     if params["method"] not in methods:
         raise ConfigError(f"calibration.method: expected one of {sorted(methods)}, found '{params['method']}'.")
     extra = {"percentile": params["percentile"]} if params["method"] == "percentile" else {}
     op_types = list(qdq.COMPUTE_OPS) + CALIBRATED_OPS
-    return create_calibrator(str(graph), op_types, augmented_model_path=str(scratch / "augmented.onnx"),
-                             calibrate_method=methods[params["method"]], extra_options=extra)
+    return create_calibrator(
+        str(graph),
+        op_types,
+        augmented_model_path=str(scratch / "augmented.onnx"),
+        calibrate_method=methods[params["method"]],
+        extra_options=extra,
+    )
 
 
 def calibration_samples(data_dir: Path, params: Dict[str, Any]) -> np.ndarray:
@@ -69,11 +95,12 @@ def calibration_samples(data_dir: Path, params: Dict[str, Any]) -> np.ndarray:
 # ONNX Runtime's calibrators hold every calibrated tensor of every sample given to one collect_data
 # call before reducing them (ResNet-50 at 224x224: ~100 MB per image; 128 images were killed at
 # 14 GB). Samples are given in calls that stay under this many bytes of activations.
-ACTIVATION_BUDGET_BYTES = 2 * 1024 ** 3
+ACTIVATION_BUDGET_BYTES = 2 * 1024**3
 
 
-def samples_per_call(calibrator, input_name: str, samples: np.ndarray, batch_size: int,
-                     budget: int = ACTIVATION_BUDGET_BYTES) -> int:
+def samples_per_call(
+    calibrator, input_name: str, samples: np.ndarray, batch_size: int, budget: int = ACTIVATION_BUDGET_BYTES
+) -> int:
     """How many samples one collect_data call may take: all of them when their activations fit the
     budget (the result is then exactly ONNX Runtime's one-call calibration), else as many as fit, in
     whole batches. Later calls merge into earlier ones: min/max exactly, histograms (entropy,
@@ -96,7 +123,7 @@ def measure_ranges(graph: Path, samples: np.ndarray, params: Dict[str, Any], bud
         name = graph_input_name(graph)
         per_call = samples_per_call(calibrator, name, samples, params["batch_size"], budget)
         for start in range(0, len(samples), per_call):
-            calibrator.collect_data(array_reader(name, samples[start:start + per_call], params["batch_size"]))
+            calibrator.collect_data(array_reader(name, samples[start : start + per_call], params["batch_size"]))
         computed = calibrator.compute_data()
     # minmax gives 1-element arrays, entropy/percentile scalars.
     return {name: tuple(float(np.asarray(v).reshape(-1)[0]) for v in data.range_value) for name, data in computed.data.items()}
@@ -112,8 +139,12 @@ def qat_ranges(export_dir: Path, measured):
     unknown = sorted(set(learned) - set(measured))
     ranges = dict(measured)
     ranges.update({name: tuple(bounds) for name, bounds in learned.items()})
-    return ranges, {"learned": len(learned), "measured": len(set(measured) - set(learned)), "not_measured": unknown,
-                    "learned_tensors": sorted(learned)}
+    return ranges, {
+        "learned": len(learned),
+        "measured": len(set(measured) - set(learned)),
+        "not_measured": unknown,
+        "learned_tensors": sorted(learned),
+    }
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
@@ -121,13 +152,25 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     samples = calibration_samples(inputs["data"], params)
     started = time.perf_counter()
     ranges = measure_ranges(graph, samples, params)
-    lineage = {"source": params["source"], "method": params["method"], "settings": params,
-               "graph_sha256": file_hash(graph), "samples_sha256": hashlib.sha256(samples.tobytes()).hexdigest(),
-               "sample_count": int(len(samples)), "model_node": inputs["onnx"].name}
+    lineage = {
+        "source": params["source"],
+        "method": params["method"],
+        "settings": params,
+        "graph_sha256": file_hash(graph),
+        "samples_sha256": hashlib.sha256(samples.tobytes()).hexdigest(),
+        "sample_count": int(len(samples)),
+        "model_node": inputs["onnx"].name,
+    }
     if params["source"] == "qat":
         ranges, counts = qat_ranges(inputs["onnx"], ranges)
         lineage.update({"training_node": read_node(inputs["onnx"])["inputs"]["model"], "ranges": counts})
     seconds = time.perf_counter() - started
     cache.write_cache(out, ranges, lineage)
-    return {"tensors": len(ranges), "seconds": round(seconds, 3), "method": params["method"], "source": params["source"],
-            "sample_count": len(samples), "graph_sha256": lineage["graph_sha256"]}
+    return {
+        "tensors": len(ranges),
+        "seconds": round(seconds, 3),
+        "method": params["method"],
+        "source": params["source"],
+        "sample_count": len(samples),
+        "graph_sha256": lineage["graph_sha256"],
+    }

@@ -28,9 +28,12 @@ RATIO_KEYS = ("timing_batch_sizes", "streams", "stream_batch_size", "warmup_s", 
 def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
     from precisionflow.targets import device_params, timing_settings
 
-    params = {"ratio": timing_settings(cfg, target, RATIO_KEYS), "threads": cfg["engine"]["intra_op_threads"],
-              "backend": cfg["engine"]["backend"],
-              **device_params(cfg, target, runtime)}
+    params = {
+        "ratio": timing_settings(cfg, target, RATIO_KEYS),
+        "threads": cfg["engine"]["intra_op_threads"],
+        "backend": cfg["engine"]["backend"],
+        **device_params(cfg, target, runtime),
+    }
     if cfg["target_defs"][target]["framework"]:  # TensorFlow is timed too: its versions are read
         from precisionflow import identity
 
@@ -44,8 +47,10 @@ def check_framework(planned: Dict[str, str]) -> None:
 
     found = identity.package_versions(FRAMEWORK_PACKAGES)
     if found != planned:
-        raise StageError(f"compare_speed was planned with {planned}, this machine has {found}. Plan again here, or "
-                         "set the target's framework=false where TensorFlow is not installed.")
+        raise StageError(
+            f"compare_speed was planned with {planned}, this machine has {found}. Plan again here, or "
+            "set the target's framework=false where TensorFlow is not installed."
+        )
 
 
 def engine_loader(engine_dir: Path) -> Callable[[], Any]:
@@ -79,14 +84,17 @@ def side_timers(loader: Callable[[], Any], images: np.ndarray, settings: Dict[st
         run_once = first.prepare(speed.timing_batch(images, size))
         timing.warm_up(run_once, settings["warmup_s"])
         timers[f"b{size}"] = lambda seconds, run_once=run_once, size=size: (
-            timing.warm_up(run_once, turn_warmup), timing.window_throughput(run_once, size, seconds))[1]
+            timing.warm_up(run_once, turn_warmup),
+            timing.window_throughput(run_once, size, seconds),
+        )[1]
     stream_batch = speed.timing_batch(images, settings["stream_batch_size"])
     for count in settings["streams"] if phase == "streams" else ():
         runners, _ = speed.stream_runners(first, loader, stream_batch, count)
         for run_once in runners:
             timing.warm_up(run_once, settings["warmup_s"])
         timers[f"s{count}"] = lambda seconds, runners=runners: timing.concurrent_streams(
-            runners, settings["stream_batch_size"], turn_warmup, seconds)["throughput_sps"]
+            runners, settings["stream_batch_size"], turn_warmup, seconds
+        )["throughput_sps"]
     return timers
 
 
@@ -94,7 +102,7 @@ def pin_to_cpus(count: int) -> list:
     """Keep this process (and every thread it starts later) on the last `count` CPUs it may use."""
     import os
 
-    chosen = sorted(os.sched_getaffinity(0))[-max(count, 1):]
+    chosen = sorted(os.sched_getaffinity(0))[-max(count, 1) :]
     os.sched_setaffinity(0, chosen)
     return chosen
 
@@ -145,15 +153,20 @@ def compare(sides: Dict[str, tuple], data_dir: Path, settings: Dict[str, Any]) -
         for phase in phases:
             for side, (role, folder, threads) in sides.items():
                 parent, child = context.Pipe()
-                process = context.Process(target=side_worker, args=(child, role, str(folder), str(data_dir), threads,
-                                                                   settings, phase))
+                process = context.Process(
+                    target=side_worker, args=(child, role, str(folder), str(data_dir), threads, settings, phase)
+                )
                 process.start()
                 child.close()  # only the worker holds its end now: a worker that dies reads as EOF, not a hang
                 connections[(phase, side)], processes[(phase, side)] = parent, process
                 ready[(phase, side)] = _ready(parent, (phase, side))
-        results = {setting: _compare_setting({side: (conn, processes[(p, side)]) for (p, side), conn in connections.items()
-                                              if p == phase}, setting, settings)
-                   for phase in phases for setting in ready[(phase, "engine")][1]}
+        results = {
+            setting: _compare_setting(
+                {side: (conn, processes[(p, side)]) for (p, side), conn in connections.items() if p == phase}, setting, settings
+            )
+            for phase in phases
+            for setting in ready[(phase, "engine")][1]
+        }
         results["loading"] = {f"{phase}/{side}": message[2] for (phase, side), message in ready.items()}
         return results
     finally:
@@ -176,8 +189,9 @@ def _ready(conn, key) -> List[str]:
     try:
         message = conn.recv()
     except EOFError:
-        raise StageError(f"The {side} side's timing process ({phase} settings) exited before it was ready; its "
-                         "traceback is above in this log.") from None
+        raise StageError(
+            f"The {side} side's timing process ({phase} settings) exited before it was ready; its traceback is above in this log."
+        ) from None
     if message[0] == "error":
         raise getattr(errors, message[1], StageError)(message[2])
     return message
@@ -188,14 +202,17 @@ def died(side: str, setting: str, process) -> StageError:
     process.join(5)
     code = process.exitcode
     how = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-code}" if code else "still running"
-    return StageError(f"The {side} side's timing process died while timing {setting} ({how}); its traceback is above in "
-                      "this log. A CUDA error there (700: an illegal memory access) is a fault of that engine's run on "
-                      "the GPU, not of these settings: run the node again (a new process); if it recurs, time it "
-                      "without CUDA graphs (engine.onnxruntime.cuda_graph=false).")
+    return StageError(
+        f"The {side} side's timing process died while timing {setting} ({how}); its traceback is above in "
+        "this log. A CUDA error there (700: an illegal memory access) is a fault of that engine's run on "
+        "the GPU, not of these settings: run the node again (a new process); if it recurs, time it "
+        "without CUDA graphs (engine.onnxruntime.cuda_graph=false)."
+    )
 
 
 def _compare_setting(connections, setting: str, settings: Dict[str, Any]) -> Dict[str, Any]:
     """`connections`: {side: (pipe to its worker, its process)}."""
+
     def turn(side, conn, process):
         def timed(seconds):
             try:
@@ -203,10 +220,14 @@ def _compare_setting(connections, setting: str, settings: Dict[str, Any]) -> Dic
                 return conn.recv()
             except (EOFError, BrokenPipeError, ConnectionResetError):
                 raise died(side, setting, process) from None
+
         return timed
 
-    measured = timing.alternating_rounds({side: turn(side, conn, process) for side, (conn, process) in connections.items()},
-                                         settings["ratio_rounds"], settings["ratio_window_s"])
+    measured = timing.alternating_rounds(
+        {side: turn(side, conn, process) for side, (conn, process) in connections.items()},
+        settings["ratio_rounds"],
+        settings["ratio_window_s"],
+    )
     entry: Dict[str, Any] = {"throughput_sps": {side: float(np.median(values)) for side, values in measured.items()}}
     for reference, key in (("fp32", "vs_fp32"), ("tensorflow", "vs_tf")):
         if reference in measured:
@@ -224,11 +245,18 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     conditions = speed.conditions()
     results = compare(sides, inputs["data"], params["ratio"])
     loading = results.pop("loading")
-    metrics = {"target": params["target"], "sides": {side: folder.name for side, (_, folder, _) in sides.items()},
-               "settings": results, "conditions": speed.finished(conditions),
-               "loaded_s": loaded_windows(loading),
-               "rounds": params["ratio"]["ratio_rounds"], "window_s": params["ratio"]["ratio_window_s"],
-               "processes": "one per side and phase; batch settings pinned to the engines' thread count of CPUs"}
+    metrics = {
+        "target": params["target"],
+        "sides": {side: folder.name for side, (_, folder, _) in sides.items()},
+        "settings": results,
+        "conditions": speed.finished(conditions),
+        "loaded_s": loaded_windows(loading),
+        "rounds": params["ratio"]["ratio_rounds"],
+        "window_s": params["ratio"]["ratio_window_s"],
+        "processes": "one per side and phase; batch settings pinned to the engines' thread count of CPUs",
+    }
     write_json_atomic(out / "metrics.json", metrics)
-    return {setting: {key: round(entry[key]["median"], 3) for key in ("vs_fp32", "vs_tf") if key in entry}
-            for setting, entry in results.items()}
+    return {
+        setting: {key: round(entry[key]["median"], 3) for key in ("vs_fp32", "vs_tf") if key in entry}
+        for setting, entry in results.items()
+    }

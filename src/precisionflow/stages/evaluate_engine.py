@@ -28,8 +28,13 @@ def reads(cfg: Dict[str, Any], precision: str, target: str, runtime: Dict[str, s
     task = {"task": cfg["task"]}
     if cfg["task"] == "detection":  # decoding and box matching: read only for detection
         task["detection"] = dict(cfg["evaluate"]["detection"])
-    return {"evaluate": evaluate, "precision": precision, **task, "backend": cfg["engine"]["backend"],
-            **device_params(cfg, target, runtime)}
+    return {
+        "evaluate": evaluate,
+        "precision": precision,
+        **task,
+        "backend": cfg["engine"]["backend"],
+        **device_params(cfg, target, runtime),
+    }
 
 
 def predict(engine, test: Split, batch_size: int) -> np.ndarray:
@@ -44,8 +49,11 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 def accuracy_report(logits, reference_logits, labels, class_names) -> Dict[str, Any]:
     predicted, reference = logits.argmax(axis=1), reference_logits.argmax(axis=1)
-    per_class = {name: float(np.mean(predicted[labels == index] == index))
-                 for index, name in enumerate(class_names) if np.any(labels == index)}
+    per_class = {
+        name: float(np.mean(predicted[labels == index] == index))
+        for index, name in enumerate(class_names)
+        if np.any(labels == index)
+    }
     report = {
         "test_images": int(len(labels)),
         "top1": float(np.mean(predicted == labels)),
@@ -71,25 +79,39 @@ def write_flipped(path: Path, logits, reference_logits, labels) -> None:
     confidence, reference_confidence = softmax(logits).max(axis=1), softmax(reference_logits).max(axis=1)
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["test_index", "label", "fp32_prediction", "fp32_confidence", "engine_prediction",
-                         "engine_confidence", "right"])
+        writer.writerow(
+            ["test_index", "label", "fp32_prediction", "fp32_confidence", "engine_prediction", "engine_confidence", "right"]
+        )
         for index in np.flatnonzero(predicted != reference):
             right = "fp32" if reference[index] == labels[index] else "engine" if predicted[index] == labels[index] else "neither"
-            writer.writerow([int(index), int(labels[index]), int(reference[index]), round(float(reference_confidence[index]), 4),
-                             int(predicted[index]), round(float(confidence[index]), 4), right])
+            writer.writerow(
+                [
+                    int(index),
+                    int(labels[index]),
+                    int(reference[index]),
+                    round(float(reference_confidence[index]), 4),
+                    int(predicted[index]),
+                    round(float(confidence[index]), 4),
+                    right,
+                ]
+            )
 
 
 def agreement_with(logits: np.ndarray, other_logits: np.ndarray) -> Dict[str, float]:
-    return {"agreement": float(np.mean(logits.argmax(axis=1) == other_logits.argmax(axis=1))),
-            "max_abs_logit_diff": float(np.max(np.abs(logits - other_logits)))}
+    return {
+        "agreement": float(np.mean(logits.argmax(axis=1) == other_logits.argmax(axis=1))),
+        "max_abs_logit_diff": float(np.max(np.abs(logits - other_logits))),
+    }
 
 
 def qat_fidelity(logits: np.ndarray, inputs: Dict[str, Path]) -> Dict[str, Any]:
     """int8_qat: does the engine compute what QAT trained? Against the QAT model in TensorFlow with
     fake-quant on (deployed == trained), and against the fine-tuned model with fake-quant off
     (the seeds' "QAT within 1% of fp32" compares those two)."""
-    return {"vs_qat_model": agreement_with(logits, np.load(inputs["qat_model"] / "qat_logits.npy", allow_pickle=False)),
-            "vs_qat_float": agreement_with(logits, np.load(inputs["qat_export"] / "reference_logits.npy", allow_pickle=False))}
+    return {
+        "vs_qat_model": agreement_with(logits, np.load(inputs["qat_model"] / "qat_logits.npy", allow_pickle=False)),
+        "vs_qat_float": agreement_with(logits, np.load(inputs["qat_export"] / "reference_logits.npy", allow_pickle=False)),
+    }
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
@@ -108,8 +130,11 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     else:
         metrics = accuracy_report(logits, reference_logits, test.labels, test.classes)
         # Per image, so a verdict can pair this engine with its fp32 engine on the same images.
-        np.savez(out / PER_SAMPLE_FILE, predictions=logits.argmax(axis=1).astype(np.int32),
-                 labels=np.asarray(test.labels, dtype=np.int32))
+        np.savez(
+            out / PER_SAMPLE_FILE,
+            predictions=logits.argmax(axis=1).astype(np.int32),
+            labels=np.asarray(test.labels, dtype=np.int32),
+        )
         if "qat_model" in inputs:
             metrics["qat"] = qat_fidelity(logits, inputs)
         write_flipped(out / "flipped.csv", logits, reference_logits, test.labels)

@@ -24,8 +24,12 @@ def reads(cfg: Dict[str, Any], finetune: Dict[str, Any]) -> Dict[str, Any]:
     from precisionflow import models
 
     keys = FINETUNE_KEYS + (("exclude_layers",) if finetune["mode"] == "qat" else ())
-    return {"finetune": {key: finetune[key] for key in keys}, "model": models.reads(cfg["model"]),
-            "cache": cfg["dataset"]["cache"], "task": cfg["task"]}
+    return {
+        "finetune": {key: finetune[key] for key in keys},
+        "model": models.reads(cfg["model"]),
+        "cache": cfg["dataset"]["cache"],
+        "task": cfg["task"],
+    }
 
 
 def _load(keras, inputs, params, meta, policy: str):
@@ -52,8 +56,12 @@ def rebuilt_under_policy(keras, trained, policy: str):
 
 
 def _settings(finetune: Dict[str, Any]) -> Dict[str, Any]:
-    return {"epochs": finetune["epochs"], "batch_size": finetune["batch_size"], "early_stopping_patience": 0,
-            "seed": finetune["seed"]}
+    return {
+        "epochs": finetune["epochs"],
+        "batch_size": finetune["batch_size"],
+        "early_stopping_patience": 0,
+        "seed": finetune["seed"],
+    }
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
@@ -71,19 +79,25 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         print(f"QAT: {len(left_float)} layer(s) tfmot cannot quantize stay in float: {', '.join(left_float)}")
     steps = finetune["epochs"] * math.ceil(meta["sizes"]["train"] / finetune["batch_size"])
     opt = training.optimizer(keras, "adam", finetune["learning_rate"], "constant", steps)
-    history, seconds = training.fit(keras, trainable, inputs["data"], {**_settings(finetune), "task": params["task"]}, opt,
-                                      params["cache"])
+    history, seconds = training.fit(
+        keras, trainable, inputs["data"], {**_settings(finetune), "task": params["task"]}, opt, params["cache"]
+    )
     extra = {}
     if mode == "qat":
         # The QAT model's own test logits (fake-quant on): the int8_qat engine must reproduce them.
         np.save(out / "qat_logits.npy", training.predict_split(trainable, inputs["data"], "test"))
         ranges = qat.learned_ranges(trainable)
-        write_json_atomic(out / "qat_ranges.json", {"model_name": model.name, "input_key": qat.INPUT_KEY,
-                                                    "ranges": {k: list(v) for k, v in ranges.items()}})
+        write_json_atomic(
+            out / "qat_ranges.json",
+            {"model_name": model.name, "input_key": qat.INPUT_KEY, "ranges": {k: list(v) for k, v in ranges.items()}},
+        )
         model = qat.strip(trainable, _load(keras, inputs, params, meta, "float32"))
         activations = [bounds for layer, bounds in ranges.items() if layer != qat.INPUT_KEY]
-        extra = {"learned_ranges": len(ranges), "layers_left_float": left_float,
-                 "activations_symmetric": all(math.isclose(-lo, hi, rel_tol=1e-5) for lo, hi in activations)}
+        extra = {
+            "learned_ranges": len(ranges),
+            "layers_left_float": left_float,
+            "activations_symmetric": all(math.isclose(-lo, hi, rel_tol=1e-5) for lo, hi in activations),
+        }
     else:  # the same architecture (pruned or not) under the float32 policy, with the fine-tuned weights
         fp32_model = _load(keras, inputs, params, meta, "float32")
         fp32_model.set_weights(model.get_weights())

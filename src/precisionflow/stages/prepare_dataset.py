@@ -63,8 +63,14 @@ def digits_source() -> Source:
 
     digits = load_digits()
     pixels = digits.images.astype(np.uint8)[..., np.newaxis]
-    return Source(list(range(len(pixels))), digits.target.astype(np.int64), [str(n) for n in digits.target_names],
-                  pixels.shape[1:], 16, lambda items: pixels[np.asarray(items, dtype=np.int64)])
+    return Source(
+        list(range(len(pixels))),
+        digits.target.astype(np.int64),
+        [str(n) for n in digits.target_names],
+        pixels.shape[1:],
+        16,
+        lambda items: pixels[np.asarray(items, dtype=np.int64)],
+    )
 
 
 def folder_source(params: Dict[str, Any], root: Path, classes: List[str] = None) -> Source:
@@ -97,8 +103,7 @@ def _stratified_split(indices: np.ndarray, labels: np.ndarray, params: Dict[str,
         )
     held_out = params["val_fraction"] + params["test_fraction"]
     train, rest, _, rest_labels = train_test_split(indices, labels, test_size=held_out, stratify=labels, random_state=seed)
-    val, test = train_test_split(rest, test_size=params["test_fraction"] / held_out, stratify=rest_labels,
-                                 random_state=seed)
+    val, test = train_test_split(rest, test_size=params["test_fraction"] / held_out, stratify=rest_labels, random_state=seed)
     return {"train": train, "val": val, "test": test}
 
 
@@ -113,8 +118,10 @@ def check_folder(params: Dict[str, Any]) -> None:
     for level in levels:
         found = sorted(image_folder.list_images(level))
         if len(found) < 2:
-            raise DataError(f"{level}: expected at least 2 class folders, found {found}. A classifier needs two classes "
-                            "or more: add a folder per class.")
+            raise DataError(
+                f"{level}: expected at least 2 class folders, found {found}. A classifier needs two classes "
+                "or more: add a folder per class."
+            )
         if classes is not None and found != classes:
             raise DataError(f"{level}: classes {found} differ from {levels[0]}'s {classes}; every split needs the same classes.")
         classes = found
@@ -173,7 +180,7 @@ def write_pixels(out: Path, name: str, source: Source, indices: np.ndarray) -> s
     writer = store.SplitWriter(out, name, len(indices), source.image_shape)
     chunk = DECODE_CHUNK_PER_THREAD * store.decode_threads()
     for start in range(0, len(indices), chunk):
-        writer.append(source.pixels([source.items[i] for i in indices[start:start + chunk]]))
+        writer.append(source.pixels([source.items[i] for i in indices[start : start + chunk]]))
     return writer.close()
 
 

@@ -36,8 +36,10 @@ def validate(cfg: Dict[str, Any]) -> None:
         pruning.check_settings(cfg["prune"])
         check_user_model_layers(cfg)
     if cfg["finetune"]["mode"] == "none":
-        raise ConfigError(f"prune={cfg['prune']['method']}: a pruned model must be retrained before export (as TLT "
-                          "does); choose finetune.mode=fp32, finetune=mixed_float16 or finetune=qat.")
+        raise ConfigError(
+            f"prune={cfg['prune']['method']}: a pruned model must be retrained before export (as TLT "
+            "does); choose finetune.mode=fp32, finetune=mixed_float16 or finetune=qat."
+        )
 
 
 def check_user_model_layers(cfg: Dict[str, Any]) -> None:
@@ -82,8 +84,12 @@ def prune_sparse24(tf, keras, model, params: Dict[str, Any], data_dir: Path):
 
     prune = params["prune"]
     excluded = set(prune["exclude_layers"] or [])
-    dense = [layer.name for layer in model.layers if type(layer).__name__ in ("Conv2D", "Dense", "DepthwiseConv2D")
-             and (not sparse24_eligible(layer) or layer.name in excluded)]
+    dense = [
+        layer.name
+        for layer in model.layers
+        if type(layer).__name__ in ("Conv2D", "Dense", "DepthwiseConv2D")
+        and (not sparse24_eligible(layer) or layer.name in excluded)
+    ]
 
     def wrap(layer):
         if sparse24_eligible(layer) and layer.name not in excluded:
@@ -94,14 +100,28 @@ def prune_sparse24(tf, keras, model, params: Dict[str, Any], data_dir: Path):
     wrapped = keras.models.clone_model(model, clone_function=wrap)  # wrappers hold the trained layers themselves
     train = Split(data_dir, "train")
     x, y = train.array(), train.labels  # sparse24's short fine-tune: in memory (see README, data at scale)
-    wrapped.compile(optimizer=keras.optimizers.Adam(prune["learning_rate"]),
-                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-    wrapped.fit(x, y, batch_size=prune["batch_size"], epochs=prune["epochs"], verbose=2,
-                callbacks=[tfmot.sparsity.keras.UpdatePruningStep()])
+    wrapped.compile(
+        optimizer=keras.optimizers.Adam(prune["learning_rate"]),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    wrapped.fit(
+        x,
+        y,
+        batch_size=prune["batch_size"],
+        epochs=prune["epochs"],
+        verbose=2,
+        callbacks=[tfmot.sparsity.keras.UpdatePruningStep()],
+    )
     stripped = tfmot.sparsity.keras.strip_pruning(wrapped)
-    layers = {layer.name: {"max_nonzero_per_4": m_by_n_sparsity(layer.get_weights()[0]),
-                           "zeros": float(np.mean(layer.get_weights()[0] == 0))}
-              for layer in stripped.layers if sparse24_eligible(layer) and layer.name not in excluded}
+    layers = {
+        layer.name: {
+            "max_nonzero_per_4": m_by_n_sparsity(layer.get_weights()[0]),
+            "zeros": float(np.mean(layer.get_weights()[0] == 0)),
+        }
+        for layer in stripped.layers
+        if sparse24_eligible(layer) and layer.name not in excluded
+    }
     return stripped, layers, dense
 
 
@@ -116,19 +136,27 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         pruned, report = pruning.prune(keras, model, params["prune"])
     else:
         pruned, layers, dense = prune_sparse24(tf, keras, model, params, inputs["data"])
-        report = {"layers": layers, "left_dense": dense, "params_before": int(model.count_params()),
-                  "params_after": int(pruned.count_params()), "flops_before": pruning.flops(model),
-                  "flops_after": pruning.flops(pruned)}
+        report = {
+            "layers": layers,
+            "left_dense": dense,
+            "params_before": int(model.count_params()),
+            "params_after": int(pruned.count_params()),
+            "flops_before": pruning.flops(model),
+            "flops_after": pruning.flops(pruned),
+        }
     report["weights_zero_fraction"] = zero_fraction(pruned)
     report["method"] = method
     pruned.save(out / "model.keras")
     write_json_atomic(out / "prune.json", report)
-    summary = {key: report[key] for key in ("method", "params_before", "params_after", "flops_before", "flops_after",
-                                            "weights_zero_fraction")}
+    summary = {
+        key: report[key]
+        for key in ("method", "params_before", "params_after", "flops_before", "flops_after", "weights_zero_fraction")
+    }
     return summary
 
 
 def zero_fraction(model) -> float:
-    kernels: List[np.ndarray] = [layer.get_weights()[0] for layer in model.layers
-                                 if type(layer).__name__ in ("Conv2D", "Dense") and layer.get_weights()]
+    kernels: List[np.ndarray] = [
+        layer.get_weights()[0] for layer in model.layers if type(layer).__name__ in ("Conv2D", "Dense") and layer.get_weights()
+    ]
     return float(sum(int(np.sum(k == 0)) for k in kernels) / max(sum(k.size for k in kernels), 1))

@@ -84,13 +84,21 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
     images = Split(inputs["data"], int8["report_split"]).head(int8["report_samples"])
     rows = layer_error.per_tensor_error(source, target, images)
     layer_error.write_report(rows, out)
-    return {"quantized_nodes": len(nodes), "quantizable_ops": len(candidates),
-            "quantized_fraction": round(len(nodes) / len(candidates), 4), "kept_float": kept_float,
-            "calibration_source": lineage["source"], "calibration_method": lineage["method"], "placement": placement,
-            "report_split": int8["report_split"], "calibration_split": lineage["settings"].get("split"), **qat,
-            **({"mixed_search": search} if search else {}),
-            "worst_tensor": rows[0]["tensor"] if rows else None,
-            "worst_sqnr_db": rows[0]["sqnr_vs_fp32_db"] if rows else None}
+    return {
+        "quantized_nodes": len(nodes),
+        "quantizable_ops": len(candidates),
+        "quantized_fraction": round(len(nodes) / len(candidates), 4),
+        "kept_float": kept_float,
+        "calibration_source": lineage["source"],
+        "calibration_method": lineage["method"],
+        "placement": placement,
+        "report_split": int8["report_split"],
+        "calibration_split": lineage["settings"].get("split"),
+        **qat,
+        **({"mixed_search": search} if search else {}),
+        "worst_tensor": rows[0]["tensor"] if rows else None,
+        "worst_sqnr_db": rows[0]["sqnr_vs_fp32_db"] if rows else None,
+    }
 
 
 def learned_input_ranges(model, nodes, ranges, learned):
@@ -158,5 +166,10 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         details = to_int8(source, target, params, inputs, out)
     else:
         raise ConfigError(f"precision: expected fp32, fp16, int8, int8_qat or int8_mixed, found '{precision}'.")
-    return {"precision": precision, "graph_sha256": file_hash(target), "source_sha256": file_hash(source),
-            "graph_bytes": target.stat().st_size, **details}
+    return {
+        "precision": precision,
+        "graph_sha256": file_hash(target),
+        "source_sha256": file_hash(source),
+        "graph_bytes": target.stat().st_size,
+        **details,
+    }

@@ -25,30 +25,148 @@ NOISY_MARK = "*"
 # Accuracy columns by task: a classifier's rows fill top1..flipped, a detector's map50..shadow_100;
 # the printed and HTML tables leave out columns no row fills.
 DETECTION_COLUMNS = ["map50", "map", "box_agreement", "spurious_100", "lost_100", "shadow_100"]
-COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "target", "ran", "top1", "top5",
-           "change_pts", "change_low", "change_high", "vs", "verdict", "agreement", "flipped",
-           *DETECTION_COLUMNS, "qat_agreement",
-           "int8_frac", "p50_ms_b1", "p99_ms_b1", "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams",
-           "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb",
-           "noisy", "loaded", "others", "timed", "load", "node"]
+COLUMNS = [
+    "model",
+    "pruned",
+    "params",
+    "mflops",
+    "precision",
+    "variant",
+    "options",
+    "target",
+    "ran",
+    "top1",
+    "top5",
+    "change_pts",
+    "change_low",
+    "change_high",
+    "vs",
+    "verdict",
+    "agreement",
+    "flipped",
+    *DETECTION_COLUMNS,
+    "qat_agreement",
+    "int8_frac",
+    "p50_ms_b1",
+    "p99_ms_b1",
+    "cv_pct_b1",
+    "sps_b1",
+    "sps_bmax",
+    "bmax",
+    "sps_streams",
+    "streams",
+    "x_fp32_b1",
+    "x_fp32_bmax",
+    "x_fp32_streams",
+    "x_tf_b1",
+    "x_tf_bmax",
+    "x_tf_streams",
+    "engine_kb",
+    "noisy",
+    "loaded",
+    "others",
+    "timed",
+    "load",
+    "node",
+]
 # The printed table fits a 120-column terminal: these columns, most important first, less those no
 # row fills; while it is wider, the last ones go (summary.csv and the report keep every column).
-PRINTED = ["precision", "ran", "top1", "change_95", "verdict", "variant", "map50", "map", "spurious_100", "shadow_100",
-           "x_fp32_bmax", "p50_ms_b1", "sps_bmax", "agreement", "box_agreement", "x_fp32_b1", "x_tf_bmax", "model", "pruned",
-           "params", "mflops", "options", "qat_agreement", "lost_100", "flipped", "x_fp32_streams", "sps_streams", "x_tf_b1",
-           "int8_frac", "engine_kb"]
+PRINTED = [
+    "precision",
+    "ran",
+    "top1",
+    "change_95",
+    "verdict",
+    "variant",
+    "map50",
+    "map",
+    "spurious_100",
+    "shadow_100",
+    "x_fp32_bmax",
+    "p50_ms_b1",
+    "sps_bmax",
+    "agreement",
+    "box_agreement",
+    "x_fp32_b1",
+    "x_tf_bmax",
+    "model",
+    "pruned",
+    "params",
+    "mflops",
+    "options",
+    "qat_agreement",
+    "lost_100",
+    "flipped",
+    "x_fp32_streams",
+    "sps_streams",
+    "x_tf_b1",
+    "int8_frac",
+    "engine_kb",
+]
 TERMINAL_WIDTH = 120
-HEADERS = {"change_95": "vs fp32 [95%]", "x_fp32_bmax": "x_fp32@bmax", "x_fp32_b1": "x_fp32@1", "x_tf_bmax": "x_tf@bmax",
-           "x_fp32_streams": "x_fp32@strm", "x_tf_b1": "x_tf@1", "p50_ms_b1": "p50_ms@1", "sps_bmax": "img/s@bmax",
-           "sps_streams": "img/s@strm", "agreement": "agree", "box_agreement": "box_agree", "qat_agreement": "qat_agree"}
+HEADERS = {
+    "change_95": "vs fp32 [95%]",
+    "x_fp32_bmax": "x_fp32@bmax",
+    "x_fp32_b1": "x_fp32@1",
+    "x_tf_bmax": "x_tf@bmax",
+    "x_fp32_streams": "x_fp32@strm",
+    "x_tf_b1": "x_tf@1",
+    "p50_ms_b1": "p50_ms@1",
+    "sps_bmax": "img/s@bmax",
+    "sps_streams": "img/s@strm",
+    "agreement": "agree",
+    "box_agreement": "box_agree",
+    "qat_agreement": "qat_agree",
+}
 # The page fits a 1366-px window: node ids live in tooltips (the precision cell), models by their hash.
-HTML_COLUMNS = ["model", "pruned", "params", "mflops", "precision", "variant", "options", "target", "ran", "top1", "top5",
-                "change_95", "verdict", "agreement", "flipped",
-                *DETECTION_COLUMNS, "qat_agreement",
-                "int8_frac", "p50_ms_b1", "sps_bmax", "sps_streams", "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams",
-                "x_tf_b1", "x_tf_bmax", "x_tf_streams", "engine_kb"]
-SPEED_COLUMNS = ["p50_ms_b1", "p99_ms_b1", "cv_pct_b1", "sps_b1", "sps_bmax", "bmax", "sps_streams", "streams",
-                 "x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1", "x_tf_bmax", "x_tf_streams", "noisy", "loaded"]
+HTML_COLUMNS = [
+    "model",
+    "pruned",
+    "params",
+    "mflops",
+    "precision",
+    "variant",
+    "options",
+    "target",
+    "ran",
+    "top1",
+    "top5",
+    "change_95",
+    "verdict",
+    "agreement",
+    "flipped",
+    *DETECTION_COLUMNS,
+    "qat_agreement",
+    "int8_frac",
+    "p50_ms_b1",
+    "sps_bmax",
+    "sps_streams",
+    "x_fp32_b1",
+    "x_fp32_bmax",
+    "x_fp32_streams",
+    "x_tf_b1",
+    "x_tf_bmax",
+    "x_tf_streams",
+    "engine_kb",
+]
+SPEED_COLUMNS = [
+    "p50_ms_b1",
+    "p99_ms_b1",
+    "cv_pct_b1",
+    "sps_b1",
+    "sps_bmax",
+    "bmax",
+    "sps_streams",
+    "streams",
+    "x_fp32_b1",
+    "x_fp32_bmax",
+    "x_fp32_streams",
+    "x_tf_b1",
+    "x_tf_bmax",
+    "x_tf_streams",
+    "noisy",
+    "loaded",
+]
 FIGURES = "figures"  # pictures live in one folder of the node: Snakemake's report collects it
 
 
@@ -79,11 +197,16 @@ def speed_columns(speed: Dict[str, Any]) -> Dict[str, Any]:
     noisy = ["p50_ms_b1", "sps_b1"] * bool(batch[smallest]["noisy"]) + ["sps_bmax"] * bool(batch[largest]["noisy"])
     return {
         "p50_ms_b1": round(batch[smallest]["p50_ms"], 4),
-        "p99_ms_b1": round(batch[smallest]["p99_ms"], 4), "cv_pct_b1": round(batch[smallest]["cv_percent"], 1),
+        "p99_ms_b1": round(batch[smallest]["p99_ms"], 4),
+        "cv_pct_b1": round(batch[smallest]["cv_percent"], 1),
         "sps_b1": round(batch[smallest]["throughput_sps"], 1),
-        "sps_bmax": round(batch[largest]["throughput_sps"], 1), "bmax": int(largest),
-        "sps_streams": round(streams[most]["throughput_sps"], 1) if most else "", "streams": most or "",
-        "timed": timed(taken), "load": taken.get("loadavg_1m", ""), "others": taken.get("other_cores", ""),
+        "sps_bmax": round(batch[largest]["throughput_sps"], 1),
+        "bmax": int(largest),
+        "sps_streams": round(streams[most]["throughput_sps"], 1) if most else "",
+        "streams": most or "",
+        "timed": timed(taken),
+        "load": taken.get("loadavg_1m", ""),
+        "others": taken.get("other_cores", ""),
         "noisy": " ".join(noisy),
         "loaded": "yes" if loaded(taken) else "",
     }
@@ -104,8 +227,11 @@ def pruning_columns(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     from precisionflow.pruning import describe
 
     summary = lineage["prune_model"]["summary"]
-    return {"pruned": describe(lineage["prune_model"]["params"]["prune"]), "params": summary["params_after"],
-            "mflops": round(summary["flops_after"] / 1e6, 2)}
+    return {
+        "pruned": describe(lineage["prune_model"]["params"]["prune"]),
+        "params": summary["params_after"],
+        "mflops": round(summary["flops_after"] / 1e6, 2),
+    }
 
 
 def engine_options(description: Dict[str, Any]) -> str:
@@ -164,16 +290,24 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
     executed = metrics["engine"].get("executed", {})
     graph = lineage["quantize_onnx"]["summary"]
     row = {column: "" for column in COLUMNS + ["change_95"]}
-    row.update({
-        "model": lineage["train_model"]["id"], "precision": metrics["precision"], "variant": variant(lineage),
-        "options": engine_options(metrics["engine"]), **pruning_columns(lineage),
-        "target": metrics["target"], "ran": executed.get("executed_precision", "?") + ("" if executed.get("as_requested", True) else " (!)"),
-        **accuracy_columns(metrics),
-        "qat_agreement": round(metrics["qat"]["vs_qat_model"]["agreement"], 4) if "qat" in metrics else "",
-        "int8_frac": graph.get("quantized_fraction", ""),
-        **speed_columns(metrics["speed"]), **ratio_columns(ratios.get(engine_key(eval_dir))),
-        "engine_kb": round(metrics["engine"]["engine_bytes"] / 1024, 1), "node": eval_dir.name,
-    })
+    row.update(
+        {
+            "model": lineage["train_model"]["id"],
+            "precision": metrics["precision"],
+            "variant": variant(lineage),
+            "options": engine_options(metrics["engine"]),
+            **pruning_columns(lineage),
+            "target": metrics["target"],
+            "ran": executed.get("executed_precision", "?") + ("" if executed.get("as_requested", True) else " (!)"),
+            **accuracy_columns(metrics),
+            "qat_agreement": round(metrics["qat"]["vs_qat_model"]["agreement"], 4) if "qat" in metrics else "",
+            "int8_frac": graph.get("quantized_fraction", ""),
+            **speed_columns(metrics["speed"]),
+            **ratio_columns(ratios.get(engine_key(eval_dir))),
+            "engine_kb": round(metrics["engine"]["engine_bytes"] / 1024, 1),
+            "node": eval_dir.name,
+        }
+    )
     if lineage["evaluate_engine"]["params"].get("simulates"):
         # what TensorRT would compute, run on this CPU: its accuracy is the row's point, its speed none
         row.update({column: "" for column in SPEED_COLUMNS})
@@ -185,11 +319,20 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
 
 def accuracy_columns(metrics: Dict[str, Any]) -> Dict[str, Any]:
     if metrics.get("task") == "detection":
-        return {"map50": round(metrics["map50"], 4), "map": round(metrics["map"], 4), "box_agreement": metrics["box_agreement"],
-                "spurious_100": metrics["spurious_per_100"], "lost_100": metrics["lost_per_100"],
-                "shadow_100": metrics["shadow_per_100"]}
-    return {"top1": round(metrics["top1"], 4), "top5": round(metrics["top5"], 4) if "top5" in metrics else "",
-            "agreement": round(metrics["agreement"], 4), "flipped": metrics["flipped"]}
+        return {
+            "map50": round(metrics["map50"], 4),
+            "map": round(metrics["map"], 4),
+            "box_agreement": metrics["box_agreement"],
+            "spurious_100": metrics["spurious_per_100"],
+            "lost_100": metrics["lost_per_100"],
+            "shadow_100": metrics["shadow_per_100"],
+        }
+    return {
+        "top1": round(metrics["top1"], 4),
+        "top5": round(metrics["top5"], 4) if "top5" in metrics else "",
+        "agreement": round(metrics["agreement"], 4),
+        "flipped": metrics["flipped"],
+    }
 
 
 TASK_COLUMNS = {"top1", "top5", "agreement", "flipped", "change_95", "verdict", *DETECTION_COLUMNS}
@@ -205,8 +348,16 @@ def framework_row(framework_dir: Path) -> Dict[str, Any]:
     metrics = read_json(framework_dir / "metrics.json")
     row = {column: "" for column in COLUMNS + ["change_95"]}
     lineage = named_lineage(framework_dir, ("model", "data"))
-    row.update({"model": lineage["train_model"]["id"], "precision": "tensorflow", **pruning_columns(lineage),
-                "target": metrics["target"], "ran": f"fp32 ({metrics['device']})", "node": framework_dir.name})
+    row.update(
+        {
+            "model": lineage["train_model"]["id"],
+            "precision": "tensorflow",
+            **pruning_columns(lineage),
+            "target": metrics["target"],
+            "ran": f"fp32 ({metrics['device']})",
+            "node": framework_dir.name,
+        }
+    )
     row.update(speed_columns(metrics["speed"]))
     return row
 
@@ -251,11 +402,19 @@ def class_changes(eval_dirs: List[Path], out: Path) -> List[str]:
     for eval_dir, metrics, fp32 in verdict_inputs(eval_dirs):
         key, measure = ("per_class_ap", "AP") if metrics.get("task") == "detection" else ("per_class_top1", "top-1")
         label = f"{metrics['precision']} {variant(named_lineage(eval_dir))}".strip() + f" [{eval_dir.name[-6:]}]"
-        changes = {name: round(100 * (value - fp32[key][name]), 2)
-                   for name, value in metrics[key].items() if name in fp32[key]}
+        changes = {name: round(100 * (value - fp32[key][name]), 2) for name, value in metrics[key].items() if name in fp32[key]}
         by_target.setdefault(metrics["target"], {})[label] = changes
-        rows += [{"engine": eval_dir.name, "class": name, "measure": measure, "fp32": fp32[key][name],
-                  "engine_value": metrics[key][name], "change_points": change} for name, change in changes.items()]
+        rows += [
+            {
+                "engine": eval_dir.name,
+                "class": name,
+                "measure": measure,
+                "fp32": fp32[key][name],
+                "engine_value": metrics[key][name],
+                "change_points": change,
+            }
+            for name, change in changes.items()
+        ]
     with open(out / "per_class.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=["engine", "class", "measure", "fp32", "engine_value", "change_points"])
         writer.writeheader()
@@ -263,16 +422,19 @@ def class_changes(eval_dirs: List[Path], out: Path) -> List[str]:
     for target, changes in sorted(by_target.items()):
         classes = sorted({name for engine in changes.values() for name in engine}, key=lambda c: (len(c), c))
         pictures.append(f"{FIGURES}/per-class-{target}.png")
-        report_pages.per_class_changes(changes, classes, f"{measure} change per class vs fp32 (points) -- target {target}",
-                                       out / pictures[-1])
+        report_pages.per_class_changes(
+            changes, classes, f"{measure} change per class vs fp32 (points) -- target {target}", out / pictures[-1]
+        )
     return pictures
 
 
 def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED, headers: Dict[str, str] = HEADERS) -> str:
     names = [headers.get(c, c) for c in columns]
-    widths = {c: max([len(name)] + [len(str(r.get(c, ""))) for r in rows]) for c, name in zip(columns, names)}
-    line = lambda values: "  ".join(str(v).ljust(widths[c]) for c, v in zip(columns, values)).rstrip()
-    return "\n".join([line(names), line(["-" * widths[c] for c in columns])] + [line([r.get(c, "") for c in columns]) for r in rows])
+    widths = {c: max([len(name)] + [len(str(r.get(c, ""))) for r in rows]) for c, name in zip(columns, names, strict=True)}
+    line = lambda values: "  ".join(str(v).ljust(widths[c]) for c, v in zip(columns, values, strict=True)).rstrip()
+    return "\n".join(
+        [line(names), line(["-" * widths[c] for c in columns])] + [line([r.get(c, "") for c in columns]) for r in rows]
+    )
 
 
 def fitted(rows: List[Dict[str, Any]], width: int = TERMINAL_WIDTH) -> List[str]:
@@ -308,15 +470,20 @@ def load_notes(rows: List[Dict[str, Any]]) -> List[str]:
         return []
     used = sorted(float(row["others"]) for row in shared if row.get("others", "") not in ("", -1, -1.0))
     span = f"other processes used {used[0]}-{used[-1]} of its {os.cpu_count()} cores" if used else "1-min load above its cores"
-    return [f"(!) {len(shared)} of {len(rows)} rows were timed while the machine was shared ({span}): every figure of "
-            f"theirs is noisy, so none carries {NOISY_MARK}; time again on an idle machine."]
+    return [
+        f"(!) {len(shared)} of {len(rows)} rows were timed while the machine was shared ({span}): every figure of "
+        f"theirs is noisy, so none carries {NOISY_MARK}; time again on an idle machine."
+    ]
 
 
 def non_finite_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     """Engines whose outputs held inf/NaN: their accuracy columns measure an overflow, not a precision loss."""
-    return [f"(!) {eval_dir.name}: {found['non_finite_outputs']} non-finite outputs (inf/NaN) on the test split -- its "
-            "accuracy columns measure an overflow (values beyond fp16's range) or a broken graph, not rounding."
-            for eval_dir, found in metrics.items() if found.get("non_finite_outputs")]
+    return [
+        f"(!) {eval_dir.name}: {found['non_finite_outputs']} non-finite outputs (inf/NaN) on the test split -- its "
+        "accuracy columns measure an overflow (values beyond fp16's range) or a broken graph, not rounding."
+        for eval_dir, found in metrics.items()
+        if found.get("non_finite_outputs")
+    ]
 
 
 def chance_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
@@ -333,24 +500,32 @@ def chance_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
 
 def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     """What a reader must know to read the table right."""
-    lines = [f"{NOISY_MARK} = uncertain above its flag threshold (timed windows: CV > 5%; ratios: standard error of the "
-             "median of the rounds > 5%): read the figure as noisy (summary.csv: the `noisy` column names them).",
-             "x_fp32_* / x_tf_* = throughput ratios measured side by side in one job per engine (alternating rounds, "
-             "median of the rounds); absolute figures are each engine's own timing job (timed = start of the workflow run it ran in, load = 1-min load average)."]
+    lines = [
+        f"{NOISY_MARK} = uncertain above its flag threshold (timed windows: CV > 5%; ratios: standard error of the "
+        "median of the rounds > 5%): read the figure as noisy (summary.csv: the `noisy` column names them).",
+        "x_fp32_* / x_tf_* = throughput ratios measured side by side in one job per engine (alternating rounds, "
+        "median of the rounds); absolute figures are each engine's own timing job (timed = start of the workflow run it ran in, load = 1-min load average).",
+    ]
     for eval_dir, found in metrics.items():
         executed = found["engine"].get("executed", {})
         if read_node(eval_dir)["params"].get("simulates") == "tensorrt":
-            lines.append(f"(sim) {eval_dir.name}: TensorRT's Q/DQ placement run on this CPU ({executed.get('label', '')}): "
-                         "its accuracy is what TensorRT's int8 computes; it is not timed (a CPU says nothing of TensorRT's speed).")
+            lines.append(
+                f"(sim) {eval_dir.name}: TensorRT's Q/DQ placement run on this CPU ({executed.get('label', '')}): "
+                "its accuracy is what TensorRT's int8 computes; it is not timed (a CPU says nothing of TensorRT's speed)."
+            )
         elif not executed.get("as_requested", True) or "--" in executed.get("label", ""):
-            lines.append(f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision.")
+            lines.append(
+                f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision."
+            )
     lines += load_notes(rows)
     lines += non_finite_notes(metrics)
     lines += chance_notes(metrics)
     runs = sorted({row["timed"] for row in rows if row["timed"]})
     if len(runs) > 1:
-        lines.append(f"Absolute figures come from {len(runs)} workflow runs (timed = the run's start: {', '.join(runs)}); "
-                     "machine load differs between runs: compare engines through the x_* columns, which never mix jobs.")
+        lines.append(
+            f"Absolute figures come from {len(runs)} workflow runs (timed = the run's start: {', '.join(runs)}); "
+            "machine load differs between runs: compare engines through the x_* columns, which never mix jobs."
+        )
     return lines
 
 
@@ -361,8 +536,11 @@ def trade_offs(found: List[Dict[str, Any]]) -> List[str]:
 
     lines = []
     for target in sorted({entry["target"] for entry in found}):
-        timed = [e for e in found if e["target"] == target and e["verdict"] == "PASS" and e["speedup_vs_fp32"]
-                 and e["precision"] != "fp32"]
+        timed = [
+            e
+            for e in found
+            if e["target"] == target and e["verdict"] == "PASS" and e["speedup_vs_fp32"] and e["precision"] != "fp32"
+        ]
         if not timed:
             lines.append(f"{target}: no engine within its budget was timed against fp32 here.")
             continue
@@ -370,11 +548,15 @@ def trade_offs(found: List[Dict[str, Any]]) -> List[str]:
         against = "its fp32 twin" if best.get("vs_base_fp32") else "fp32"
         cost = f"{best['accuracy_name']} {0.0 - best['drop_points']:+.2f}{interval_text(best.get('drop'))} points vs {against}"
         if best["speedup_vs_fp32"] <= 1.0:
-            lines.append(f"{target}: no engine within its budget is faster than fp32 (best {best['precision']}: "
-                         f"{best['speedup_vs_fp32']}x at {best['speedup_at']}, {cost}).")
+            lines.append(
+                f"{target}: no engine within its budget is faster than fp32 (best {best['precision']}: "
+                f"{best['speedup_vs_fp32']}x at {best['speedup_at']}, {cost})."
+            )
         else:
-            lines.append(f"{target}: fastest within budget: {best['precision']} ({best['ran']}), {best['speedup_vs_fp32']}x "
-                         f"fp32's throughput at {best['speedup_at']}, for {cost}.")
+            lines.append(
+                f"{target}: fastest within budget: {best['precision']} ({best['ran']}), {best['speedup_vs_fp32']}x "
+                f"fp32's throughput at {best['speedup_at']}, for {cost}."
+            )
     return lines
 
 
@@ -387,8 +569,13 @@ def add_verdict_columns(rows: List[Dict[str, Any]], found: List[Dict[str, Any]])
         if not entry:
             continue
         drop = entry.get("drop")
-        row.update({"verdict": entry["verdict"], "vs": "fp32 twin" if entry.get("vs_base_fp32") else "fp32",
-                    "change_pts": round(0.0 - entry["drop_points"], 2)})
+        row.update(
+            {
+                "verdict": entry["verdict"],
+                "vs": "fp32 twin" if entry.get("vs_base_fp32") else "fp32",
+                "change_pts": round(0.0 - entry["drop_points"], 2),
+            }
+        )
         if drop:
             row.update({"change_low": round(0.0 - drop["high"], 2), "change_high": round(0.0 - drop["low"], 2)})
             row["change_95"] = f"{0.0 - entry['drop_points']:+.2f} [{0.0 - drop['high']:+.1f},{0.0 - drop['low']:+.1f}]"
@@ -412,7 +599,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     ratios = ratios_by_engine(speeds)
     metrics = {path: read_json(path / "metrics.json") for path in evals}
     rows = [engine_row(path, metrics[path], ratios) for path in evals] + [framework_row(path) for path in frameworks]
-    rows.sort(key=lambda r: (r["model"], str(r["pruned"]), r["target"], r["precision"] == "tensorflow", r["precision"], r["variant"]))
+    rows.sort(
+        key=lambda r: (r["model"], str(r["pruned"]), r["target"], r["precision"] == "tensorflow", r["precision"], r["variant"])
+    )
     found = verdicts_of(params, evals, speeds)
     add_verdict_columns(rows, found)
     with open(out / "summary.csv", "w", newline="") as handle:
@@ -428,14 +617,24 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         report_pages.pareto_plot(rows, target, out / pareto[-1])
     data_cache: Dict[str, Any] = {}
     detection = [path for path in evals if metrics[path].get("task") == "detection"]
-    plots = {"Pareto plots (accuracy vs batch-1 latency)": pareto,
-             "Per-class change against fp32 (top-1, or AP for a detector)": class_changes(evals, out),
-             "Flipped samples (prediction differs from fp32)": [
-                 draw_flipped(path, out, data_cache) for path in evals if path not in detection and metrics[path]["flipped"]],
-             "Spurious and lost boxes (engine vs fp32)": [
-                 draw_worst_boxes(path, out, data_cache) for path in detection if read_json(path / "worst_boxes.json")]}
+    plots = {
+        "Pareto plots (accuracy vs batch-1 latency)": pareto,
+        "Per-class change against fp32 (top-1, or AP for a detector)": class_changes(evals, out),
+        "Flipped samples (prediction differs from fp32)": [
+            draw_flipped(path, out, data_cache) for path in evals if path not in detection and metrics[path]["flipped"]
+        ],
+        "Spurious and lost boxes (engine vs fp32)": [
+            draw_worst_boxes(path, out, data_cache) for path in detection if read_json(path / "worst_boxes.json")
+        ],
+    }
     write_json_atomic(out / "verdicts.json", found)
-    (out / "report.html").write_text(report_pages.html_page(displayed(rows), filled(HTML_COLUMNS, rows), plots, reading_notes, found))
+    (out / "report.html").write_text(
+        report_pages.html_page(displayed(rows), filled(HTML_COLUMNS, rows), plots, reading_notes, found)
+    )
     print(table)
-    return {"engines": len(evals), "ratio_jobs": len(speeds), "frameworks": len(frameworks),
-            "seconds": round(time.perf_counter() - started, 3)}
+    return {
+        "engines": len(evals),
+        "ratio_jobs": len(speeds),
+        "frameworks": len(frameworks),
+        "seconds": round(time.perf_counter() - started, 3),
+    }

@@ -30,8 +30,11 @@ ARTIFACTS = {
 
 
 def child_params(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
-    return {key: str(value)[:PARAM_LIMIT] for name, record in lineage.items()
-            for key, value in tracking.flatten(record["params"], name)}
+    return {
+        key: str(value)[:PARAM_LIMIT]
+        for name, record in lineage.items()
+        for key, value in tracking.flatten(record["params"], name)
+    }
 
 
 def child_metrics(metrics: Dict[str, Any], ratio_metrics, timed: bool = True) -> Dict[str, float]:
@@ -79,16 +82,24 @@ def child_tags(lineage, metrics, commit: str) -> Dict[str, str]:
     simulates = lineage["evaluate_engine"]["params"].get("simulates")
     if simulates:
         tags["simulates"] = simulates  # accuracy of what TensorRT computes; its timings are not TensorRT's
-    tags.update({"precision": metrics["precision"], "target": metrics["target"], "backend": engine["backend"],
-                 "backend_version": engine["backend_version"], "device_name": engine["device_name"],
-                 "executed": executed.get("label", "unknown"), "executed_as_requested": str(executed.get("as_requested", ""))})
+    tags.update(
+        {
+            "precision": metrics["precision"],
+            "target": metrics["target"],
+            "backend": engine["backend"],
+            "backend_version": engine["backend_version"],
+            "device_name": engine["device_name"],
+            "executed": executed.get("label", "unknown"),
+            "executed_as_requested": str(executed.get("as_requested", "")),
+        }
+    )
     return {**tags, **version_tags(lineage, commit)}
 
 
 def artifacts(eval_dir: Path, lineage) -> List[Path]:
     results = eval_dir.parent.parent
     found = []
-    for name, record in lineage.items():
+    for record in lineage.values():
         folder = results / node_key(record)
         found += [folder / file for file in ARTIFACTS.get(record["stage"], ()) if (folder / file).exists()]
     return found
@@ -96,9 +107,13 @@ def artifacts(eval_dir: Path, lineage) -> List[Path]:
 
 def trt_caches(lineage, results: Path, out: Path, tensorrt_version: str) -> List[Path]:
     """TensorRT's own text cache for each calibration in the lineage, with this sweep's header version."""
-    return [cache.write_trt_cache(results / node_key(record), out / "trt-caches" / record["id"] / cache.TRT_CACHE_FILE,
-                                  tensorrt_version)
-            for record in lineage.values() if record["stage"] == "calibrate"]
+    return [
+        cache.write_trt_cache(
+            results / node_key(record), out / "trt-caches" / record["id"] / cache.TRT_CACHE_FILE, tensorrt_version
+        )
+        for record in lineage.values()
+        if record["stage"] == "calibrate"
+    ]
 
 
 def mark_sweep(client, run, sweep_id: str) -> None:
@@ -110,8 +125,9 @@ def log_training(client, context, record: Dict[str, Any]) -> str:
     from mlflow.entities import Metric, Param, RunTag
 
     name = f"{record['stage']} · {record['id']}"
-    run = tracking.resumable_run(client, context["experiment_id"], {tracking.NODE_TAG: node_key(record)}, name,
-                                 context["parent_id"])
+    run = tracking.resumable_run(
+        client, context["experiment_id"], {tracking.NODE_TAG: node_key(record)}, name, context["parent_id"]
+    )
     mark_sweep(client, run, context["sweep_id"])
     if run.data.tags.get(tracking.COMPLETE_TAG) == "1":
         return run.info.run_id
@@ -138,8 +154,9 @@ def log_child(client, context, eval_dir: Path) -> bool:
     if lineage["evaluate_engine"]["params"].get("simulates"):  # the TensorRT-placed graph run on this CPU
         label += " TRT-sim"
     name = f"{label} · {lineage['train_model']['id']} · {metrics['target']}"
-    run = tracking.resumable_run(client, context["experiment_id"], {tracking.NODE_TAG: node_key(lineage["evaluate_engine"])},
-                                 name, context["parent_id"])
+    run = tracking.resumable_run(
+        client, context["experiment_id"], {tracking.NODE_TAG: node_key(lineage["evaluate_engine"])}, name, context["parent_id"]
+    )
     mark_sweep(client, run, context["sweep_id"])
     if run.data.tags.get(tracking.COMPLETE_TAG) == "1":
         return False
@@ -147,14 +164,27 @@ def log_child(client, context, eval_dir: Path) -> bool:
     client.log_batch(run_id, params=[Param(k, v) for k, v in child_params(lineage).items()])
     verdict = context["verdicts"].get(node_key(lineage["evaluate_engine"]), {})
     timed = not lineage["evaluate_engine"]["params"].get("simulates")
-    values = {**child_metrics(metrics, context["ratios"].get(engine_key(eval_dir)), timed), **graph_metrics(lineage),
-              **verdict_metrics(verdict)}
-    training_runs = {f"training_run.{name}": log_training(client, context, record)
-                     for name, record in lineage.items() if record["stage"] in TRAINING_STAGES}
-    client.log_batch(run_id, metrics=[Metric(k, v, 0, 0) for k, v in values.items()],
-                     tags=[RunTag(k, v) for k, v in {**training_runs, **child_tags(lineage, metrics, context["commit"]),
-                                                     **verdict_tags(verdict)}.items()])
-    for artifact in artifacts(eval_dir, lineage) + trt_caches(lineage, context["results"], context["out"], context["tensorrt_version"]):
+    values = {
+        **child_metrics(metrics, context["ratios"].get(engine_key(eval_dir)), timed),
+        **graph_metrics(lineage),
+        **verdict_metrics(verdict),
+    }
+    training_runs = {
+        f"training_run.{name}": log_training(client, context, record)
+        for name, record in lineage.items()
+        if record["stage"] in TRAINING_STAGES
+    }
+    client.log_batch(
+        run_id,
+        metrics=[Metric(k, v, 0, 0) for k, v in values.items()],
+        tags=[
+            RunTag(k, v)
+            for k, v in {**training_runs, **child_tags(lineage, metrics, context["commit"]), **verdict_tags(verdict)}.items()
+        ],
+    )
+    for artifact in artifacts(eval_dir, lineage) + trt_caches(
+        lineage, context["results"], context["out"], context["tensorrt_version"]
+    ):
         client.log_artifact(run_id, str(artifact))
     client.set_tag(run_id, tracking.COMPLETE_TAG, "1")
     client.set_terminated(run_id)
@@ -165,12 +195,23 @@ def verdict_metrics(verdict: Dict[str, Any]) -> Dict[str, float]:
     """The accuracy change against the reference the budget reads, with its interval (points)."""
     found: Dict[str, float] = {}
     if verdict.get("drop"):
-        found.update({"top1_drop_points": verdict["drop"]["drop"], "top1_drop_low": verdict["drop"]["low"],
-                      "top1_drop_high": verdict["drop"]["high"], "top1_drop_p_value": verdict["drop"]["p_value"]})
+        found.update(
+            {
+                "top1_drop_points": verdict["drop"]["drop"],
+                "top1_drop_low": verdict["drop"]["low"],
+                "top1_drop_high": verdict["drop"]["high"],
+                "top1_drop_p_value": verdict["drop"]["p_value"],
+            }
+        )
     base = verdict.get("vs_base_fp32")
     if base and base.get("drop"):
-        found.update({"top1_drop_vs_base_fp32": base["drop"]["drop"], "top1_drop_vs_base_fp32_low": base["drop"]["low"],
-                      "top1_drop_vs_base_fp32_high": base["drop"]["high"]})
+        found.update(
+            {
+                "top1_drop_vs_base_fp32": base["drop"]["drop"],
+                "top1_drop_vs_base_fp32_low": base["drop"]["low"],
+                "top1_drop_vs_base_fp32_high": base["drop"]["high"],
+            }
+        )
     return found
 
 
@@ -208,11 +249,24 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     # The sweep is identified by the set of engines it evaluated: the same sweep finds its parent run again.
     sweep_id = hashlib.sha256(" ".join(sorted(path.name for path in eval_dirs)).encode()).hexdigest()[:12]
     parent = log_parent(client, experiment_id, sweep_id, params, inputs["report"])
-    context = {"experiment_id": experiment_id, "parent_id": parent.info.run_id, "sweep_id": sweep_id,
-               "commit": tracking.git_commit(), "results": results, "out": out, "ratios": ratios_by_engine(speed_dirs),
-               "tensorrt_version": params["tensorrt_version"],
-               "verdicts": {entry["node"]: entry for entry in read_json(inputs["report"] / "verdicts.json")}}
+    context = {
+        "experiment_id": experiment_id,
+        "parent_id": parent.info.run_id,
+        "sweep_id": sweep_id,
+        "commit": tracking.git_commit(),
+        "results": results,
+        "out": out,
+        "ratios": ratios_by_engine(speed_dirs),
+        "tensorrt_version": params["tensorrt_version"],
+        "verdicts": {entry["node"]: entry for entry in read_json(inputs["report"] / "verdicts.json")},
+    }
     logged = sum(log_child(client, context, path) for path in eval_dirs)
     client.set_terminated(parent.info.run_id)
-    return {"tracking_uri": uri, "experiment_id": experiment_id, "parent_run_id": parent.info.run_id,
-            "sweep_id": sweep_id, "children": len(eval_dirs), "children_logged_now": logged}
+    return {
+        "tracking_uri": uri,
+        "experiment_id": experiment_id,
+        "parent_run_id": parent.info.run_id,
+        "sweep_id": sweep_id,
+        "children": len(eval_dirs),
+        "children_logged_now": logged,
+    }

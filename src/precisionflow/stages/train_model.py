@@ -57,6 +57,14 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     startup_seconds = time.time() - started
     history, seconds = fit(keras, model, inputs["data"], {**train, "task": params["task"]}, opt, params["cache"])
     model = rebuild_fp32(keras, params["model"], model, meta)
-    summary = save_outputs(out, model, history, seconds, inputs["data"], f"{params['model']['name']} ({train['precision_policy']})",
-                           params["task"], restored_best=bool(train["early_stopping_patience"]))
+    summary = save_outputs(
+        out,
+        model,
+        history,
+        seconds,
+        inputs["data"],
+        f"{params['model']['name']} ({train['precision_policy']})",
+        params["task"],
+        restored_best=bool(train["early_stopping_patience"]),
+    )
     return {**summary, "startup_seconds": round(startup_seconds, 3), "precision_policy": train["precision_policy"]}
