@@ -122,6 +122,6 @@ def test_a_user_folder_runs_from_an_empty_project(installed, tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = next((project / "results" / "report").glob("*/summary.csv"))
     with open(summary) as handle:
-        assert sorted(row["precision"] for row in csv.DictReader(handle)) == ["fp32", "int8"]
+        assert sorted(row["precision"] for row in csv.DictReader(handle)) == ["fp32", "int8", "tensorflow"]
     config = run([precisionflow, "config", "--config-dir", "pf-config", "experiment=my_first", "model=tiny"], project)
     assert '"max_samples": 900' in config.stdout and '"dense_units": 16' in config.stdout

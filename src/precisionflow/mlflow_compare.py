@@ -86,8 +86,9 @@ def render(rows: List[dict], fmt: str) -> str:
         writer.writerows(rows)
         return buffer.getvalue()
     if fmt == "markdown":
-        lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
-        return "\n".join(lines + ["| " + " | ".join(str(r[n]) for n in names) + " |" for r in rows]) + "\n"
+        from tabulate import tabulate
+
+        return tabulate([[row[n] for n in names] for row in rows], headers=names, tablefmt="github", disable_numparse=True) + "\n"
     raise ConfigError(f"compare --format: expected csv or markdown, found '{fmt}'.")
 
 

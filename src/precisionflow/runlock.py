@@ -1,9 +1,10 @@
 """One precisionflow run per results folder, and recovery from a run that died (kill -9, a crash,
 a lost SSH session).
 
-`precisionflow run` holds an exclusive lock on <results>/.precisionflow-run.lock (flock: released by
-the kernel when the process dies, so a dead run never blocks the next one). A second run on the same
-folder fails at once, naming the holder. With the lock held no other run of precisionflow is live
+`precisionflow run` holds an exclusive lock on <results>/.precisionflow-run.lock (filelock's
+FileLock: an flock on Unix, released by the kernel when the process dies, so a dead run never
+blocks the next one); who holds it is written beside it (.precisionflow-run.holder). A second run
+on the same folder fails at once, naming the holder. With the lock held no other run of precisionflow is live
 there, so what a dead run left is stale and is cleared before Snakemake starts: its hidden staging
 folders (never consumed: a node is published by one rename), and Snakemake's own directory lock --
 unless a Snakemake process started by hand is still running in that folder, which is respected.
@@ -11,7 +12,6 @@ Outputs the dead run left half-made are rerun (`--rerun-incomplete`).
 """
 
 import contextlib
-import fcntl
 import os
 import platform
 import shutil
@@ -22,6 +22,7 @@ from typing import Iterator, List
 from precisionflow.errors import PrecisionflowError
 
 LOCK_NAME = ".precisionflow-run.lock"
+HOLDER_NAME = ".precisionflow-run.holder"
 
 
 class RunLockedError(PrecisionflowError):
@@ -30,38 +31,37 @@ class RunLockedError(PrecisionflowError):
 
 @contextlib.contextmanager
 def exclusive_run(results: Path) -> Iterator[None]:
+    from filelock import FileLock, Timeout
+
     results = Path(results)
     results.mkdir(parents=True, exist_ok=True)
-    handle = open(results / LOCK_NAME, "a+")
+    lock = FileLock(results / LOCK_NAME, timeout=0)
     try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise RunLockedError(
-                f"Another precisionflow run is using {results} ({holder}). Wait for it to finish, or give this "
-                "run its own folder (results_dir=...)."
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} on {platform.node()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-        handle.flush()
+        lock.acquire()
+    except Timeout:
+        holder = (results / HOLDER_NAME).read_text().strip() if (results / HOLDER_NAME).is_file() else ""
+        raise RunLockedError(
+            f"Another precisionflow run is using {results} ({holder or 'another process'}). Wait for it to finish, or "
+            "give this run its own folder (results_dir=...)."
+        ) from None
+    try:
+        (results / HOLDER_NAME).write_text(f"pid {os.getpid()} on {platform.node()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         yield
     finally:
-        handle.close()  # closing releases the lock
+        lock.release()
 
 
 def live_snakemake_in(workdir: Path) -> List[int]:
     """PIDs of Snakemake processes working in `workdir` (started by hand, outside precisionflow)."""
+    import psutil
+
     found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if Path(os.readlink(proc / "cwd")) == workdir and b"snakemake" in (proc / "cmdline").read_bytes():
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return [pid for pid in found if pid != os.getpid()]
+    for process in psutil.process_iter(["pid", "cwd", "cmdline"]):
+        info = process.info
+        if info["pid"] != os.getpid() and info["cwd"] and Path(info["cwd"]) == Path(workdir):
+            if any("snakemake" in part for part in info["cmdline"] or []):
+                found.append(info["pid"])
+    return found
 
 
 def recover(results: Path, workdir: Path) -> List[str]:

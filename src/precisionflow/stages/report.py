@@ -429,12 +429,17 @@ def class_changes(eval_dirs: List[Path], out: Path) -> List[str]:
 
 
 def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED, headers: Dict[str, str] = HEADERS) -> str:
-    names = [headers.get(c, c) for c in columns]
-    widths = {c: max([len(name)] + [len(str(r.get(c, ""))) for r in rows]) for c, name in zip(columns, names, strict=True)}
-    line = lambda values: "  ".join(str(v).ljust(widths[c]) for c, v in zip(columns, values, strict=True)).rstrip()
-    return "\n".join(
-        [line(names), line(["-" * widths[c] for c in columns])] + [line([r.get(c, "") for c in columns]) for r in rows]
+    """tabulate's plain table; every cell printed as the report wrote it (no number re-formatting)."""
+    from tabulate import tabulate
+
+    table = tabulate(
+        [[row.get(c, "") for c in columns] for row in rows],
+        headers=[headers.get(c, c) for c in columns],
+        tablefmt="simple",
+        disable_numparse=True,
+        stralign="left",
     )
+    return "\n".join(line.rstrip() for line in table.splitlines())
 
 
 def fitted(rows: List[Dict[str, Any]], width: int = TERMINAL_WIDTH) -> List[str]:

@@ -1,0 +1,61 @@
+"""Ratios and lineage lookups the report and tracking stages share.
+
+Every ratio comes from a compare_speed node: one job that timed the engine, its target's fp32
+engine and TensorFlow in alternating rounds. Nothing here divides figures of two different jobs.
+"""
+
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+from precisionflow.nodeio import read_json, read_node
+
+PER_SAMPLE_FILE = "per_sample.npz"  # an evaluation's test-split predictions and labels (classification)
+RATIOS = (("vs_fp32", "x_fp32"), ("vs_tf", "x_tf"))
+# The accuracy figures of an engine's metrics.json that the table and MLflow carry, by task.
+HEADLINE_METRICS = {
+    "classification": ("top1", "agreement", "flipped", "max_abs_logit_diff"),
+    "detection": ("map", "map50", "box_agreement", "spurious_per_100", "lost_per_100", "shadow_per_100", "max_abs_logit_diff"),
+}
+
+
+def task_of(metrics: Dict[str, Any]) -> str:
+    return metrics.get("task", "classification")
+
+
+def split_inputs(inputs: Dict[str, Path]) -> Tuple[List[Path], List[Path], List[Path]]:
+    """(evaluation, ratio, framework-baseline) node folders of an aggregate stage."""
+    picked = {
+        prefix: [path for role, path in sorted(inputs.items()) if role.startswith(prefix)]
+        for prefix in ("eval", "speed", "framework")
+    }
+    return picked["eval"], picked["speed"], picked["framework"]
+
+
+def ratios_by_engine(speed_dirs: List[Path]) -> Dict[str, Dict[str, Any]]:
+    """{engine node key: compare_speed metrics} -- evaluations find their ratios by their engine."""
+    return {read_node(folder)["inputs"]["engine"]: read_json(folder / "metrics.json") for folder in speed_dirs}
+
+
+def settings_of(speed: Dict[str, Any]) -> Dict[str, str]:
+    """The settings a table shows: smallest batch (b1), largest batch (bmax), most streams."""
+    batches = sorted((int(key[1:]) for key in speed if key.startswith("b")))
+    streams = sorted((int(key[1:]) for key in speed if key.startswith("s")))
+    chosen = {"b1": f"b{batches[0]}", "bmax": f"b{batches[-1]}"} if batches else {}
+    if streams:
+        chosen["streams"] = f"s{streams[-1]}"
+    return chosen
+
+
+def ratio_values(ratio_metrics: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """{"x_fp32_b1": {"median", "cv_percent", "noisy", ...}, ...} of one compare_speed node."""
+    settings = ratio_metrics["settings"]
+    values = {}
+    for column, setting in settings_of(settings).items():
+        for key, prefix in RATIOS:
+            if key in settings[setting]:
+                values[f"{prefix}_{column}"] = settings[setting][key]
+    return values
+
+
+def engine_key(eval_dir: Path) -> str:
+    return read_node(eval_dir)["inputs"]["engine"]

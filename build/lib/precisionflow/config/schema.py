@@ -1,0 +1,337 @@
+"""Structured configuration schema.
+
+Registered in Hydra's ConfigStore as `precisionflow_schema`; conf/config.yaml lists it first in
+its defaults, so every key the YAML files or the command line set is checked against these
+dataclasses at composition time: an unknown key, a wrong type or an unknown enum value fails
+before any job starts.
+"""
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List, Optional
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    int8 = "int8"  # post-training calibration
+    int8_qat = "int8_qat"  # ranges learned by quantization-aware fine-tuning
+    int8_mixed = "int8_mixed"  # int8 with the most damaged ops kept in float
+
+
+class CalibrationMethod(str, Enum):
+    entropy = "entropy"
+    minmax = "minmax"
+    percentile = "percentile"
+
+
+class PrecisionPolicy(str, Enum):
+    fp32 = "fp32"
+    mixed_float16 = "mixed_float16"
+    mixed_bfloat16 = "mixed_bfloat16"
+
+
+@dataclass
+class DatasetConf:
+    name: str = "digits"  # digits | image_folder
+    # image_folder: the folder of class sub-folders (or of train/ val/ test/ folders of them).
+    path: Optional[str] = None
+    image_size: List[int] = field(default_factory=lambda: [32, 32])  # height, width (image_folder)
+    channels: int = 3  # 1 = grey, 3 = RGB (image_folder)
+    # Fractions of the whole data set held out for validation and test (stratified, seeded).
+    val_fraction: float = 0.1
+    test_fraction: float = 0.25
+    seed: int = 0
+    # Keep only this many samples (stratified) -- for quick experiments and tests.
+    max_samples: Optional[int] = None
+    # How training reads the images: memory = whole splits as float32 arrays (fast, small data sets);
+    # disk = streamed from the data node's uint8 file by tf.data (memory bounded, any size);
+    # none = the data node keeps file lists only and every stage decodes the images it reads.
+    cache: str = "memory"
+    # shadow_cars: how many scenes to generate (split by val_fraction / test_fraction).
+    num_images: Optional[int] = None
+
+
+@dataclass
+class ModelConf:
+    name: str = "small_cnn"  # small_cnn | resnet_mini | resnet50 | mobilenet_v2 | keras_file | center_net (detection)
+    width: float = 1.0  # channel multiplier (small_cnn, resnet_mini; MobileNetV2's alpha)
+    filters: List[int] = field(default_factory=lambda: [16, 32])  # small_cnn
+    dense_units: int = 64  # small_cnn
+    dropout: float = 0.0  # small_cnn
+    stages: int = 3  # resnet_mini
+    blocks_per_stage: int = 1  # resnet_mini
+    weights: Optional[str] = None  # resnet50 / mobilenet_v2: a local weights file; null = from scratch
+    path: Optional[str] = None  # keras_file: .keras / .h5 / SavedModel folder
+    trust: bool = False  # keras_file: allow code (Lambda layers) in the file
+    # Momentum of every BatchNorm layer (resnet_mini, resnet50, mobilenet_v2, keras_file). Keras
+    # applications ship 0.99-0.999, too slow for short trainings: the moving statistics stay near
+    # their initial values and the model scores chance in inference mode.
+    bn_momentum: float = 0.9
+
+
+@dataclass
+class TrainConf:
+    epochs: int = 12
+    batch_size: int = 64
+    learning_rate: float = 0.003
+    lr_schedule: str = "constant"  # constant | cosine
+    optimizer: str = "adam"  # adam | sgd | rmsprop
+    seed: int = 0
+    # Stop when validation accuracy has not improved for this many epochs (0 = never).
+    early_stopping_patience: int = 0
+    precision_policy: PrecisionPolicy = PrecisionPolicy.fp32
+    # A training whose validation top-1 stays below 1.5x chance learned nothing: `warn` says so
+    # loudly (console, table, report) and goes on; `stop` fails it before any engine is built.
+    # A threshold, not a parameter: changing it re-checks the finished training, never retrains.
+    at_chance: str = "warn"
+
+
+class FinetuneMode(str, Enum):
+    none = "none"
+    fp32 = "fp32"
+    mixed_float16 = "mixed_float16"
+    mixed_bfloat16 = "mixed_bfloat16"
+    qat = "qat"
+
+
+@dataclass
+class FinetuneConf:
+    # Fine-tuning after training. int8_qat engines always come from a qat fine-tune with these
+    # settings; mode here chooses what the fp32/fp16/int8 engines are built from.
+    mode: FinetuneMode = FinetuneMode.none
+    epochs: int = 3
+    batch_size: int = 64
+    learning_rate: float = 0.0005
+    seed: int = 0
+    # qat: layer names left unquantized (the final "logits" layer always is, as deployment keeps it float).
+    exclude_layers: List[str] = field(default_factory=list)
+
+
+@dataclass
+class ExportConf:
+    opset: int = 17
+    # The exported graph is accepted when max |onnx - keras| logit difference on the test split is at
+    # most max_abs_diff + rtol * max |keras logit| (numpy's allclose, relative to the logits' scale):
+    # float rounding through 50 layers grows with the logits, a wrong conversion does not hide in it.
+    max_abs_diff: float = 1e-3
+    rtol: float = 1e-3
+
+
+@dataclass
+class Fp16Conf:
+    # Ops kept in fp32 inside fp16 graphs (ops known to overflow or lose range in fp16).
+    op_block_list: List[str] = field(default_factory=lambda: ["Softmax", "LogSoftmax", "ReduceMean", "ReduceSum", "Exp", "Pow"])
+
+
+@dataclass
+class CalibrationConf:
+    method: CalibrationMethod = CalibrationMethod.entropy
+    percentile: float = 99.999  # used by method=percentile
+    num_samples: int = 256
+    batch_size: int = 32
+    # train or val: calibration is a decision, and decisions never look at the test split.
+    split: str = "train"
+    # Header version of the TensorRT-native cache (TRT-<MMmmpp>-<calibrator>, the calibrator named after the
+    # method that made the ranges: EntropyCalibration2, MinMaxCalibration, LegacyCalibration): TensorRT
+    # ignores a cache whose version differs from its own, so set the version your users deploy.
+    tensorrt_version: str = "10.14.1"
+
+
+@dataclass
+class Int8Conf:
+    # Node names (as in the exported ONNX) never quantized.
+    exclude_nodes: List[str] = field(default_factory=list)
+    # Keep the final (classifier) layer in floating point, as TensorRT/TLT recipes do.
+    keep_output_layer: bool = True
+    # int8_mixed, accuracy-driven: keep ops in float, most sensitive first (each op's effect on the
+    # outputs measured alone), as few as bisection finds that keep top-1 on `report_split` within
+    # this many points of fp32. null: keep exactly `mixed_keep_fp` ops (ranked by per-tensor error).
+    mixed_max_val_drop: Optional[float] = 2.0
+    # int8_mixed with mixed_max_val_drop=null: how many of the most damaged quantized ops to leave in float.
+    mixed_keep_fp: int = 1
+    # Samples of `report_split` used for the per-tensor error report (which int8_mixed ranks by):
+    # train or val, never test -- the test split only scores.
+    report_samples: int = 128
+    report_split: str = "val"
+    # On a CPU target, int8 engines run ONNX Runtime's own placement (integer kernels); the
+    # TensorRT-placed graph is also evaluated there, as a labelled simulation of what TensorRT
+    # computes (accuracy only: its speed on a CPU says nothing of TensorRT's).
+    simulate_tensorrt: bool = True
+
+
+class PruneMethod(str, Enum):
+    none = "none"  # pass-through: no node
+    channel = "channel"  # structured filter pruning: fewer channels (precisionflow/pruning.py)
+    sparse24 = "sparse24"  # 2:4 structured sparsity (tfmot), for TensorRT's sparse tensor cores
+
+
+@dataclass
+class PruneConf:
+    method: PruneMethod = PruneMethod.none
+    # channel: rank each layer's output channels by the L1/L2 norm of their filters (x |BatchNorm
+    # gamma| with bn_scale), remove `ratio` of them -- or keep those scoring >= `threshold` of the
+    # best -- in multiples of `granularity` (tensor cores like 8), never below `min_channels`.
+    criterion: str = "l1"
+    ratio: float = 0.5
+    threshold: Optional[float] = None
+    granularity: int = 8
+    min_channels: int = 8
+    bn_scale: bool = False
+    exclude_layers: List[str] = field(default_factory=list)  # left alone (the head always is)
+    # sparse24: epochs of training with the 2:4 masks before they are stripped.
+    epochs: int = 2
+    batch_size: int = 64
+    learning_rate: float = 0.0005
+    seed: int = 0
+
+
+@dataclass
+class OrtCudaConf:
+    """ONNX Runtime's CUDA provider settings that decide speed on a GPU (ignored on a CPU target).
+    Defaults are the provider's own. Measured on an H200 (README, "Engines on a GPU"): TF32 about
+    doubles fp32 throughput, NHWC adds ~15% at batch 128, CUDA graphs halve batch-1 latency."""
+
+    prefer_nhwc: bool = False  # channels-last kernels (tensor cores want NHWC)
+    cuda_graph: bool = False  # capture one CUDA graph per batch size and replay it (static shapes)
+    cudnn_conv_algo_search: str = "EXHAUSTIVE"  # EXHAUSTIVE | HEURISTIC | DEFAULT
+    use_tf32: bool = True  # fp32 convolutions/matmuls on TF32 tensor cores: an "fp32" engine is TF32 unless off
+
+
+@dataclass
+class EngineConf:
+    backend: str = "onnxruntime"  # onnxruntime | tensorrt
+    # onnxruntime graph optimisation level used when the engine is built: basic | extended | all
+    optimization_level: str = "all"
+    intra_op_threads: int = 1
+    # TensorRT: builder optimisation level 0-5, workspace, one profile per input (batch range,
+    # and the spatial sizes of dynamic non-batch dims), 2:4 sparse weights.
+    trt_builder_optimization_level: int = 3
+    trt_workspace_mb: int = 4096
+    min_batch: int = 1
+    opt_batch: int = 32
+    max_batch: int = 64
+    min_spatial: List[int] = field(default_factory=list)
+    opt_spatial: List[int] = field(default_factory=list)
+    max_spatial: List[int] = field(default_factory=list)
+    sparse_weights: bool = False
+    # TensorRT 10 only, off by default: build int8 / int8_qat engines weakly typed, letting their
+    # unquantized layers run in fp16 (trtexec --int8 --fp16). Never for int8_mixed (its float ops were
+    # chosen in fp32); TensorRT 11 is always strongly typed. The label says which typing was used.
+    trt_int8_fp16: bool = False
+    onnxruntime: OrtCudaConf = field(default_factory=OrtCudaConf)
+
+
+@dataclass
+class TargetConf:
+    # "auto": the engine runs where the backend finds an accelerator, else on the CPU.
+    device: str = "auto"
+    # Expected device name substring (e.g. "H100"); empty = accept whatever this machine has.
+    expect_device: str = ""
+    # Scheduler resources (Snakemake `resources:`) that land a job on such a machine.
+    resources: Dict[str, Any] = field(default_factory=dict)
+    # Timing settings for this target that replace `evaluate`'s (e.g. trtexec's 3 s windows on GPUs).
+    timing: Dict[str, Any] = field(default_factory=dict)
+    # The engine backend's version on that target's machines, when they are not this one (a GPU
+    # node image); empty: the version installed here. Part of engine ids; a build elsewhere refuses to run.
+    backend_version: str = ""
+    # Time TensorFlow there too (benchmark_framework, and the x_tf ratios)? false for GPU nodes
+    # that carry no TensorFlow: their engines are compared with their fp32 engine only.
+    framework: bool = True
+
+
+@dataclass
+class BudgetConf:
+    """What an engine may cost against the fp32 engine of its model and target; null = not checked.
+    Thresholds, not parameters: they never enter a node id (precisionflow check re-reads results)."""
+
+    max_top1_drop: Optional[float] = None  # top-1 points (0-100 scale) below fp32
+    min_agreement: Optional[float] = None  # share of test samples predicted as fp32 predicts them
+    max_class_drop: Optional[float] = None  # the worst single class's top-1 drop, in points
+    min_qat_agreement: Optional[float] = None  # int8_qat: agreement with the QAT model itself
+    min_speedup: Optional[float] = None  # throughput over the fp32 engine, measured side by side
+    speedup_at: str = "bmax"  # b1 | bmax | streams: which setting min_speedup reads
+    max_map_drop: Optional[float] = None  # detection: mAP@[.5:.95] points (0-100 scale) below fp32
+    max_spurious_per_image: Optional[float] = None  # detection: boxes matching neither truth nor fp32, per image
+
+
+@dataclass
+class DetectionEvalConf:
+    """Decoding (identical for every precision, after the engine) and the spurious/lost counting."""
+
+    min_score: float = 0.01  # detections kept for mAP (COCO evaluates the whole ranked list)
+    top_k: int = 50  # per image
+    nms_iou: float = 0.5  # per-class non-maximum suppression
+    score_threshold: float = 0.3  # spurious/lost/shadow boxes and the picture grid count boxes above this
+    match_iou: float = 0.5  # a box matches another of its class at this IoU or more
+
+
+@dataclass
+class EvaluateConf:
+    batch_size: int = 64
+    timing_batch_sizes: List[int] = field(default_factory=lambda: [1, 32])
+    warmup_s: float = 0.2
+    duration_s: float = 0.5
+    min_iterations: int = 10
+    # Timed windows per batch size; their spread (CV) says how far figures can be trusted.
+    repeats: int = 3
+    # Concurrent streams (each its own engine instance and thread), at stream_batch_size each.
+    streams: List[int] = field(default_factory=lambda: [4])
+    stream_batch_size: int = 1
+    detection: DetectionEvalConf = field(default_factory=DetectionEvalConf)
+    # Ratios (engine vs fp32 engine vs TensorFlow) come from one job timing the sides in
+    # alternating rounds (A B C, C B A, ...): this many rounds of one window per side and setting.
+    ratio_rounds: int = 12
+    ratio_window_s: float = 0.1
+    # Release budgets per engine (precisionflow check, and the end of precisionflow run): `budget`
+    # for every precision; `budgets.<precision>` replaces the keys it sets (null switches a check off).
+    budget: BudgetConf = field(default_factory=BudgetConf)
+    budgets: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    # Verdicts read each accuracy delta's interval at this confidence (paired samples: the same test
+    # images through both engines). PASS = the interval clears the budget, FAIL = it lies beyond
+    # it, UNDECIDED = it straddles it; `check` fails on UNDECIDED unless accept_undecided.
+    confidence: float = 0.95
+    accept_undecided: bool = False
+
+
+@dataclass
+class TrackingConf:
+    enabled: bool = True
+    # null = SQLite store at results/mlflow.db; a team points this at `mlflow server`.
+    uri: Optional[str] = None
+    experiment: str = "precisionflow"
+
+
+@dataclass
+class Config:
+    # classification (top-1, flipped samples) or detection (mAP, spurious/lost boxes): one DAG, the
+    # stages that differ (data, training loss, evaluation, report) dispatch on it.
+    task: str = "classification"
+    dataset: DatasetConf = field(default_factory=DatasetConf)
+    model: ModelConf = field(default_factory=ModelConf)
+    train: TrainConf = field(default_factory=TrainConf)
+    prune: PruneConf = field(default_factory=PruneConf)
+    finetune: FinetuneConf = field(default_factory=FinetuneConf)
+    export: ExportConf = field(default_factory=ExportConf)
+    precisions: List[Precision] = field(default_factory=lambda: [Precision.fp32, Precision.fp16])
+    fp16: Fp16Conf = field(default_factory=Fp16Conf)
+    calibration: CalibrationConf = field(default_factory=CalibrationConf)
+    int8: Int8Conf = field(default_factory=Int8Conf)
+    engine: EngineConf = field(default_factory=EngineConf)
+    targets: List[str] = field(default_factory=lambda: ["local"])
+    target_defs: Dict[str, TargetConf] = field(default_factory=lambda: {"local": TargetConf()})
+    # Scheduler resources per stage (Snakemake `resources:`, e.g. on SLURM slurm_partition, gpu,
+    # gpu_model, mem_mb, runtime): where a job runs, never what it computes, so not in node ids.
+    # An engine stage's target resources override these.
+    stage_resources: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    evaluate: EvaluateConf = field(default_factory=EvaluateConf)
+    tracking: TrackingConf = field(default_factory=TrackingConf)
+    # Where results/ lives; null = ./results of the working directory.
+    results_dir: Optional[str] = None
+
+
+def register() -> None:
+    """Register the schema with Hydra's ConfigStore (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="precisionflow_schema", node=Config)

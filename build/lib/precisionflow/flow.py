@@ -1,0 +1,159 @@
+"""The stage graph in one place: which stage feeds which, and what each job asks of the machine.
+
+The planner (plan.py) decides which nodes a configuration needs -- per precision and target --
+and checks every edge it adds against this table, so the table cannot drift from what runs; the
+Snakefile makes one rule per stage from it (only the report's rule, which also registers report
+items, is written out). `precisionflow flow` prints the graph, `snakemake --rulegraph` draws a
+run's.
+
+Per precision, the chain of nodes is:
+  fp32 / fp16      export_onnx -> quantize_onnx -> build_engine -> evaluate_engine, compare_speed
+  int8, int8_mixed export_onnx -> calibrate -> quantize_onnx -> ...      (int8_mixed also reads int8's graph)
+  int8_qat         finetune_model(qat) -> export_onnx -> calibrate(qat ranges) -> quantize_onnx -> ...
+                   judged against the same fine-tune in fp32 (its twin evaluation)
+Every configuration starts with prepare_dataset -> train_model [-> prune_model -> finetune_model],
+and ends with report -> track_mlflow over all its measurements.
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Tuple
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    does: str
+    reads: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # input role -> the stages that may feed it
+    mem_mb: int = 1000
+    runtime_min: int = 60
+    timing: bool = False  # a timing job has the machine to itself (common.smk: host_share, --exclusive)
+    group: str = ""  # light jobs share one SLURM submission
+    shown: bool = False  # its per-epoch progress is shown on the console
+    local: bool = False  # runs on the submitting host (never a cluster job)
+
+
+DATA = ("prepare_dataset",)
+MODEL = ("train_model", "finetune_model")
+ENGINE = ("build_engine",)
+
+STAGES: Tuple[Stage, ...] = (
+    Stage("prepare_dataset", "the splits (train/val/test), cached as the data set's config says"),
+    Stage(
+        "train_model",
+        "train the model (fp32 or a mixed-precision policy), saved as fp32 weights",
+        {"data": DATA},
+        mem_mb=4000,
+        runtime_min=240,
+        shown=True,
+    ),
+    Stage(
+        "prune_model",
+        "channel pruning or 2:4 sparsity of the trained model",
+        {"model": ("train_model",), "data": DATA},
+        mem_mb=4000,
+        runtime_min=120,
+        shown=True,
+    ),
+    Stage(
+        "finetune_model",
+        "retrain: after pruning, in mixed precision, or quantization-aware (QAT)",
+        {"model": ("train_model", "prune_model"), "data": DATA},
+        mem_mb=4000,
+        runtime_min=240,
+        shown=True,
+    ),
+    Stage(
+        "export_onnx",
+        "the fp32 ONNX graph, checked against the Keras model",
+        {"model": MODEL, "data": DATA},
+        mem_mb=3000,
+        group="graphs",
+    ),
+    Stage(
+        "calibrate",
+        "int8 ranges: PTQ calibration, or QAT's learned ranges",
+        {"onnx": ("export_onnx",), "data": DATA},
+        mem_mb=2000,
+        group="graphs",
+    ),
+    Stage(
+        "quantize_onnx",
+        "the precision graph: fp32, fp16, int8 Q/DQ (placed for the runtime), int8_mixed",
+        {"onnx": ("export_onnx",), "calibration": ("calibrate",), "data": DATA, "int8": ("quantize_onnx",)},
+        mem_mb=2000,
+        group="graphs",
+    ),
+    Stage("build_engine", "the engine for one target (ONNX Runtime or TensorRT)", {"graph": ("quantize_onnx",)}),
+    Stage(
+        "evaluate_engine",
+        "accuracy against fp32 on the test split, and absolute speed",
+        {
+            "engine": ENGINE,
+            "data": DATA,
+            "reference": ("export_onnx",),
+            "qat_export": ("export_onnx",),
+            "qat_model": ("finetune_model",),
+        },
+        mem_mb=2000,
+        timing=True,
+    ),
+    Stage(
+        "compare_speed",
+        "the engine against fp32 and TensorFlow, side by side in alternating rounds",
+        {"engine": ENGINE, "fp32_engine": ENGINE, "model": MODEL, "data": DATA},
+        mem_mb=3000,
+        timing=True,
+    ),
+    Stage(
+        "benchmark_framework",
+        "the TensorFlow model's own speed (the x_tf baseline)",
+        {"model": MODEL, "data": DATA},
+        mem_mb=3000,
+        timing=True,
+    ),
+    Stage(
+        "report",
+        "the sweep's table, verdicts, figures and page",
+        {"eval": ("evaluate_engine",), "speed": ("compare_speed",), "framework": ("benchmark_framework",)},
+        mem_mb=2000,
+    ),
+    Stage(
+        "track_mlflow",
+        "one MLflow parent run per sweep, a child per engine",
+        {"eval": ("evaluate_engine",), "speed": ("compare_speed",), "framework": ("benchmark_framework",), "report": ("report",)},
+        local=True,
+    ),
+)
+
+BY_NAME: Dict[str, Stage] = {stage.name: stage for stage in STAGES}
+
+
+def role_kind(role: str) -> str:
+    """A numbered role (eval00003: the report's fourth evaluation) is of its kind (eval)."""
+    return re.sub(r"\d{5}$", "", role)  # the planner numbers them with five digits
+
+
+def check_edge(stage: str, role: str, source_stage: str) -> None:
+    """Refuse an edge the table does not declare: the planner and the table must agree."""
+    allowed = BY_NAME[stage].reads.get(role_kind(role)) if stage in BY_NAME else None
+    if allowed is None or source_stage not in allowed:
+        raise AssertionError(
+            f"plan.py feeds {stage}'s input '{role}' from {source_stage}, which flow.py does not "
+            f"declare (it declares {BY_NAME[stage].reads if stage in BY_NAME else 'no such stage'}): "
+            "add the edge to flow.STAGES or fix the planner."
+        )
+
+
+def describe() -> str:
+    """The stage graph as text: each stage, what it does, and what feeds it."""
+    lines = []
+    for stage in STAGES:
+        feeds = ", ".join(f"{role} <- {'|'.join(sources)}" for role, sources in stage.reads.items()) or "(no inputs)"
+        flags = [
+            flag
+            for flag, on in (("timing job", stage.timing), (f"group {stage.group}", bool(stage.group)), ("local", stage.local))
+            if on
+        ]
+        lines.append(f"{stage.name:20} {stage.does}\n{'':20} {feeds}" + (f"  [{', '.join(flags)}]" if flags else ""))
+    return "\n".join(lines)

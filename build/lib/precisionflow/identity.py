@@ -1,0 +1,147 @@
+"""What a node's id covers besides its parameters: the code it runs and the packages it calls.
+
+A stage's code is the import closure of its module inside this package -- every module it
+imports, at the top or lazily inside a function, transitively, plus modules named in strings
+(the backend registry) -- together with the runner that executes every stage. It is derived from
+the source, never listed by hand, so a new helper module is covered the day it is imported.
+
+Package versions are read from installed metadata (nothing is imported), so planning stays fast
+and a machine with another TensorFlow, tf2onnx or ONNX Runtime gets new node ids for exactly the
+stages that call them.
+"""
+
+import ast
+import hashlib
+import re
+from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from precisionflow.nodeio import file_hash
+
+PACKAGE = "precisionflow"
+PACKAGE_DIR = Path(__file__).resolve().parent
+RUNNER_MODULE = f"{PACKAGE}.runner"
+_MODULE_STRING = re.compile(rf"^{PACKAGE}(\.\w+)+$")
+
+
+def module_file(module: str) -> Optional[Path]:
+    """The source file of a module of this package (None for anything else)."""
+    if module != PACKAGE and not module.startswith(PACKAGE + "."):
+        return None
+    parts = module.split(".")[1:]
+    candidate = PACKAGE_DIR.joinpath(*parts)
+    for path in (candidate.with_suffix(".py"), candidate / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imported_modules(path: Path) -> List[str]:
+    """Modules of this package that `path` imports anywhere in its body, or names in a string."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from precisionflow.x import y`: y is a module or a name inside precisionflow.x
+            found += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_STRING.match(node.value):
+            found.append(node.value)
+    return [name for name in found if module_file(name) is not None]
+
+
+def _with_parents(module: str) -> List[str]:
+    """Importing a.b.c runs a/__init__.py and a/b/__init__.py first."""
+    parts = module.split(".")
+    return [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
+
+
+@lru_cache(maxsize=None)
+def import_closure(module: str) -> Tuple[str, ...]:
+    """Relative paths (inside the package) of every source file `module` may execute."""
+    seen, pending = set(), [module, RUNNER_MODULE]
+    while pending:
+        name = pending.pop()
+        for each in _with_parents(name):
+            path = module_file(each)
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            pending.extend(_imported_modules(path))
+    return tuple(sorted(str(path.relative_to(PACKAGE_DIR)) for path in seen))
+
+
+@lru_cache(maxsize=None)
+def _file_digest(relative: str) -> str:
+    return hashlib.sha256((PACKAGE_DIR / relative).read_bytes()).hexdigest()
+
+
+def backend_files() -> Dict[str, str]:
+    """{backend name: its module's file}: the engine stages load one of them by name. Read from
+    backends/__init__.py's text, not imported: an import here would enter every stage's closure."""
+    text = (PACKAGE_DIR / "backends" / "__init__.py").read_text()
+    pairs = re.findall(r'"(\w+)":\s*"' + PACKAGE + r'\.backends\.(\w+)"', text)
+    return {name: f"backends/{module}.py" for name, module in pairs}
+
+
+def node_backend(params: Dict) -> Optional[str]:
+    """The engine backend a node's params name (engine stages), else None."""
+    return (params.get("engine") or {}).get("backend") or params.get("backend")
+
+
+def source_hashes(stage: str, backend: Optional[str] = None) -> Dict[str, str]:
+    """{relative file: sha256} of the code a stage runs. An engine stage names its backend: the
+    other backends' modules (reachable only by name) are not its code, so editing the TensorRT
+    backend leaves ONNX Runtime engines and their measurements as they are."""
+    closure = import_closure(f"{PACKAGE}.stages.{stage}")
+    if backend is not None:
+        others = {path for name, path in backend_files().items() if name != backend}
+        closure = tuple(relative for relative in closure if relative not in others)
+    return {relative: _file_digest(relative) for relative in closure}
+
+
+def code_version(stage: str, hashes: Optional[Dict[str, str]] = None) -> str:
+    hashes = hashes if hashes is not None else source_hashes(stage)
+    digest = hashlib.sha256("".join(f"{rel}:{sha}\n" for rel, sha in sorted(hashes.items())).encode())
+    return digest.hexdigest()[:12]
+
+
+def clear_caches() -> None:
+    """Forget file hashes (tests edit sources; a long-lived process may re-plan)."""
+    import_closure.cache_clear()
+    _file_digest.cache_clear()
+
+
+# Distributions that provide the same module: whichever is installed is the one called.
+# Distributions that provide one module: the version is read from whichever is installed.
+ALTERNATIVES = {
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
+    "tensorflow": ("tensorflow", "tensorflow-cpu"),
+    "tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu11", "tensorrt-lean", "tensorrt-dispatch"),
+}
+
+
+def installed_version(package: str) -> str:
+    for name in ALTERNATIVES.get(package, (package,)):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def package_versions(packages: Iterable[str]) -> Dict[str, str]:
+    return {name: installed_version(name) for name in sorted(packages)}
+
+
+def path_sha256(path: Path) -> str:
+    """Content hash of a file, or of every file under a folder (SavedModel), by relative name."""
+    path = Path(path)
+    if path.is_file():
+        return file_hash(path)
+    digest = hashlib.sha256()
+    for each in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(f"{each.relative_to(path)}:{file_hash(each)}\n".encode())
+    return digest.hexdigest()

@@ -1,0 +1,116 @@
+"""`precisionflow compare` and `precisionflow ui`: the comparison table from MLflow itself.
+
+Runs logged from other machines to the same tracking server line up here: the table is built
+from `search_runs` over the engine runs (those tagged with a precision), optionally restricted to
+some sweeps and to an MLflow filter. Ratios are the ones each engine's own side-by-side job
+measured; nothing is divided across runs here either.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from precisionflow.errors import ConfigError
+from precisionflow.tracking import SWEEP_TAG
+
+COLUMNS = [
+    ("precision", "tags.precision"),
+    ("model", "tags.node.train_model"),
+    ("target", "tags.target"),
+    ("device", "tags.device_name"),
+    ("executed", "tags.executed"),
+    ("top1", "metrics.top1"),
+    ("agreement", "metrics.agreement"),
+    ("flipped", "metrics.flipped"),
+    ("map50", "metrics.map50"),
+    ("map", "metrics.map"),
+    ("spurious_per_100", "metrics.spurious_per_100"),
+    ("shadow_per_100", "metrics.shadow_per_100"),
+    ("x_fp32_b1", "metrics.x_fp32_b1"),
+    ("x_fp32_bmax", "metrics.x_fp32_bmax"),
+    ("x_tf_b1", "metrics.x_tf_b1"),
+    ("x_tf_bmax", "metrics.x_tf_bmax"),
+    ("b1_p50_ms", "metrics.b1_p50_ms"),
+    ("evaluation", "tags.precisionflow.node"),
+    ("commit", "tags.git_commit"),
+]
+
+
+def default_uri(results: Path) -> str:
+    return f"sqlite:///{Path(results).resolve() / 'mlflow.db'}"
+
+
+def engine_runs(uri: str, experiment: str, sweeps: List[str], where: Optional[str]):
+    """The engine runs (a pandas DataFrame) of `experiment`, in the given sweeps, matching `where`."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    if mlflow.get_experiment_by_name(experiment) is None:
+        raise ConfigError(
+            f"compare: no experiment '{experiment}' at {uri}; expected one that precisionflow run logged to "
+            "(tracking.experiment), or pass --experiment / --uri."
+        )
+    filters = [where] if where else []
+    runs = mlflow.search_runs(experiment_names=[experiment], filter_string=" and ".join(filters) or "", max_results=50000)
+    if runs.empty or "tags.precision" not in runs:
+        return runs.iloc[0:0]
+    runs = runs[runs["tags.precision"].notna()]
+    if sweeps:
+        tags = [f"tags.{SWEEP_TAG}.{sweep}" for sweep in sweeps]
+        present = [tag for tag in tags if tag in runs]
+        runs = runs[runs[present].notna().any(axis=1)] if present else runs.iloc[0:0]
+    return runs
+
+
+def table(runs) -> List[dict]:
+    rows = []
+    for _, run in runs.iterrows():
+        row = {}
+        for name, column in COLUMNS:
+            value = run.get(column)
+            row[name] = "" if value is None or value != value else (round(value, 4) if isinstance(value, float) else str(value))
+        rows.append(row)
+    return sorted(rows, key=lambda r: (r["model"], r["target"], r["precision"]))
+
+
+def render(rows: List[dict], fmt: str) -> str:
+    names = [name for name, _ in COLUMNS]
+    if fmt == "csv":
+        import csv
+        import io
+
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=names)
+        writer.writeheader()
+        writer.writerows(rows)
+        return buffer.getvalue()
+    if fmt == "markdown":
+        from tabulate import tabulate
+
+        return tabulate([[row[n] for n in names] for row in rows], headers=names, tablefmt="github", disable_numparse=True) + "\n"
+    raise ConfigError(f"compare --format: expected csv or markdown, found '{fmt}'.")
+
+
+def compare(uri: str, experiment: str, sweeps: List[str], where: Optional[str], fmt: str) -> str:
+    rows = table(engine_runs(uri, experiment, sweeps, where))
+    if not rows:
+        raise ConfigError(
+            f"compare: no engine runs in experiment '{experiment}' at {uri}"
+            + (f" for sweeps {sweeps}" if sweeps else "")
+            + (f" matching {where!r}" if where else "")
+            + "."
+        )
+    return render(rows, fmt)
+
+
+def ui(uri: str, port: int) -> int:
+    """MLflow's UI on the project's store (blocks until interrupted)."""
+    print(
+        f"MLflow UI for {uri}: http://127.0.0.1:{port}  (open the experiment, select the engine runs, "
+        "and compare precision, target, top1, agreement and x_fp32_* / x_tf_* columns; Ctrl-C stops it)",
+        flush=True,
+    )
+    return subprocess.call(
+        [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port)]
+    )

@@ -1,0 +1,511 @@
+"""Sweep points -> content-addressed stage nodes -> one plan file for one Snakemake DAG.
+
+A node's id is `<readable slug>-<hash>`. The hash covers exactly what the stage reads:
+  * the parameters it declares (each stage module's `reads(cfg, ...)`: nothing else of the config),
+  * its upstream node ids (which cover their own inputs in turn),
+  * the content of the files it opens outside the results folder (model files, image folders),
+  * the versions of the packages it calls (`PACKAGES`; engine and timing stages also carry the
+    backend version and the device in their params),
+  * its code: the hash of its module's import closure (identity.py).
+Scheduler resources and pure thresholds (`checks`) travel with the node but stay out of the hash:
+a changed threshold re-checks the existing node (precisionflow run does, before anything runs),
+a changed resource only moves where the job runs.
+
+Sweep points that share a prefix therefore share nodes (a sweep over precisions trains once),
+flipping a parameter back finds the old outputs, and editing a module gives new ids to exactly
+the stages whose code imports it, and to their downstream.
+"""
+
+import hashlib
+import importlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from precisionflow import identity
+from precisionflow.budget import budget_for
+from precisionflow import flow
+from precisionflow.errors import ConfigError
+
+STAGES = (
+    "prepare_dataset",
+    "train_model",
+    "prune_model",
+    "finetune_model",
+    "export_onnx",
+    "calibrate",
+    "quantize_onnx",
+    "build_engine",
+    "evaluate_engine",
+    "compare_speed",
+    "benchmark_framework",
+    "report",
+    "track_mlflow",
+)
+MEASURED_STAGES = ("evaluate_engine", "compare_speed", "benchmark_framework")
+
+
+@dataclass
+class Node:
+    stage: str
+    id: str
+    params: Dict[str, Any]
+    inputs: Dict[str, str] = field(default_factory=dict)  # role -> upstream node key
+    identity: Dict[str, Any] = field(default_factory=dict)  # code version and package versions hashed
+    checks: Dict[str, Any] = field(default_factory=dict)  # thresholds checked against the summary; not hashed
+    resources: Dict[str, Any] = field(default_factory=dict)  # scheduler resources; not hashed
+
+    @property
+    def key(self) -> str:
+        return f"{self.stage}/{self.id}"
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "id": self.id,
+            "params": self.params,
+            "inputs": self.inputs,
+            "identity": self.identity,
+            "checks": self.checks,
+            "resources": self.resources,
+        }
+
+
+def stage_module(stage: str):
+    return importlib.import_module(f"precisionflow.stages.{stage}")
+
+
+def code_versions() -> Dict[str, str]:
+    """Hash of each stage's import closure, read once per plan."""
+    return {stage: identity.code_version(stage) for stage in STAGES}
+
+
+def stage_identity(stage: str, versions: Dict[str, str]) -> Dict[str, Any]:
+    return {"code": versions[stage], "packages": identity.package_versions(getattr(stage_module(stage), "PACKAGES", ()))}
+
+
+def _slugify(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", text).strip("-")[:60] or "node"
+
+
+class PlanBuilder:
+    """Collects unique nodes across all sweep points."""
+
+    def __init__(self, versions: Optional[Dict[str, str]] = None, cache_dir: Optional[Path] = None):
+        self.versions = versions or code_versions()
+        self.identities = {stage: stage_identity(stage, self.versions) for stage in STAGES}
+        self.nodes: Dict[str, Node] = {}
+        self.cache_dir = cache_dir
+        self.fingerprints: Dict[str, str] = {}
+        self.file_hashes: Dict[str, str] = {}
+        self.runtimes: Dict[tuple, Dict[str, str]] = {}
+        self.stage_resources: Dict[str, Dict[str, Any]] = {}
+        self.sizes: Dict[str, Dict[str, int]] = {}
+        self.backend_versions: Dict[str, str] = {}
+
+    def runtime(self, backend: str, target_def: Dict[str, Any]) -> Dict[str, str]:
+        """The runtime an engine is built (or a model timed) with: part of the id, so upgrading the
+        backend or moving to another machine builds new engines instead of failing on the old ones."""
+        from precisionflow.backends.devices import local_device_name
+
+        # A cluster/GPU-node target names its engine backend's version there; TensorFlow's is this machine's.
+        declared = target_def.get("backend_version") if backend != "tensorflow" else ""
+        key = (backend, target_def["device"], target_def.get("expect_device") or "", declared or "")
+        if key not in self.runtimes:
+            # A cluster target names its device; `local` means whatever this machine has.
+            device = target_def.get("expect_device") or local_device_name(target_def["device"])
+            self.runtimes[key] = {"backend_version": declared or identity.installed_version(backend), "device": device}
+        return self.runtimes[key]
+
+    def data_params(self, cfg: Dict[str, Any]) -> Dict[str, Any]:
+        """The data set's declared settings, plus a content fingerprint for folder data sets."""
+        params = stage_module("prepare_dataset").reads(cfg)
+        if params["name"] not in ("image_folder", "coco_folder"):
+            return params
+        from precisionflow.datasets import image_folder
+
+        root = str(Path(params["path"]).expanduser().resolve())
+        if root not in self.fingerprints:
+            if params["name"] == "coco_folder":
+                from precisionflow.detection import sources
+
+                sources.check_folder(params)  # a broken folder fails here, before any job
+            else:
+                stage_module("prepare_dataset").check_folder(params)
+            cache = (self.cache_dir or Path(root)) / "fingerprints.json"
+            self.fingerprints[root] = image_folder.fingerprint(Path(root), cache)
+        return {**params, "path": root, "fingerprint": self.fingerprints[root]}
+
+    def split_sizes(self, data: Node) -> Dict[str, int]:
+        if data.key not in self.sizes:
+            self.sizes[data.key] = stage_module("prepare_dataset").expected_split_sizes(data.params)
+        return self.sizes[data.key]
+
+    def model_files(self, model: Dict[str, Any]) -> Dict[str, str]:
+        """{path: content sha256} of the files a model builder opens (user model, local weights)."""
+        from precisionflow.models import FILE_KEYS
+
+        found = {}
+        for key in FILE_KEYS:
+            if model.get(key):
+                path = str(Path(model[key]).expanduser().resolve())
+                if path not in self.file_hashes:
+                    self.file_hashes[path] = identity.path_sha256(Path(path)) if Path(path).exists() else "missing"
+                found[path] = self.file_hashes[path]
+        return found
+
+    def identity_of(self, stage: str, params: Dict[str, Any]) -> Dict[str, Any]:
+        """The stage's code version and packages; an engine stage's covers only its own backend."""
+        backend = identity.node_backend(params)
+        if backend is None:
+            return self.identities[stage]
+        key = f"{stage}@{backend}"
+        if key not in self.backend_versions:
+            self.backend_versions[key] = identity.code_version(stage, identity.source_hashes(stage, backend))
+        return {**self.identities[stage], "code": self.backend_versions[key]}
+
+    def add(
+        self,
+        stage: str,
+        slug: str,
+        params: Dict[str, Any],
+        inputs: Dict[str, Node],
+        checks: Optional[Dict[str, Any]] = None,
+        resources: Optional[Dict[str, Any]] = None,
+    ) -> Node:
+        resources = {**self.stage_resources.get(stage, {}), **(resources or {})}  # never hashed
+        for role, node in inputs.items():
+            flow.check_edge(stage, role, node.stage)
+        input_keys = {role: node.key for role, node in sorted(inputs.items())}
+        code = self.identity_of(stage, params)
+        hashed = {"stage": stage, "params": params, "inputs": input_keys, **code}
+        digest = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:12]
+        node = Node(stage, f"{_slugify(slug)}-{digest}", params, input_keys, code, checks or {}, resources or {})
+        self.nodes.setdefault(node.key, node)
+        return self.nodes[node.key]
+
+    def add_point(self, cfg: Dict[str, Any]) -> List[Node]:
+        """Add one configuration's chain; return its measured nodes (evaluations, ratios, baselines)."""
+        self.stage_resources = cfg.get("stage_resources") or {}
+        data = self.add("prepare_dataset", cfg["dataset"]["name"], self.data_params(cfg), {})
+        train_params = stage_module("train_model").reads(cfg)
+        train_params["model"]["files"] = self.model_files(train_params["model"])
+        model = trained = self.add(
+            "train_model",
+            f"{cfg['model']['name']}-{cfg['train']['precision_policy']}-e{cfg['train']['epochs']}",
+            train_params,
+            {"data": data},
+            checks=stage_module("train_model").checks(cfg),
+        )
+        if cfg["prune"]["method"] != "none":  # the QAT branch starts from the pruned model too
+            model = trained = self._add_prune(cfg, model, data)
+        if cfg["finetune"]["mode"] != "none":
+            model = self._add_finetune(cfg, cfg["finetune"], model, data)
+        onnx = self._add_export(cfg, model, data)
+        placements = {target: self.placement(cfg, target) for target in cfg["targets"]}
+        graphs: Dict[tuple, Node] = {}  # (precision, placement: int8 only) -> graph
+        for precision in cfg["precisions"]:  # int8_mixed needs the int8 graph's report: order matters
+            for placement in sorted(set(placements.values())) if precision.startswith("int8") else [None]:
+                graphs[(precision, placement)] = self._add_graph(cfg, precision, onnx, data, graphs, trained, placement)
+        graph_of = {
+            (p, t): graphs[(p, placements[t] if p.startswith("int8") else None)]
+            for p in cfg["precisions"]
+            for t in cfg["targets"]
+        }
+        engines = {key: self._add_engine(cfg, graph, key[1]) for key, graph in graph_of.items()}
+        measured = []
+        if "int8_qat" in cfg["precisions"]:  # int8_qat's fair reference: its fine-tune, run in fp32
+            measured += self._add_qat_twin(cfg, trained, graph_of[("int8_qat", cfg["targets"][0])], onnx, data)
+        for (precision, target), engine in engines.items():
+            # Every engine is compared with the same fp32 reference: the main path's exported model.
+            measured.append(self._add_evaluation(cfg, precision, target, engine, graph_of[(precision, target)], onnx, data))
+            measured.append(self._add_comparison(cfg, target, engine, engines[("fp32", target)], model, data))
+            if precision.startswith("int8") and placements[target] != "tensorrt" and cfg["int8"]["simulate_tensorrt"]:
+                measured.append(self._add_tensorrt_simulation(cfg, precision, target, onnx, data, graphs, trained))
+        measured += [
+            self._add_framework(cfg, target, model, data) for target in cfg["targets"] if cfg["target_defs"][target]["framework"]
+        ]
+        return measured
+
+    def _device(self, cfg, target: str, backend: str) -> Tuple[Dict[str, str], Dict[str, Any]]:
+        target_def = cfg["target_defs"][target]
+        return self.runtime(backend, target_def), dict(target_def["resources"])
+
+    def _add_framework(self, cfg, target: str, model: Node, data: Node) -> Node:
+        runtime, resources = self._device(cfg, target, "tensorflow")
+        params = stage_module("benchmark_framework").reads(cfg, target, runtime)
+        return self.add("benchmark_framework", f"tf-{target}", params, {"model": model, "data": data}, resources=resources)
+
+    def _add_prune(self, cfg, model: Node, data: Node) -> Node:
+        module = stage_module("prune_model")
+        module.validate(cfg)
+        params = module.reads(cfg)
+        from precisionflow.pruning import describe
+
+        return self.add("prune_model", describe(params["prune"]).replace(" ", "-"), params, {"model": model, "data": data})
+
+    def _add_finetune(self, cfg, finetune: Dict[str, Any], model: Node, data: Node) -> Node:
+        params = stage_module("finetune_model").reads(cfg, finetune)
+        params["model"]["files"] = self.model_files(params["model"])
+        return self.add("finetune_model", f"{finetune['mode']}-e{finetune['epochs']}", params, {"model": model, "data": data})
+
+    def _add_export(self, cfg, model: Node, data: Node) -> Node:
+        module = stage_module("export_onnx")
+        return self.add(
+            "export_onnx",
+            f"{model.id.rsplit('-', 1)[0]}-opset{cfg['export']['opset']}",
+            module.reads(cfg),
+            {"model": model, "data": data},
+            checks=module.checks(cfg),
+        )
+
+    def _add_calibration(self, cfg, onnx: Node, data: Node, source: str) -> Node:
+        params = stage_module("calibrate").reads(cfg, source)
+        available = self.split_sizes(data)[params["split"]]
+        if params["num_samples"] > available:
+            raise ConfigError(
+                f"calibration.num_samples={params['num_samples']}, but the {params['split']} split has "
+                f"{available} images: lower calibration.num_samples (or calibrate on a larger split, "
+                "calibration.split=train|val)."
+            )
+        slug = f"{source}-{params['method']}-n{params['num_samples']}"
+        return self.add("calibrate", slug, params, {"onnx": onnx, "data": data})
+
+    def placement(self, cfg, target: str) -> str:
+        """Where a target's int8 Q/DQ goes: the placement of the runtime that runs its engines."""
+        from precisionflow.quant.qdq import placement_for
+
+        on_gpu = stage_module("build_engine").may_run_on_gpu(cfg["target_defs"][target])
+        return placement_for(cfg["engine"]["backend"], on_gpu)
+
+    def _add_tensorrt_simulation(
+        self, cfg, precision: str, target: str, onnx: Node, data: Node, graphs: Dict[tuple, Node], trained: Node
+    ) -> Node:
+        """The TensorRT-placed int8 graph run on this CPU target: what TensorRT would compute (its
+        accuracy; its speed is not TensorRT's, so no timing ratio is planned), a row of its own."""
+        graph = graphs.get((precision, "tensorrt")) or self._add_graph(cfg, precision, onnx, data, graphs, trained, "tensorrt")
+        graphs[(precision, "tensorrt")] = graph
+        engine = self._add_engine(cfg, graph, target)
+        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
+        params = {**stage_module("evaluate_engine").reads(cfg, precision, target, runtime), "simulates": "tensorrt"}
+        inputs = {"engine": engine, "data": data, "reference": onnx}
+        if precision == "int8_qat":
+            qat_export = self.nodes[graph.inputs["onnx"]]
+            inputs.update(qat_export=qat_export, qat_model=self.nodes[qat_export.inputs["model"]])
+        return self.add("evaluate_engine", f"{precision}-trtsim-{target}", params, inputs, resources=resources)
+
+    def _add_graph(
+        self,
+        cfg,
+        precision: str,
+        onnx: Node,
+        data: Node,
+        graphs: Dict[tuple, Node],
+        trained: Node,
+        placement: Optional[str] = None,
+    ) -> Node:
+        params = stage_module("quantize_onnx").reads(cfg, precision, placement or "tensorrt")
+        inputs = {"onnx": onnx}
+        if precision == "int8_qat":
+            qat_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="qat"), trained, data)
+            inputs["onnx"] = self._add_export(cfg, qat_model, data)
+        if precision.startswith("int8"):
+            inputs["calibration"] = self._add_calibration(cfg, inputs["onnx"], data, "qat" if precision == "int8_qat" else "ptq")
+            inputs["data"] = data
+        if precision == "int8_mixed":
+            inputs["int8"] = graphs.get(("int8", placement)) or self._add_graph(
+                cfg, "int8", onnx, data, graphs, trained, placement
+            )
+        slug = precision + ("-ortcpu" if placement == "onnxruntime_cpu" else "")
+        if precision == "int8_mixed":
+            drop = cfg["int8"]["mixed_max_val_drop"]
+            slug += f"-keep{cfg['int8']['mixed_keep_fp']}" if drop is None else f"-drop{drop}"
+        return self.add("quantize_onnx", slug, params, inputs)
+
+    def _add_engine(self, cfg, graph: Node, target: str) -> Node:
+        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
+        params = stage_module("build_engine").reads(cfg, target, runtime)
+        return self.add("build_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, {"graph": graph}, resources=resources)
+
+    def _add_evaluation(self, cfg, precision: str, target: str, engine: Node, graph: Node, onnx: Node, data: Node) -> Node:
+        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
+        params = stage_module("evaluate_engine").reads(cfg, precision, target, runtime)
+        inputs = {"engine": engine, "data": data, "reference": onnx}
+        if precision == "int8_qat":  # deployed == trained: compared with the QAT model itself
+            qat_export = self.nodes[graph.inputs["onnx"]]
+            inputs.update(qat_export=qat_export, qat_model=self.nodes[qat_export.inputs["model"]])
+        return self.add("evaluate_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, inputs, resources=resources)
+
+    def _add_qat_twin(self, cfg, trained: Node, qat_graph: Node, onnx: Node, data: Node) -> List[Node]:
+        """The QAT fine-tune run again in fp32 (same epochs, learning rate, seed, data), exported,
+        built and evaluated like the fp32 engine: int8_qat's delta against it is what precision
+        cost; against the base fp32 model it also holds what the extra training gave."""
+        from precisionflow.budget import TWIN
+
+        qat_model = self.nodes[self.nodes[qat_graph.inputs["onnx"]].inputs["model"]]
+        twin_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="fp32"), trained, data)
+        twin_graph = self._add_graph(cfg, "fp32", self._add_export(cfg, twin_model, data), data, {}, trained, None)
+        evaluations = []
+        for target in cfg["targets"]:
+            engine = self._add_engine(cfg, twin_graph, target)
+            runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
+            params = {**stage_module("evaluate_engine").reads(cfg, TWIN, target, runtime), "twin_of": qat_model.key}
+            evaluations.append(
+                self.add(
+                    "evaluate_engine",
+                    f"{TWIN}-{target}",
+                    params,
+                    {"engine": engine, "data": data, "reference": onnx},
+                    resources=resources,
+                )
+            )
+        return evaluations
+
+    def _add_comparison(self, cfg, target: str, engine: Node, fp32_engine: Node, model: Node, data: Node) -> Node:
+        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
+        params = stage_module("compare_speed").reads(cfg, target, runtime)
+        inputs = {"engine": engine, "data": data}
+        if cfg["target_defs"][target]["framework"]:
+            inputs["model"] = model
+        if fp32_engine.key != engine.key:
+            inputs["fp32_engine"] = fp32_engine
+        return self.add("compare_speed", engine.id.rsplit("-", 1)[0], params, inputs, resources=resources)
+
+
+def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
+    """All sweep points -> {nodes, final, report}: the document the Snakefile executes."""
+    builder = PlanBuilder(cache_dir=Path(results_dir) / ".cache")
+    measured: Dict[str, Node] = {}
+    measured_by_tracking: Dict[str, Dict[str, Node]] = {}
+    budgets: Dict[str, Dict[str, Any]] = {}
+    for cfg in points:
+        point = {node.key: node for node in builder.add_point(cfg)}
+        measured.update(point)
+        budgets.update(
+            {
+                key: budget_for(cfg["evaluate"], node.params["precision"])
+                for key, node in point.items()
+                if node.stage == "evaluate_engine"
+            }
+        )
+        if cfg["tracking"]["enabled"]:
+            tracking = {
+                **{k: cfg["tracking"][k] for k in ("uri", "experiment")},
+                "tensorrt_version": cfg["calibration"]["tensorrt_version"],
+            }
+            measured_by_tracking.setdefault(json.dumps(tracking, sort_keys=True), {}).update(point)
+    warn_unresolvable(builder, budgets)
+    report_params = stage_module("report").reads(dict(sorted(budgets.items())))
+    report = _add_aggregate(builder, "report", "sweep", report_params, measured)
+    final = [report]
+    for tracking_key, nodes in measured_by_tracking.items():
+        params = {**json.loads(tracking_key), "overrides": list(overrides)}
+        final.append(_add_aggregate(builder, "track_mlflow", "sweep", params, nodes, {"report": report}))
+    return {
+        "results_dir": results_dir,
+        "overrides": list(overrides),
+        "nodes": {key: node.to_json() for key, node in builder.nodes.items()},
+        "final": [node.key for node in final],
+        "report": report.key,
+        "budgets": budgets,  # thresholds per evaluation: checked by precisionflow check, never hashed
+    }
+
+
+def resolution_warnings(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) -> List[str]:
+    """Budgets finer than their test split can resolve: with n images even an engine that flips not
+    one of them has a drop interval wider than the budget, so its verdict can only be UNDECIDED."""
+    from precisionflow import stats
+
+    found = set()
+    for key, budget in budgets.items():
+        node = builder.nodes[key]
+        limit = budget.get("max_top1_drop")
+        if limit is None or node.params["precision"] == "fp32" or node.params.get("task", "classification") != "classification":
+            continue
+        images = builder.split_sizes(builder.nodes[node.inputs["data"]])["test"]
+        finest = stats.zero_flip_resolution(images, budget.get("confidence", 0.95))
+        if limit < finest:
+            found.add(
+                f"precisionflow: warning: max_top1_drop={limit} for {node.params['precision']} is finer than "
+                f"{images} test images can resolve (one image = {100 / images:.2f} points; even with no image "
+                f"flipped the drop's interval reaches {finest:.2f}): its verdict can only be UNDECIDED. Use "
+                "more test images (dataset.test_fraction, a larger data set) or a budget of at least that."
+            )
+    return sorted(found)
+
+
+def warn_unresolvable(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) -> None:
+    import sys
+
+    for line in resolution_warnings(builder, budgets):
+        print(line, file=sys.stderr)
+
+
+def _add_aggregate(builder: PlanBuilder, stage: str, slug: str, params, measured: Dict[str, Node], extra=None) -> Node:
+    # Inputs are numbered in a sorted order so the same set of nodes gives the same node id.
+    inputs = dict(extra or {})
+    for measured_stage, role in zip(MEASURED_STAGES, ("eval", "speed", "framework"), strict=True):
+        keys = sorted(key for key in measured if key.startswith(measured_stage + "/"))
+        inputs.update({f"{role}{i:05d}": measured[key] for i, key in enumerate(keys)})
+    engines = sum(1 for key in measured if key.startswith("evaluate_engine/"))
+    return builder.add(stage, f"{slug}-{engines}engines", params, inputs)
+
+
+def default_results_dir(points: List[Dict[str, Any]]) -> str:
+    chosen = {p.get("results_dir") for p in points} - {None}
+    if len(chosen) > 1:
+        from precisionflow.errors import ConfigError
+
+        raise ConfigError(f"results_dir: one run writes one results folder; the sweep names {sorted(chosen)}.")
+    return os.path.abspath(chosen.pop() if chosen else "results")
+
+
+def write_plan(plan: Dict[str, Any]) -> Path:
+    """Write the plan under results/.plans/<content hash>.json (atomically, once) and return its path."""
+    from precisionflow.nodeio import write_json_atomic
+
+    text = json.dumps(plan, sort_keys=True)
+    path = Path(plan["results_dir"]) / ".plans" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not path.exists():
+        write_json_atomic(path, plan)
+    return path
+
+
+def plan_from_overrides(overrides=(), multirun: bool = False) -> Path:
+    from precisionflow.config.compose import expand
+
+    points = expand(overrides, multirun=multirun)
+    return write_plan(build_plan(points, default_results_dir(points), overrides))
+
+
+def missing_under_finished(plan: Dict[str, Any]) -> List[str]:
+    """Nodes whose folder is gone (deleted, as a refusal's advice says) while a node built from them
+    is finished. Snakemake would leave them missing (nothing up to date needs them), so the lineage
+    of what was built from them could no longer be walked: the run recomputes them and everything
+    downstream."""
+    from precisionflow.nodeio import NODE_FILE
+
+    results = Path(plan["results_dir"])
+    finished = {key for key in plan["nodes"] if (results / key / NODE_FILE).is_file()}
+    return sorted(
+        {upstream for key in finished for upstream in plan["nodes"][key]["inputs"].values() if upstream not in finished}
+    )
+
+
+def recheck_finished(plan: Dict[str, Any]) -> None:
+    """Before anything runs, check the nodes that already exist: their files are as they wrote them
+    (an engine or calibration cache copied in, a graph edited: refused here, not after Snakemake
+    decided they are up to date), and their thresholds hold (ids do not cover thresholds, so a
+    tightened threshold must still fail the run)."""
+    from precisionflow.nodeio import NODE_FILE, verify_finished_node
+
+    results = Path(plan["results_dir"])
+    for key, spec in plan["nodes"].items():
+        if not (results / key / NODE_FILE).is_file():
+            continue
+        record = verify_finished_node(results / key)
+        if spec.get("checks"):
+            stage_module(spec["stage"]).check(spec["checks"], record["summary"])

@@ -1,0 +1,294 @@
+"""int8 graphs for the runtime that runs them: one set of ranges, two placements of Q/DQ.
+
+* `tensorrt`: TensorRT's explicit quantization wants int8 with zero point 0 for activations,
+  per-output-channel symmetric weights, biases left in float, and Q/DQ on the inputs of the ops it
+  can run in int8 (Conv, MatMul/Gemm, both inputs of a residual Add); a checker holds graphs to it.
+* `onnxruntime_cpu`: ONNX Runtime's CPU provider computes in integers only where it can fuse
+  DQ -> op -> Q into QLinearConv / QLinearMatMul / QLinearAdd ..., so op outputs are quantized too
+  (ONNX Runtime's own QDQ placement), with uint8 activations and int8 per-channel weights (U8S8,
+  the fast kernels on x86: measured in benchmarks/cpu_int8_placement.py).
+Both quantize the same compute ops (the output layer and any op kept in float stay float).
+"""
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from precisionflow.errors import StageError
+
+COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
+# Ops walked through when looking for the layer that produces a graph output (bias add, reshapes).
+PASS_THROUGH = (
+    "Add",
+    "Identity",
+    "Reshape",
+    "Flatten",
+    "Softmax",
+    "Cast",
+    "Squeeze",
+    "Transpose",
+    "QuantizeLinear",
+    "DequantizeLinear",
+)
+
+
+def _initializers(model) -> Set[str]:
+    return {init.name for init in model.graph.initializer}
+
+
+def output_layer_nodes(model) -> Set[str]:
+    """Names of the nodes forming the final layer: from each graph output back to its Conv/MatMul/Gemm."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    constants = _initializers(model)
+    found, pending = set(), [out.name for out in model.graph.output]
+    while pending:
+        node = producers.get(pending.pop())
+        if node is None or node.name in found:
+            continue
+        found.add(node.name)
+        if node.op_type not in COMPUTE_OPS and node.op_type in PASS_THROUGH:
+            pending.extend(name for name in node.input if name not in constants)
+    return found
+
+
+def is_residual_add(node, constants: Set[str]) -> bool:
+    return node.op_type == "Add" and len(node.input) == 2 and not any(name in constants for name in node.input)
+
+
+def quantizable_nodes(model, exclude: Iterable[str] = (), keep_output_layer: bool = True) -> List[str]:
+    constants = _initializers(model)
+    skip = set(exclude) | (output_layer_nodes(model) if keep_output_layer else set())
+    return [
+        node.name
+        for node in model.graph.node
+        if node.name not in skip and (node.op_type in COMPUTE_OPS or is_residual_add(node, constants))
+    ]
+
+
+PLACEMENTS = ("tensorrt", "onnxruntime_cpu")
+
+
+def quantize_int8(
+    fp32_path: Path, out_path: Path, ranges: Dict[str, Tuple[float, float]], nodes: Sequence[str], placement: str = "tensorrt"
+) -> None:
+    """Write the QDQ graph of `nodes` using the cache's ranges (no calibration happens here), with
+    Q/DQ placed for `placement`'s runtime."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    if placement not in PLACEMENTS:
+        raise ValueError(f"int8 placement: expected one of {PLACEMENTS}, found '{placement}'")
+    with tempfile.TemporaryDirectory(prefix="pf-quant-") as scratch:
+        # quantize_static writes model-inferred.onnx next to its input: quantize a copy in scratch,
+        # never the upstream node's own file.
+        source = shutil.copy(fp32_path, Path(scratch) / "source.onnx")
+        if placement == "tensorrt":
+            options = dict(
+                op_types_to_quantize=list(COMPUTE_OPS) + ["Add"],
+                nodes_to_quantize=list(nodes),
+                activation_type=QuantType.QInt8,
+                extra_options=TRT_PLACEMENT,
+            )
+        else:  # every op ONNX Runtime can fuse, less the compute ops that stay float
+            model = onnx.load(str(source))
+            left_float = [name for name in quantizable_nodes(model, keep_output_layer=False) if name not in set(nodes)]
+            ranges = non_negative_after_relu(model, ranges)
+            options = dict(nodes_to_exclude=left_float, activation_type=QuantType.QUInt8, extra_options=ORT_CPU_PLACEMENT)
+        quantize_static(
+            str(source),
+            str(out_path),
+            calibration_data_reader=None,
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+            calibration_cache_path=str(_ranges_file(ranges, Path(scratch))),
+            **options,
+        )
+
+
+def _ranges_file(ranges: Dict[str, Tuple[float, float]], folder: Path) -> Path:
+    """The ranges in ONNX Runtime's calibration-cache file, which quantize_static reads instead of calibrating."""
+    from onnxruntime.quantization import CalibrationMethod
+    from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
+
+    path = folder / "tensors.json"
+    save_tensors_data(
+        TensorsData(
+            CalibrationMethod.MinMax,
+            {name: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for name, (lo, hi) in ranges.items()},
+        ),
+        path,
+    )
+    return path
+
+
+# TensorRT's explicit-quantization placement: Q/DQ on the inputs of weighted layers (and of residual
+# Adds), never on their outputs, so no Q/DQ sits between a Conv and its ReLU and TensorRT fuses
+# each Q into the layer before it. This is also what QAT simulates (a quantizer after the
+# activation). ONNX Runtime's CPU provider cannot fuse this layout into QLinear kernels: it runs such
+# graphs as fp32 compute with Q/DQ, and the engine's `executed` label says so.
+TRT_PLACEMENT = {
+    "ActivationSymmetric": True,
+    "WeightSymmetric": True,
+    "QuantizeBias": False,
+    "OpTypesToExcludeOutputQuantization": list(COMPUTE_OPS) + ["Add"],
+    "QDQKeepRemovableActivations": True,
+    "DedicatedQDQPair": True,
+}
+
+
+# ONNX Runtime's own placement for its CPU provider: Q/DQ on op outputs as well as inputs, so the
+# graph transformers fuse each DQ -> op -> Q into an integer kernel; activations uint8 with their
+# calibrated zero point, weights int8 symmetric per channel. A symmetric range becomes zero point 128
+# at the same resolution, so QAT's (and TensorRT's) ranges feed it unchanged.
+ORT_CPU_PLACEMENT = {"WeightSymmetric": True, "ActivationSymmetric": False}
+
+
+def non_negative_after_relu(model, ranges: Dict[str, Tuple[float, float]]) -> Dict[str, Tuple[float, float]]:
+    """Ranges of ReLU outputs start at 0. ONNX Runtime fuses Conv -> Relu -> Q into one integer
+    kernel by dropping the Relu, which is exact only when the Q's zero point clips negatives (range
+    minimum 0); a symmetric range (QAT learns [-a, a] for a ReLU output) would keep them and undo the
+    ReLU. [0, a] holds every value the ReLU can give, at a finer step."""
+    adjusted = dict(ranges)
+    for node in model.graph.node:
+        if node.op_type == "Relu" and node.output[0] in adjusted:
+            low, high = adjusted[node.output[0]]
+            adjusted[node.output[0]] = (max(0.0, low), max(high, 1e-8))
+    return adjusted
+
+
+def placement_for(backend: str, on_gpu: bool) -> str:
+    """The Q/DQ placement of a target's int8 graphs: ONNX Runtime on a CPU gets its own; TensorRT,
+    and ONNX Runtime's CUDA provider (it has no int8 convolution kernels either way: int8 on a GPU
+    is TensorRT's), get TensorRT's, so the graph measured there is the one TensorRT would build."""
+    return "onnxruntime_cpu" if backend == "onnxruntime" and not on_gpu else "tensorrt"
+
+
+def _constant(model, name: str):
+    from onnx import numpy_helper
+
+    for init in model.graph.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init)
+    return None
+
+
+def check_qdq(model, output_layer_float: bool = True) -> List[str]:
+    """Problems that would stop TensorRT from building (or running as trained) this int8 graph."""
+    import onnx
+
+    problems = []
+    producers = {out: node for node in model.graph.node for out in node.output}
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            problems += _check_qdq_node(model, node, onnx)
+    constants = _initializers(model)
+    for name in output_layer_nodes(model) if output_layer_float else ():
+        node = next(n for n in model.graph.node if n.name == name)
+        weights = [producers.get(i) for i in node.input[1:]]
+        if node.op_type in COMPUTE_OPS and any(
+            getattr(w, "op_type", "") == "DequantizeLinear" and w.input[0] in constants for w in weights
+        ):
+            problems.append(f"output layer {name} has quantized weights; expected it left in floating point")
+    if not any(node.op_type == "QuantizeLinear" for node in model.graph.node):
+        problems.append("no QuantizeLinear node: the graph is not quantized")
+    return problems
+
+
+def _check_qdq_node(model, node, onnx) -> List[str]:
+    problems = []
+    zero_point = _constant(model, node.input[2]) if len(node.input) > 2 else None
+    if zero_point is None:
+        return [f"{node.name}: zero point missing; expected an int8 zero point of 0"]
+    if zero_point.dtype != np.int8:
+        problems.append(f"{node.name}: zero point type {zero_point.dtype}, expected int8 (TensorRT has no uint8 Q/DQ)")
+    if np.any(zero_point != 0):
+        problems.append(f"{node.name}: zero point {zero_point.flatten()[:4]} is not 0 (asymmetric); TensorRT needs symmetric")
+    weight = _constant(model, node.input[0])
+    if weight is not None and weight.dtype == np.int32:
+        problems.append(f"{node.name}: dequantizes an int32 bias; expected the bias left in float")
+    elif weight is not None and weight.ndim == 4 and np.size(_constant(model, node.input[1])) == 1:
+        problems.append(f"{node.name}: conv weight quantized per tensor; expected per output channel")
+    return problems
+
+
+def assert_trt_legal(path: Path, output_layer_float: bool = True) -> None:
+    import onnx
+
+    problems = check_qdq(onnx.load(str(path)), output_layer_float)
+    if problems:
+        raise StageError(f"The int8 graph {path} is not TensorRT-legal: " + "; ".join(problems))
+
+
+# Ops whose output holds the same values as their input, rearranged (or a zero pad / a max):
+# a range learned on the input holds for the output, and quantization commutes with them.
+RANGE_PRESERVING = ("Reshape", "Transpose", "Flatten", "MaxPool", "Identity", "Squeeze", "Unsqueeze", "Pad")
+
+
+def activation_inputs(model, nodes: Sequence[str]) -> Dict[str, str]:
+    """{activation tensor that gets a Q/DQ: the node it feeds} for the nodes to quantize."""
+    constants = _initializers(model)
+    wanted = set(nodes)
+    found = {}
+    for node in model.graph.node:
+        if node.name in wanted:
+            inputs = node.input if node.op_type == "Add" else node.input[:1]
+            found.update({name: node.name for name in inputs if name not in constants})
+    return found
+
+
+def learned_ranges_of(model, tensors: Iterable[str], learned: Dict[str, Tuple[float, float]]) -> Dict[str, Optional[tuple]]:
+    """{tensor: the learned range of the tensor it copies (walking back through layout ops), or None}."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    found = {}
+    for tensor in tensors:
+        source = tensor
+        while source is not None and source not in learned:
+            node = producers.get(source)
+            source = node.input[0] if node is not None and node.op_type in RANGE_PRESERVING else None
+        found[tensor] = learned.get(source) if source is not None else None
+    return found
+
+
+def fake_quantize_inputs(path: Path, node_names: Sequence[str], ranges: Dict[str, Tuple[float, float]]) -> List[str]:
+    """Put a symmetric int8 Q/DQ pair on the activation input of each named node (weights stay float).
+
+    For int8_qat's float output layer: QAT quantized the activation feeding it, so the deployed
+    graph rounds and clips it the same way. Returns the tensors treated."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    treated = []
+    for node in list(model.graph.node):
+        tensor = node.input[0] if node.name in node_names else None
+        if tensor is None or tensor not in ranges:
+            continue
+        scale = max(abs(ranges[tensor][0]), abs(ranges[tensor][1])) / 127.0
+        stem = f"{tensor}_qat_fq"
+        model.graph.initializer.extend(
+            [
+                numpy_helper.from_array(np.array(scale, np.float32), f"{stem}_scale"),
+                numpy_helper.from_array(np.array(0, np.int8), f"{stem}_zero_point"),
+            ]
+        )
+        position = list(model.graph.node).index(node)
+        model.graph.node.insert(
+            position,
+            helper.make_node(
+                "DequantizeLinear", [f"{stem}_q", f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_dq"], name=f"{stem}_dq"
+            ),
+        )
+        model.graph.node.insert(
+            position,
+            helper.make_node("QuantizeLinear", [tensor, f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_q"], name=f"{stem}_q"),
+        )
+        node.input[0] = f"{stem}_dq"
+        treated.append(tensor)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return treated

@@ -1,0 +1,251 @@
+"""Pictures and a page for the report stage: Pareto plots, per-class changes, flipped-sample grids,
+and report.html -- verdicts first, then the table, the plots and the galleries."""
+
+import html
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+RIGHT_COLOURS = {"engine": "#2e7d32", "fp32": "#c62828", "neither": "#555555"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def pareto_front(points: List[tuple]) -> List[tuple]:
+    """(latency, accuracy, label) points no other point beats on both (lower latency, higher accuracy)."""
+    front = []
+    for point in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not front or point[1] > front[-1][1]:
+            front.append(point)
+    return front
+
+
+def number(value) -> float:
+    """A table figure as a float (noisy figures carry a trailing mark)."""
+    return float(str(value).rstrip("*"))
+
+
+def point_label(row: Dict[str, Any], name_model: bool) -> str:
+    """precision and variant; with several trainings in the sweep, which one (its node id's hash)."""
+    text = f"{row['precision']} {row['variant']}".strip()
+    return f"{text} [{row['model'].rsplit('-', 1)[-1][:6]}]" if name_model else text
+
+
+def pareto_plot(rows: List[Dict[str, Any]], target: str, path: Path) -> None:
+    plt = _pyplot()
+    models = sorted({r["model"] for r in rows if r["target"] == target})
+    # A detector's rows carry mAP@.5 where a classifier's carry top-1.
+    column = "map50" if any(r.get("map50", "") != "" for r in rows if r["target"] == target) else "top1"
+    points = [
+        (number(r["p50_ms_b1"]), float(r[column]), point_label(r, len(models) > 1))
+        for r in rows
+        if r["target"] == target and r.get(column, "") != "" and r["p50_ms_b1"] != ""
+    ]  # simulations: untimed
+    front = pareto_front(points)
+    fig, axis = plt.subplots(figsize=(7, 4.2))
+    axis.scatter([p[0] for p in points], [p[1] for p in points], color="#4f81bd", label="engines")
+    axis.scatter(
+        [p[0] for p in front], [p[1] for p in front], facecolors="none", edgecolors="#c0504d", s=90, label="on the front"
+    )
+    axis.step([p[0] for p in front], [p[1] for p in front], where="post", color="#c0504d", label="Pareto front")
+    for latency, accuracy, label in points:
+        axis.annotate(label, (latency, accuracy), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    axis.set_xlabel("batch-1 p50 latency (ms)")
+    axis.set_ylabel("mAP@.5" if column == "map50" else "top-1 accuracy")
+    axis.set_title(f"accuracy vs latency -- target {target}")
+    axis.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def per_class_changes(changes: Dict[str, Dict[str, float]], classes: Sequence[str], title: str, path: Path) -> None:
+    """One row per engine, one column per class: top-1 change against fp32 in points."""
+    import numpy as np
+
+    plt = _pyplot()
+    engines = list(changes)
+    grid = np.array([[changes[engine].get(name, np.nan) for name in classes] for engine in engines])
+    limit = max(1.0, float(np.nanmax(np.abs(grid)))) if grid.size else 1.0
+    fig, axis = plt.subplots(figsize=(max(5.0, 0.55 * len(classes) + 3), 0.42 * len(engines) + 1.4))
+    image = axis.imshow(grid, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
+    axis.set_xticks(range(len(classes)), labels=list(classes), fontsize=7)
+    axis.set_yticks(range(len(engines)), labels=engines, fontsize=7)
+    for (row, col), value in np.ndenumerate(grid):
+        if np.isfinite(value) and value != 0:
+            axis.text(col, row, f"{value:+.1f}", ha="center", va="center", fontsize=6)
+    fig.colorbar(image, ax=axis, label="top-1 change vs fp32 (points)")
+    axis.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def flipped_grid(images, rows: List[Dict[str, str]], class_names: List[str], title: str, path: Path, limit: int = 24) -> None:
+    """The test images whose prediction changed against fp32: label, both predictions with their
+    confidence, captioned in the colour of the side that was right (green: the engine, red: fp32,
+    grey: neither). Drawn with Pillow: a hundred engines' grids take a second, not a minute."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    shown, cell, caption = rows[:limit], 72, 26
+    columns = max(1, min(8, len(shown)))
+    lines = -(-len(shown) // columns)
+    sheet = Image.new("RGB", (columns * (cell + 8) + 8, lines * (cell + caption + 8) + 24), "white")
+    pen = ImageDraw.Draw(sheet)
+    pen.text(
+        (6, 4),
+        f"{title}: label: fp32 -> engine (confidence); green = engine right, red = fp32 right ({len(rows)} flipped)"[:160],
+        fill="black",
+    )
+    for position, row in enumerate(shown):
+        picture = np.asarray(images[int(row["test_index"])], dtype=np.float32)
+        picture = np.repeat(picture, 3, axis=-1) if picture.shape[-1] == 1 else picture
+        scaled = Image.fromarray((np.clip(picture, 0, 1) * 255).astype(np.uint8)).resize((cell, cell), Image.NEAREST)
+        x, y = 8 + (position % columns) * (cell + 8), 24 + (position // columns) * (cell + caption + 8)
+        sheet.paste(scaled, (x, y))
+        name = lambda key, row=row: class_names[int(row[key])]
+        confidence = lambda key, row=row: f" {float(row[key]):.2f}" if row.get(key) not in (None, "") else ""
+        colour = RIGHT_COLOURS.get(row.get("right", "neither"), "#555555")
+        pen.text((x, y + cell + 1), f"{name('label')}: {name('fp32_prediction')}{confidence('fp32_confidence')}", fill=colour)
+        pen.text((x, y + cell + 13), f"-> {name('engine_prediction')}{confidence('engine_confidence')}", fill=colour)
+    sheet.save(path)
+
+
+BOX_COLOURS = {"truth": "#2e7d32", "reference": "#1f5fbf", "engine": "#d62728"}
+
+
+def boxes_grid(split, worst: List[Dict[str, Any]], class_names: List[str], title: str, path: Path, scale: int = 3) -> None:
+    """The test images with the most spurious + lost boxes: true boxes green, fp32's blue, the
+    engine's red (above the score threshold), captioned with the counts. Pillow, like flipped_grid."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    height, width = split.image_shape[:2]
+    cell_w, cell_h, caption = width * scale, height * scale, 14
+    columns = max(1, min(4, len(worst)))
+    lines = -(-len(worst) // columns)
+    sheet = Image.new("RGB", (columns * (cell_w + 8) + 8, lines * (cell_h + caption + 8) + 24), "white")
+    pen = ImageDraw.Draw(sheet)
+    pen.text((6, 4), f"{title}: green = truth, blue = fp32, red = engine"[:160], fill="black")
+    for position, entry in enumerate(worst):
+        picture = np.clip(split[int(entry["test_index"])], 0, 1)
+        picture = np.repeat(picture, 3, axis=-1) if picture.shape[-1] == 1 else picture
+        x, y = 8 + (position % columns) * (cell_w + 8), 24 + (position // columns) * (cell_h + caption + 8)
+        sheet.paste(Image.fromarray((picture * 255).astype(np.uint8)).resize((cell_w, cell_h), Image.NEAREST), (x, y))
+        for side in ("truth", "reference", "engine"):
+            for box in entry[side]["boxes"]:
+                pen.rectangle(
+                    [x + box[0] * scale, y + box[1] * scale, x + box[2] * scale - 1, y + box[3] * scale - 1],
+                    outline=BOX_COLOURS[side],
+                    width=1 if side == "truth" else 2,
+                )
+        pen.text(
+            (x, y + cell_h + 1),
+            f"#{entry['test_index']}: +{entry['spurious']} spurious ({entry['shadow']} shadow), -{entry['lost']} lost",
+            fill="black",
+        )
+    sheet.save(path)
+
+
+STYLE = (
+    "body{font-family:sans-serif;max-width:1330px;margin:0 auto;padding:0 12px}"
+    "table{border-collapse:collapse;font-size:11px;margin-bottom:8px}td,th{border:1px solid #ccc;padding:2px 3px}"
+    "th{background:#f0f0f0;font-size:10px}tr.ref td{font-weight:bold;background:#eef4fb}tr.fail td{background:#fde7e7}"
+    "td.noisy{background:#fff4c2}td.pass{color:#2e7d32;font-weight:bold}td.fail{color:#c62828;font-weight:bold}td.undecided{color:#b26a00;font-weight:bold}"
+    "img{max-width:100%;height:auto}.note{font-size:12px;color:#333;margin:2px 0}"
+)
+# After load: each picture says whether it loaded, and the page whether it is wider than the window.
+CHECK_SCRIPT = (
+    "<script>window.addEventListener('load',function(){document.querySelectorAll('img').forEach(function(i){"
+    "i.setAttribute('data-loaded',i.complete&&i.naturalWidth>0?'yes':'no');});"
+    "document.body.setAttribute('data-overflow',document.documentElement.scrollWidth>window.innerWidth?'yes':'no');});"
+    "</script>"
+)
+
+
+def _cell(value, title: str = "") -> str:
+    text = str(value)
+    css = ' class="noisy"' if text.endswith("*") else ""
+    tip = f' title="{html.escape(title)}"' if title else ""
+    return f"<td{css}{tip}>{html.escape(text)}</td>"
+
+
+def accuracy_change(entry: Dict[str, Any]) -> str:
+    """ "top-1 -0.44 [-1.8, +0.9] vs its fp32 twin; +27.1 [..] vs base fp32" and int8_mixed's validation."""
+    from precisionflow.budget import interval_text
+
+    against = "vs its fp32 twin" if entry.get("vs_base_fp32") else "vs fp32"
+    text = f"{entry['accuracy_name']} {0.0 - entry['drop_points']:+.2f}{interval_text(entry.get('drop'))} points {against}"
+    base = entry.get("vs_base_fp32")
+    if base:
+        text += f"; {0.0 - base['drop_points']:+.2f}{interval_text(base['drop'])} vs base fp32 (the fine-tune's extra training)"
+    if entry.get("validation"):
+        text += f"; {entry['validation']}"
+    return text
+
+
+def verdict_table(verdicts: List[Dict[str, Any]]) -> str:
+    if not verdicts:
+        return "<p class='note'>No budgets to check (no fp32 engine in this report).</p>"
+    head = (
+        "<tr><th>verdict</th><th>engine</th><th>target</th><th>ran</th><th>accuracy vs fp32 [95% interval]</th>"
+        "<th>agreement</th><th>worst class</th><th>speed vs fp32</th><th>what broke it, or what the sample cannot tell</th></tr>"
+    )
+    rows = []
+    for entry in verdicts:
+        worst = entry["worst_class"]
+        speed = f"{entry['speedup_vs_fp32']}x at {entry['speedup_at']}" if entry["speedup_vs_fp32"] else ""
+        rows.append(
+            f"<tr class='{'fail' if entry['breaches'] else ''}'><td class='{entry['verdict'].lower()}'>{entry['verdict']}</td>"
+            f"<td title='{html.escape(entry['node'] + ' from ' + entry['model'])}'>{html.escape(entry['precision'])}</td>"
+            f"<td>{html.escape(entry['target'])}</td><td>{html.escape(entry['ran'])}</td>"
+            f"<td>{html.escape(accuracy_change(entry))}</td><td>{entry['agreement']:.4f}</td>"
+            f"<td>{html.escape(f'{worst[0]}: {0.0 - worst[1]:+.1f}') if worst else ''}</td><td>{speed}</td>"
+            f"<td>{html.escape('; '.join(entry['breaches'] + entry.get('undecided', [])))}</td></tr>"
+        )
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def comparison_table(rows: List[Dict[str, Any]], columns: List[str], failed: set) -> str:
+    # Header words may break at their underscores; models show by their hash (the full id is the tooltip).
+    head = "".join(f"<th>{html.escape(c).replace('_', '_<wbr>')}</th>" for c in columns)
+    body = []
+    for row in rows:
+        css = "ref" if row["precision"] == "fp32" else "fail" if row["node"] in failed else ""
+        shown = dict(row, model=str(row.get("model", "")).rsplit("-", 1)[-1][:8])
+        cells = "".join(
+            _cell(shown[c], row["node"] if c == "precision" else row.get("model", "") if c == "model" else "") for c in columns
+        )
+        body.append(f"<tr class='{css}'>{cells}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def html_page(
+    rows: List[Dict[str, Any]],
+    columns: List[str],
+    plots: Dict[str, List[str]],
+    notes: List[str] = (),
+    verdicts: List[Dict[str, Any]] = (),
+) -> str:
+    """`plots`: {section title: [image file names]}."""
+    failed = {entry["node"].split("/", 1)[-1] for entry in verdicts if entry["breaches"]}
+    sections = [
+        f"<h2>Verdicts</h2>{verdict_table(list(verdicts))}",
+        "<h2>Comparison table</h2>"
+        + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in notes)
+        + comparison_table(rows, columns, failed),
+    ]
+    for title, names in plots.items():
+        images = "".join(f'<p><img src="{html.escape(name)}" alt="{html.escape(name)}"></p>' for name in names)
+        sections.append(f"<h2>{html.escape(title)}</h2>{images or '<p class=note>none</p>'}")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>precisionflow report</title>"
+        f"<style>{STYLE}</style></head><body><h1>precisionflow report</h1>{''.join(sections)}{CHECK_SCRIPT}</body></html>\n"
+    )

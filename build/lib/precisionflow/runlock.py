@@ -1,0 +1,86 @@
+"""One precisionflow run per results folder, and recovery from a run that died (kill -9, a crash,
+a lost SSH session).
+
+`precisionflow run` holds an exclusive lock on <results>/.precisionflow-run.lock (filelock's
+FileLock: an flock on Unix, released by the kernel when the process dies, so a dead run never
+blocks the next one); who holds it is written beside it (.precisionflow-run.holder). A second run
+on the same folder fails at once, naming the holder. With the lock held no other run of precisionflow is live
+there, so what a dead run left is stale and is cleared before Snakemake starts: its hidden staging
+folders (never consumed: a node is published by one rename), and Snakemake's own directory lock --
+unless a Snakemake process started by hand is still running in that folder, which is respected.
+Outputs the dead run left half-made are rerun (`--rerun-incomplete`).
+"""
+
+import contextlib
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Iterator, List
+
+from precisionflow.errors import PrecisionflowError
+
+LOCK_NAME = ".precisionflow-run.lock"
+HOLDER_NAME = ".precisionflow-run.holder"
+
+
+class RunLockedError(PrecisionflowError):
+    pass
+
+
+@contextlib.contextmanager
+def exclusive_run(results: Path) -> Iterator[None]:
+    from filelock import FileLock, Timeout
+
+    results = Path(results)
+    results.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(results / LOCK_NAME, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        holder = (results / HOLDER_NAME).read_text().strip() if (results / HOLDER_NAME).is_file() else ""
+        raise RunLockedError(
+            f"Another precisionflow run is using {results} ({holder or 'another process'}). Wait for it to finish, or "
+            "give this run its own folder (results_dir=...)."
+        ) from None
+    try:
+        (results / HOLDER_NAME).write_text(f"pid {os.getpid()} on {platform.node()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        yield
+    finally:
+        lock.release()
+
+
+def live_snakemake_in(workdir: Path) -> List[int]:
+    """PIDs of Snakemake processes working in `workdir` (started by hand, outside precisionflow)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["pid", "cwd", "cmdline"]):
+        info = process.info
+        if info["pid"] != os.getpid() and info["cwd"] and Path(info["cwd"]) == Path(workdir):
+            if any("snakemake" in part for part in info["cmdline"] or []):
+                found.append(info["pid"])
+    return found
+
+
+def recover(results: Path, workdir: Path) -> List[str]:
+    """Clear what a dead run left (call with the run lock held); the notes say what was cleared."""
+    notes = []
+    staging = [path for path in Path(results).glob("*/.*.tmp-*") if path.is_dir()]
+    for path in staging:
+        shutil.rmtree(path, ignore_errors=True)
+    if staging:
+        notes.append(f"removed {len(staging)} unfinished node folder(s) a run that died left behind")
+    locks = list((Path(workdir) / ".snakemake" / "locks").glob("*.lock"))
+    if locks:
+        running = live_snakemake_in(Path(workdir))
+        if running:
+            raise RunLockedError(
+                f"Snakemake processes {running} are running in {workdir} (started outside "
+                "precisionflow): wait for them to finish."
+            )
+        for lock in locks:
+            lock.unlink()
+        notes.append("cleared the directory lock of a Snakemake run that died")
+    return notes

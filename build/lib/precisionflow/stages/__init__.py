@@ -1,0 +1,1 @@
+"""One module per workflow stage; each exposes run(params, inputs, out) -> summary dict."""

@@ -1,0 +1,48 @@
+"""benchmark_framework: the TensorFlow model itself, timed like the engines (speed.py).
+
+One node per (model, target): every engine's speed-up is a ratio of two figures measured in the
+same run on the same machine. The model runs as a tf.function (graph mode, not eager), with the
+same thread count as the engines, so the baseline is the framework at its ordinary best.
+"""
+
+from pathlib import Path
+from typing import Any, Dict
+
+from precisionflow import speed
+from precisionflow.keras_runner import KerasRunner
+from precisionflow.nodeio import write_json_atomic
+from precisionflow.datasets.store import Split
+
+PACKAGES = ("tensorflow", "tf-keras", "numpy")
+
+
+def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
+    from precisionflow.targets import device_params, timing_settings
+
+    return {
+        "evaluate": timing_settings(cfg, target),
+        "threads": cfg["engine"]["intra_op_threads"],
+        **device_params(cfg, target, runtime),
+    }
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    from precisionflow.tfenv import import_tensorflow
+
+    tf, keras = import_tensorflow()
+    tf.config.threading.set_intra_op_parallelism_threads(params["threads"])
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    load = lambda: KerasRunner(tf, keras.models.load_model(inputs["model"] / "model.keras", compile=False))
+    images = speed.timing_images(Split(inputs["data"], "test"), params["evaluate"])
+    measured = speed.measure(load, images, params["evaluate"])
+    devices = [d.device_type for d in tf.config.list_logical_devices()]
+    metrics = {
+        "framework": "tensorflow",
+        "version": tf.__version__,
+        "device": "gpu" if "GPU" in devices else "cpu",
+        "target": params["target"],
+        "threads": params["threads"],
+        "speed": measured,
+    }
+    write_json_atomic(out / "metrics.json", metrics)
+    return {"b1_throughput_sps": measured["batch"][min(measured["batch"], key=int)]["throughput_sps"]}

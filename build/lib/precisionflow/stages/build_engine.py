@@ -1,0 +1,69 @@
+"""build_engine: one engine per (precision graph, target, engine settings).
+
+The engine JSON records backend and version, device name, compute capability, driver, precision,
+build time, size and the hash of the graph it was built from; loading checks them."""
+
+from pathlib import Path
+from typing import Any, Dict
+
+from precisionflow.backends import check_runtime, get_backend
+from precisionflow.nodeio import read_node, write_json_atomic
+from precisionflow.targets import device_params
+
+PACKAGES = ("onnx", "numpy")  # the backend's own version is in params["runtime"]
+# The engine settings each backend reads; the others do not enter its engines' ids.
+BACKEND_SETTINGS = {
+    "onnxruntime": ("backend", "optimization_level", "intra_op_threads"),
+    "tensorrt": (
+        "backend",
+        "intra_op_threads",
+        "trt_builder_optimization_level",
+        "trt_workspace_mb",
+        "min_batch",
+        "opt_batch",
+        "max_batch",
+        "min_spatial",
+        "opt_spatial",
+        "max_spatial",
+        "sparse_weights",
+        "trt_int8_fp16",
+    ),
+}
+
+
+def engine_settings(engine: Dict[str, Any], target_def: Dict[str, Any]) -> Dict[str, Any]:
+    keys = BACKEND_SETTINGS.get(engine["backend"], tuple(engine))
+    settings = {key: engine[key] for key in keys}
+    if engine["backend"] == "onnxruntime" and may_run_on_gpu(target_def):
+        settings["cuda"] = dict(engine["onnxruntime"])  # CUDA provider options: read only where a GPU runs it
+    return settings
+
+
+def may_run_on_gpu(target_def: Dict[str, Any]) -> bool:
+    from precisionflow.backends.devices import has_nvidia_gpu
+
+    return target_def["device"] == "cuda" or (target_def["device"] == "auto" and has_nvidia_gpu())
+
+
+def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
+    settings = engine_settings(cfg["engine"], cfg["target_defs"][target])
+    if settings["backend"] == "tensorrt" and cfg.get("prune", {}).get("method") == "sparse24":
+        settings["sparse_weights"] = True  # 2:4-sparse weights: let TensorRT pick its sparse tensor-core kernels
+    return {"engine": settings, **device_params(cfg, target, runtime)}
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    backend = get_backend(params["engine"]["backend"])
+    check_runtime(params["runtime"], backend.describe_runtime(params["target_def"]), params["target"])
+    graph_node = read_node(inputs["graph"])
+    precision = graph_node["summary"]["precision"]
+    description = backend.build(inputs["graph"] / "model.onnx", out, params["engine"], params["target_def"], precision)
+    description.update(
+        {
+            "target": params["target"],
+            "precision": precision,
+            "graph_sha256": graph_node["summary"]["graph_sha256"],
+        }
+    )
+    write_json_atomic(out / "engine.json", description)
+    return description

@@ -1,0 +1,176 @@
+"""calibrate: activation ranges of an fp32 graph -> a calibration cache with lineage.
+
+source=ptq: ONNX Runtime's calibrator (entropy, minmax or percentile) on samples of one split.
+source=qat: the ranges quantization-aware fine-tuning learned (mapped to this graph's tensors by
+export_onnx), with minmax-measured ranges for tensors QAT had no quantizer on.
+The cache depends on the graph, the samples and the method only -- not on any GPU -- so one
+calibration serves every target's int8 engine.
+"""
+
+import hashlib
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy as np
+
+from precisionflow.errors import ConfigError
+from precisionflow.nodeio import file_hash, read_json, read_node
+from precisionflow.quant import cache, qdq
+from precisionflow.quant.reader import array_reader, graph_input_name
+from precisionflow.datasets.store import Split
+
+PACKAGES = ("onnx", "onnxruntime", "numpy")
+CALIBRATION_KEYS = ("method", "num_samples", "batch_size", "split")
+# Ranges for every tensor either placement quantizes: TensorRT's (inputs of Conv/MatMul/Gemm and of
+# residual Adds) and ONNX Runtime's CPU placement (outputs of the ops it fuses into integer kernels).
+CALIBRATED_OPS = [
+    "Add",
+    "Mul",
+    "Relu",
+    "Clip",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "Concat",
+    "Reshape",
+    "Flatten",
+    "Transpose",
+    "Squeeze",
+    "Unsqueeze",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "LeakyRelu",
+    "Pad",
+]
+
+
+def reads(cfg: Dict[str, Any], source: str) -> Dict[str, Any]:
+    """source=ptq: the configured calibrator; source=qat: learned ranges, minmax only fills
+    tensors QAT has no quantizer on. The percentile is read only by the percentile method; the
+    TensorRT cache header version only when a cache is exported (track_mlflow)."""
+    params = {key: cfg["calibration"][key] for key in CALIBRATION_KEYS}
+    params["source"] = source
+    if source == "qat":
+        params["method"] = "minmax"
+    if params["method"] == "percentile":
+        params["percentile"] = cfg["calibration"]["percentile"]
+    return params
+
+
+def _calibrator(graph: Path, params: Dict[str, Any], scratch: Path):
+    from onnxruntime.quantization import CalibrationMethod, create_calibrator
+
+    methods = {
+        "entropy": CalibrationMethod.Entropy,
+        "minmax": CalibrationMethod.MinMax,
+        "percentile": CalibrationMethod.Percentile,
+    }
+    if params["method"] not in methods:
+        raise ConfigError(f"calibration.method: expected one of {sorted(methods)}, found '{params['method']}'.")
+    extra = {"percentile": params["percentile"]} if params["method"] == "percentile" else {}
+    op_types = list(qdq.COMPUTE_OPS) + CALIBRATED_OPS
+    return create_calibrator(
+        str(graph),
+        op_types,
+        augmented_model_path=str(scratch / "augmented.onnx"),
+        calibrate_method=methods[params["method"]],
+        extra_options=extra,
+    )
+
+
+def calibration_samples(data_dir: Path, params: Dict[str, Any]) -> np.ndarray:
+    split = Split(data_dir, params["split"])  # only the samples used are read
+    if len(split) < params["num_samples"]:
+        raise ConfigError(
+            f"calibration.num_samples={params['num_samples']} but the '{params['split']}' split holds "
+            f"{len(split)} images; lower num_samples or calibrate on a larger split."
+        )
+    return split.head(params["num_samples"])
+
+
+# ONNX Runtime's calibrators hold every calibrated tensor of every sample given to one collect_data
+# call before reducing them (ResNet-50 at 224x224: ~100 MB per image; 128 images were killed at
+# 14 GB). Samples are given in calls that stay under this many bytes of activations.
+ACTIVATION_BUDGET_BYTES = 2 * 1024**3
+
+
+def samples_per_call(
+    calibrator, input_name: str, samples: np.ndarray, batch_size: int, budget: int = ACTIVATION_BUDGET_BYTES
+) -> int:
+    """How many samples one collect_data call may take: all of them when their activations fit the
+    budget (the result is then exactly ONNX Runtime's one-call calibration), else as many as fit, in
+    whole batches. Later calls merge into earlier ones: min/max exactly, histograms (entropy,
+    percentile) by ONNX Runtime's histogram merge, which is close but not identical."""
+    one = np.ascontiguousarray(samples[:1], dtype=np.float32)
+    per_sample = sum(np.asarray(value).nbytes for value in calibrator.infer_session.run(None, {input_name: one}))
+    fitting = max(1, budget // max(per_sample, 1))
+    if fitting >= len(samples):
+        return len(samples)
+    return max(batch_size, batch_size * (fitting // batch_size)) if fitting >= batch_size else fitting
+
+
+def measure_ranges(graph: Path, samples: np.ndarray, params: Dict[str, Any], budget: int = ACTIVATION_BUDGET_BYTES):
+    with tempfile.TemporaryDirectory(prefix="pf-calib-") as scratch:
+        # ONNX Runtime's calibrator writes model-inferred.onnx next to the graph it is given: give it a
+        # copy in scratch, never the export node's own file (a finished node is never written, and two
+        # calibrations of one export would delete each other's file).
+        graph = Path(shutil.copy(graph, Path(scratch) / "model.onnx"))
+        calibrator = _calibrator(graph, params, Path(scratch))
+        name = graph_input_name(graph)
+        per_call = samples_per_call(calibrator, name, samples, params["batch_size"], budget)
+        for start in range(0, len(samples), per_call):
+            calibrator.collect_data(array_reader(name, samples[start : start + per_call], params["batch_size"]))
+        computed = calibrator.compute_data()
+    # minmax gives 1-element arrays, entropy/percentile scalars.
+    return {name: tuple(float(np.asarray(v).reshape(-1)[0]) for v in data.range_value) for name, data in computed.data.items()}
+
+
+def qat_ranges(export_dir: Path, measured):
+    """Learned QAT ranges where the fine-tune learned one; measured (minmax) ranges elsewhere.
+
+    QAT learns one range per quantized layer output; ONNX Runtime also puts Q/DQ on tensors QAT
+    has no quantizer for (e.g. a conv's pre-activation output), and those keep a measured range.
+    """
+    learned = read_json(export_dir / "qat_tensor_ranges.json")["ranges"]
+    unknown = sorted(set(learned) - set(measured))
+    ranges = dict(measured)
+    ranges.update({name: tuple(bounds) for name, bounds in learned.items()})
+    return ranges, {
+        "learned": len(learned),
+        "measured": len(set(measured) - set(learned)),
+        "not_measured": unknown,
+        "learned_tensors": sorted(learned),
+    }
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    graph = inputs["onnx"] / "model.onnx"
+    samples = calibration_samples(inputs["data"], params)
+    started = time.perf_counter()
+    ranges = measure_ranges(graph, samples, params)
+    lineage = {
+        "source": params["source"],
+        "method": params["method"],
+        "settings": params,
+        "graph_sha256": file_hash(graph),
+        "samples_sha256": hashlib.sha256(samples.tobytes()).hexdigest(),
+        "sample_count": int(len(samples)),
+        "model_node": inputs["onnx"].name,
+    }
+    if params["source"] == "qat":
+        ranges, counts = qat_ranges(inputs["onnx"], ranges)
+        lineage.update({"training_node": read_node(inputs["onnx"])["inputs"]["model"], "ranges": counts})
+    seconds = time.perf_counter() - started
+    cache.write_cache(out, ranges, lineage)
+    return {
+        "tensors": len(ranges),
+        "seconds": round(seconds, 3),
+        "method": params["method"],
+        "source": params["source"],
+        "sample_count": len(samples),
+        "graph_sha256": lineage["graph_sha256"],
+    }

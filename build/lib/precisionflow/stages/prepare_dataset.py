@@ -1,0 +1,233 @@
+"""prepare_dataset: record a data set -- its split assignment, class names and a content
+fingerprint -- and store its pixels as uint8 at the model's input size (datasets/store.py).
+
+Splits are stratified and seeded (over file lists, never over decoded images), unless an image
+folder brings its own train/ val/ test/ folders. Images are decoded a chunk at a time by a thread
+per core and appended to one .npy per split, so memory stays bounded whatever the data set's size;
+with dataset.cache=none only the file lists are kept and each stage decodes what it reads. Every
+problem with the data (empty folders, non-images, one class, a class missing from a split) stops
+here, before training.
+"""
+
+import hashlib
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from precisionflow.datasets import store
+from precisionflow.errors import ConfigError, DataError
+from precisionflow.datasets.source import Source
+from precisionflow.nodeio import write_json_atomic
+
+PACKAGES = ("numpy", "scikit-learn", "pillow")
+SPLITS = ("train", "val", "test")
+SPLIT_KEYS = ("val_fraction", "test_fraction", "seed", "max_samples")  # used only when we split
+FOLDER_KEYS = ("path", "image_size", "channels")
+DECODE_CHUNK_PER_THREAD = 64  # images decoded per thread before they are written: the memory bound
+
+
+SHADOW_CARS_KEYS = ("name", "num_images", "image_size", "val_fraction", "test_fraction", "seed")
+COCO_KEYS = ("name", "path", "image_size", "channels")
+
+
+def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """The dataset settings this stage uses (the plan adds the folder's content fingerprint)."""
+    dataset = cfg["dataset"]
+    keys = ("name",) + SPLIT_KEYS
+    if dataset["name"] in ("shadow_cars", "coco_folder"):
+        return {key: dataset[key] for key in (SHADOW_CARS_KEYS if dataset["name"] == "shadow_cars" else COCO_KEYS)}
+    if dataset["name"] != "image_folder":
+        return {key: dataset[key] for key in keys}
+    from precisionflow.datasets import image_folder
+
+    keys = ("name",) + FOLDER_KEYS
+    if not image_folder.has_split_folders(_folder_root(dataset)):
+        keys += SPLIT_KEYS
+    # cache=none keeps file lists instead of pixels; memory and disk store the same node.
+    return {**{key: dataset[key] for key in keys}, "storage": "files" if dataset["cache"] == "none" else "pixels"}
+
+
+def _folder_root(params: Dict[str, Any]) -> Path:
+    if not params.get("path"):
+        raise ConfigError("dataset.path: expected the image folder's path for dataset image_folder, found none.")
+    return Path(params["path"]).expanduser().resolve()
+
+
+def digits_source() -> Source:
+    """scikit-learn's 8x8 digits: pixel values 0..16, one grey channel (float = value / 16)."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    pixels = digits.images.astype(np.uint8)[..., np.newaxis]
+    return Source(
+        list(range(len(pixels))),
+        digits.target.astype(np.int64),
+        [str(n) for n in digits.target_names],
+        pixels.shape[1:],
+        16,
+        lambda items: pixels[np.asarray(items, dtype=np.int64)],
+    )
+
+
+def folder_source(params: Dict[str, Any], root: Path, classes: List[str] = None) -> Source:
+    from precisionflow.datasets import image_folder
+
+    paths, labels, classes = image_folder.labelled_files(root, classes)
+    shape = (params["image_size"][0], params["image_size"][1], params["channels"])
+    return Source(paths, labels, classes, shape, 255, lambda items: store.decode_files(items, shape))
+
+
+def split(source: Source, params: Dict[str, Any]) -> Dict[str, np.ndarray]:
+    """{split: indices into source.items}, stratified by class and seeded."""
+    try:
+        return _stratified_split(np.arange(len(source.labels)), source.labels, params)
+    except ValueError as err:  # sklearn: too few images of a class for the requested split
+        raise DataError(
+            f"dataset '{params['name']}' ({params.get('path') or 'built in'}): cannot split {len(source.labels)} images "
+            f"into train/val/test stratified by class ({err}). Add images to the small classes or change "
+            "dataset.val_fraction / test_fraction."
+        ) from err
+
+
+def _stratified_split(indices: np.ndarray, labels: np.ndarray, params: Dict[str, Any]) -> Dict[str, np.ndarray]:
+    from sklearn.model_selection import train_test_split
+
+    seed = params["seed"]
+    if params["max_samples"] and params["max_samples"] < len(indices):  # as many as there are, or more: all
+        indices, _, labels, _ = train_test_split(
+            indices, labels, train_size=params["max_samples"], stratify=labels, random_state=seed
+        )
+    held_out = params["val_fraction"] + params["test_fraction"]
+    train, rest, _, rest_labels = train_test_split(indices, labels, test_size=held_out, stratify=labels, random_state=seed)
+    val, test = train_test_split(rest, test_size=params["test_fraction"] / held_out, stratify=rest_labels, random_state=seed)
+    return {"train": train, "val": val, "test": test}
+
+
+def check_folder(params: Dict[str, Any]) -> None:
+    """An image folder's structure, before anything runs: class sub-folders holding images only,
+    at least two classes, and the same classes in every split folder."""
+    from precisionflow.datasets import image_folder
+
+    root = _folder_root(params)
+    levels = [root / name for name in SPLITS] if image_folder.has_split_folders(root) else [root]
+    classes = None
+    for level in levels:
+        found = sorted(image_folder.list_images(level))
+        if len(found) < 2:
+            raise DataError(
+                f"{level}: expected at least 2 class folders, found {found}. A classifier needs two classes "
+                "or more: add a folder per class."
+            )
+        if classes is not None and found != classes:
+            raise DataError(f"{level}: classes {found} differ from {levels[0]}'s {classes}; every split needs the same classes.")
+        classes = found
+
+
+DIGITS_IMAGES = 1797  # scikit-learn's digits
+
+
+def expected_split_sizes(params: Dict[str, Any]) -> Dict[str, int]:
+    """Images per split before anything is loaded (sklearn's train_test_split rounding), so a
+    setting no split can satisfy (more calibration samples than the split has) fails at planning."""
+    if params["name"] in ("shadow_cars", "coco_folder"):
+        from precisionflow.detection import sources
+
+        return sources.split_sizes(params)
+    if params["name"] == "image_folder":
+        from precisionflow.datasets import image_folder
+
+        root = _folder_root(params)
+        if image_folder.has_split_folders(root):
+            return {name: sum(len(files) for files in image_folder.list_images(root / name).values()) for name in SPLITS}
+        total = sum(len(files) for files in image_folder.list_images(root).values())
+    else:
+        total = DIGITS_IMAGES
+    total = min(total, params["max_samples"] or total)
+    held_out = params["val_fraction"] + params["test_fraction"]
+    rest = math.ceil(held_out * total)
+    test = math.ceil(params["test_fraction"] / held_out * rest)
+    return {"train": total - rest, "val": rest - test, "test": test}
+
+
+def assign(params: Dict[str, Any]) -> Tuple[Dict[str, Tuple[Source, np.ndarray]], Source]:
+    """({split: (its source, indices into that source)}, the training split's source)."""
+    if params["name"] in ("shadow_cars", "coco_folder"):
+        from precisionflow.detection import sources
+
+        return sources.assign(params)
+    if params["name"] == "digits":
+        source = digits_source()
+        return {name: (source, indices) for name, indices in split(source, params).items()}, source
+    if params["name"] != "image_folder":
+        raise ConfigError(f"dataset.name: expected one of ['digits', 'image_folder'], found '{params['name']}'.")
+    from precisionflow.datasets import image_folder
+
+    root = _folder_root(params)
+    if not image_folder.has_split_folders(root):
+        source = folder_source(params, root)
+        return {name: (source, indices) for name, indices in split(source, params).items()}, source
+    train = folder_source(params, root / "train")  # the user's own split folders, taken whole
+    sources = {"train": train, **{name: folder_source(params, root / name, train.classes) for name in ("val", "test")}}
+    return {name: (each, np.arange(len(each.items))) for name, each in sources.items()}, train
+
+
+def write_pixels(out: Path, name: str, source: Source, indices: np.ndarray) -> str:
+    """Decode and append the split's images a chunk at a time; the sha256 of its pixels."""
+    writer = store.SplitWriter(out, name, len(indices), source.image_shape)
+    chunk = DECODE_CHUNK_PER_THREAD * store.decode_threads()
+    for start in range(0, len(indices), chunk):
+        writer.append(source.pixels([source.items[i] for i in indices[start : start + chunk]]))
+    return writer.close()
+
+
+def check_files(paths: List[str]) -> None:
+    from precisionflow.datasets import image_folder
+
+    with ThreadPoolExecutor(store.decode_threads()) as pool:
+        list(pool.map(lambda path: image_folder.check_readable(Path(path)), paths))
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    from precisionflow.datasets import image_folder
+
+    started = time.perf_counter()
+    splits, train = assign(params)
+    digest = hashlib.sha256()
+    for name in SPLITS:
+        source, indices = splits[name]
+        if source.objects is not None:  # detection: boxes per image instead of a label
+            from precisionflow.detection.data import objects_digest, save_objects
+
+            per_image = [source.objects(source.items[i]) for i in indices]
+            save_objects(out, name, per_image)
+            digest.update(objects_digest(per_image))
+        else:
+            labels = source.labels[indices]
+            if params["name"] == "image_folder":
+                image_folder.check_classes(labels, train.classes, f"{params['path']} ({name} split)")
+            np.save(out / store.LABELS.format(name), labels)
+            digest.update(labels.tobytes())
+        if params.get("storage") == "files":
+            paths = [source.items[i] for i in indices]
+            check_files(paths)
+            write_json_atomic(out / store.FILES.format(name), paths)
+        else:
+            digest.update(write_pixels(out, name, source, indices).encode())
+    seconds = time.perf_counter() - started
+    total = sum(len(indices) for _, indices in splits.values())
+    meta = {
+        "task": "detection" if train.objects is not None else "classification",
+        "classes": train.classes,
+        "input_shape": list(train.image_shape),
+        "sizes": {name: int(len(splits[name][1])) for name in SPLITS},
+        "pixel_divisor": train.divisor,
+        "storage": params.get("storage", "pixels"),
+        # For file lists, the plan's fingerprint of the folder's files stands for their pixels.
+        "fingerprint": params.get("fingerprint") if params.get("storage") == "files" else digest.hexdigest()[:16],
+    }
+    write_json_atomic(out / store.META_FILE, meta)
+    return {**meta, "seconds": round(seconds, 3), "images_per_second": round(total / seconds, 1)}

@@ -1,0 +1,645 @@
+"""report: one row per evaluated engine (and per framework baseline) -> summary.csv, a printed
+comparison table, a Pareto plot (accuracy vs latency) per target and report.html.
+
+What a row claims is what it measured:
+  * absolute figures (latency, samples/s) are the engine's own timing job, with when and under
+    what load they were taken (timed, load);
+  * every ratio (x_fp32_*, x_tf_*) is the median of per-round ratios from ONE compare_speed job
+    that timed both sides in alternating rounds -- never one job's figure divided by another's;
+  * `ran` says what the backend executed (an fp16 graph on ONNX Runtime's CPU provider runs fp32);
+  * a figure whose spread is above its flag threshold carries a '*'.
+"""
+
+import csv
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from precisionflow.compare import engine_key, ratio_values, ratios_by_engine, split_inputs
+from precisionflow.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
+from precisionflow import report_pages
+
+PACKAGES = ("matplotlib", "numpy")
+NOISY_MARK = "*"
+# Accuracy columns by task: a classifier's rows fill top1..flipped, a detector's map50..shadow_100;
+# the printed and HTML tables leave out columns no row fills.
+DETECTION_COLUMNS = ["map50", "map", "box_agreement", "spurious_100", "lost_100", "shadow_100"]
+COLUMNS = [
+    "model",
+    "pruned",
+    "params",
+    "mflops",
+    "precision",
+    "variant",
+    "options",
+    "target",
+    "ran",
+    "top1",
+    "top5",
+    "change_pts",
+    "change_low",
+    "change_high",
+    "vs",
+    "verdict",
+    "agreement",
+    "flipped",
+    *DETECTION_COLUMNS,
+    "qat_agreement",
+    "int8_frac",
+    "p50_ms_b1",
+    "p99_ms_b1",
+    "cv_pct_b1",
+    "sps_b1",
+    "sps_bmax",
+    "bmax",
+    "sps_streams",
+    "streams",
+    "x_fp32_b1",
+    "x_fp32_bmax",
+    "x_fp32_streams",
+    "x_tf_b1",
+    "x_tf_bmax",
+    "x_tf_streams",
+    "engine_kb",
+    "noisy",
+    "loaded",
+    "others",
+    "timed",
+    "load",
+    "node",
+]
+# The printed table fits a 120-column terminal: these columns, most important first, less those no
+# row fills; while it is wider, the last ones go (summary.csv and the report keep every column).
+PRINTED = [
+    "precision",
+    "ran",
+    "top1",
+    "change_95",
+    "verdict",
+    "variant",
+    "map50",
+    "map",
+    "spurious_100",
+    "shadow_100",
+    "x_fp32_bmax",
+    "p50_ms_b1",
+    "sps_bmax",
+    "agreement",
+    "box_agreement",
+    "x_fp32_b1",
+    "x_tf_bmax",
+    "model",
+    "pruned",
+    "params",
+    "mflops",
+    "options",
+    "qat_agreement",
+    "lost_100",
+    "flipped",
+    "x_fp32_streams",
+    "sps_streams",
+    "x_tf_b1",
+    "int8_frac",
+    "engine_kb",
+]
+TERMINAL_WIDTH = 120
+HEADERS = {
+    "change_95": "vs fp32 [95%]",
+    "x_fp32_bmax": "x_fp32@bmax",
+    "x_fp32_b1": "x_fp32@1",
+    "x_tf_bmax": "x_tf@bmax",
+    "x_fp32_streams": "x_fp32@strm",
+    "x_tf_b1": "x_tf@1",
+    "p50_ms_b1": "p50_ms@1",
+    "sps_bmax": "img/s@bmax",
+    "sps_streams": "img/s@strm",
+    "agreement": "agree",
+    "box_agreement": "box_agree",
+    "qat_agreement": "qat_agree",
+}
+# The page fits a 1366-px window: node ids live in tooltips (the precision cell), models by their hash.
+HTML_COLUMNS = [
+    "model",
+    "pruned",
+    "params",
+    "mflops",
+    "precision",
+    "variant",
+    "options",
+    "target",
+    "ran",
+    "top1",
+    "top5",
+    "change_95",
+    "verdict",
+    "agreement",
+    "flipped",
+    *DETECTION_COLUMNS,
+    "qat_agreement",
+    "int8_frac",
+    "p50_ms_b1",
+    "sps_bmax",
+    "sps_streams",
+    "x_fp32_b1",
+    "x_fp32_bmax",
+    "x_fp32_streams",
+    "x_tf_b1",
+    "x_tf_bmax",
+    "x_tf_streams",
+    "engine_kb",
+]
+SPEED_COLUMNS = [
+    "p50_ms_b1",
+    "p99_ms_b1",
+    "cv_pct_b1",
+    "sps_b1",
+    "sps_bmax",
+    "bmax",
+    "sps_streams",
+    "streams",
+    "x_fp32_b1",
+    "x_fp32_bmax",
+    "x_fp32_streams",
+    "x_tf_b1",
+    "x_tf_bmax",
+    "x_tf_streams",
+    "noisy",
+    "loaded",
+]
+FIGURES = "figures"  # pictures live in one folder of the node: Snakemake's report collects it
+
+
+def reads(budgets: Dict[str, Any]) -> Dict[str, Any]:
+    """The budgets of the engines it reports: a verdict is part of the page (a changed budget
+    redraws the report -- seconds -- and nothing upstream)."""
+    return {"budgets": budgets}
+
+
+OTHERS_LOADED = 0.5  # cores of CPU time other processes used on average while a job timed
+
+
+def loaded(taken: Dict[str, Any]) -> bool:
+    """Whether a timing job shared the machine: other processes kept more than half a core busy
+    while it timed (measured from /proc/stat); without that sample, the 1-min load above the cores."""
+    if taken.get("other_cores", -1) >= 0:
+        return taken["other_cores"] > OTHERS_LOADED
+    cores = taken.get("cpu_count") or 0
+    return bool(cores) and max(taken.get("loadavg_1m", 0), taken.get("finished_loadavg_1m", 0)) > cores
+
+
+def speed_columns(speed: Dict[str, Any]) -> Dict[str, Any]:
+    """Numbers only (summary.csv is read by spreadsheets); which of them were noisy is the `noisy` column."""
+    batch, streams = speed["batch"], speed["streams"]
+    smallest, largest = min(batch, key=int), max(batch, key=int)
+    most = max(streams, key=int) if streams else None
+    taken = speed.get("conditions", {})
+    noisy = ["p50_ms_b1", "sps_b1"] * bool(batch[smallest]["noisy"]) + ["sps_bmax"] * bool(batch[largest]["noisy"])
+    return {
+        "p50_ms_b1": round(batch[smallest]["p50_ms"], 4),
+        "p99_ms_b1": round(batch[smallest]["p99_ms"], 4),
+        "cv_pct_b1": round(batch[smallest]["cv_percent"], 1),
+        "sps_b1": round(batch[smallest]["throughput_sps"], 1),
+        "sps_bmax": round(batch[largest]["throughput_sps"], 1),
+        "bmax": int(largest),
+        "sps_streams": round(streams[most]["throughput_sps"], 1) if most else "",
+        "streams": most or "",
+        "timed": timed(taken),
+        "load": taken.get("loadavg_1m", ""),
+        "others": taken.get("other_cores", ""),
+        "noisy": " ".join(noisy),
+        "loaded": "yes" if loaded(taken) else "",
+    }
+
+
+def timed(taken: Dict[str, Any]) -> str:
+    """The workflow run a figure comes from (its start), or when it was taken outside one."""
+    run = str(taken.get("run", ""))
+    if run[:4].isdigit():
+        return run[5:].replace("T", " ")
+    return f"{str(taken.get('taken_at', ''))[5:16].replace('T', ' ')} (no run id)"
+
+
+def pruning_columns(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """How the model was pruned and what is left of it (parameters, MFLOPs per image)."""
+    if "prune_model" not in lineage:
+        return {"pruned": "", "params": "", "mflops": ""}
+    from precisionflow.pruning import describe
+
+    summary = lineage["prune_model"]["summary"]
+    return {
+        "pruned": describe(lineage["prune_model"]["params"]["prune"]),
+        "params": summary["params_after"],
+        "mflops": round(summary["flops_after"] / 1e6, 2),
+    }
+
+
+def engine_options(description: Dict[str, Any]) -> str:
+    """The CUDA provider settings an engine ran with (TF32, NHWC, CUDA graph); empty on a CPU."""
+    cuda = description.get("cuda_options") or {}
+    if "use_tf32" not in cuda:
+        return ""
+    parts = ["TF32" if cuda["use_tf32"] == "1" else "no TF32"]
+    parts += ["NHWC"] if cuda.get("prefer_nhwc") == "1" else []
+    parts += ["no NHWC (failed at first run)"] if description.get("nhwc_refused") else []
+    if cuda.get("enable_cuda_graph") == "1":
+        parts.append("CUDA graph")
+    elif description.get("cuda_graph_refused"):
+        parts.append("no CUDA graph (nodes on CPU)")
+    return ", ".join(parts)
+
+
+def ratio_columns(ratio_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    if not ratio_metrics:
+        return {}
+    values = ratio_values(ratio_metrics)
+    found: Dict[str, Any] = {column: round(stats["median"], 2) for column, stats in values.items()}
+    found["ratio_noisy"] = [column for column, stats in values.items() if stats["noisy"]]
+    found["ratio_loaded"] = loaded(ratio_metrics.get("conditions", {}))
+    return found
+
+
+def displayed(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The printed/HTML rows: a noisy figure carries NOISY_MARK -- unless its row was timed on a
+    loaded machine, which the notes say once (a mark on every figure would say nothing)."""
+    shown = []
+    for row in rows:
+        copy = dict(row)
+        if not row.get("loaded"):
+            for column in str(row.get("noisy", "")).split():
+                copy[column] = f"{row[column]}{NOISY_MARK}"
+        shown.append(copy)
+    return shown
+
+
+def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
+    """What distinguishes graphs of one precision: calibration method, ops kept in float."""
+    graph = lineage["quantize_onnx"]["summary"]
+    parts = [graph["calibration_method"]] if graph.get("calibration_source") == "ptq" else []
+    parts += ["qat"] if graph.get("calibration_source") == "qat" else []
+    parts += [f"{len(graph['kept_float'])} op(s) fp"] if graph.get("kept_float") else []
+    if lineage["evaluate_engine"]["params"].get("twin_of"):
+        parts.append("qat twin")  # the QAT fine-tune run in fp32: int8_qat's reference
+    if lineage["evaluate_engine"]["params"].get("simulates") == "tensorrt":
+        parts.append("TRT-sim")  # TensorRT's Q/DQ placement simulated on this CPU (a note says so)
+    return ", ".join(parts)
+
+
+def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    lineage = named_lineage(eval_dir)
+    executed = metrics["engine"].get("executed", {})
+    graph = lineage["quantize_onnx"]["summary"]
+    row = {column: "" for column in COLUMNS + ["change_95"]}
+    row.update(
+        {
+            "model": lineage["train_model"]["id"],
+            "precision": metrics["precision"],
+            "variant": variant(lineage),
+            "options": engine_options(metrics["engine"]),
+            **pruning_columns(lineage),
+            "target": metrics["target"],
+            "ran": executed.get("executed_precision", "?") + ("" if executed.get("as_requested", True) else " (!)"),
+            **accuracy_columns(metrics),
+            "qat_agreement": round(metrics["qat"]["vs_qat_model"]["agreement"], 4) if "qat" in metrics else "",
+            "int8_frac": graph.get("quantized_fraction", ""),
+            **speed_columns(metrics["speed"]),
+            **ratio_columns(ratios.get(engine_key(eval_dir))),
+            "engine_kb": round(metrics["engine"]["engine_bytes"] / 1024, 1),
+            "node": eval_dir.name,
+        }
+    )
+    if lineage["evaluate_engine"]["params"].get("simulates"):
+        # what TensorRT would compute, run on this CPU: its accuracy is the row's point, its speed none
+        row.update({column: "" for column in SPEED_COLUMNS})
+    row["noisy"] = " ".join(row["noisy"].split() + row.pop("ratio_noisy", []))
+    ratio_loaded = row.pop("ratio_loaded", False)
+    row["loaded"] = "yes" if row["loaded"] or ratio_loaded else ""
+    return row
+
+
+def accuracy_columns(metrics: Dict[str, Any]) -> Dict[str, Any]:
+    if metrics.get("task") == "detection":
+        return {
+            "map50": round(metrics["map50"], 4),
+            "map": round(metrics["map"], 4),
+            "box_agreement": metrics["box_agreement"],
+            "spurious_100": metrics["spurious_per_100"],
+            "lost_100": metrics["lost_per_100"],
+            "shadow_100": metrics["shadow_per_100"],
+        }
+    return {
+        "top1": round(metrics["top1"], 4),
+        "top5": round(metrics["top5"], 4) if "top5" in metrics else "",
+        "agreement": round(metrics["agreement"], 4),
+        "flipped": metrics["flipped"],
+    }
+
+
+TASK_COLUMNS = {"top1", "top5", "agreement", "flipped", "change_95", "verdict", *DETECTION_COLUMNS}
+
+
+def filled(columns: List[str], rows: List[Dict[str, Any]]) -> List[str]:
+    """The columns to show: every column, less the accuracy columns of a task no row has (a
+    detection sweep has no top-1, a classification sweep no mAP)."""
+    return [column for column in columns if column not in TASK_COLUMNS or any(row[column] != "" for row in rows)]
+
+
+def framework_row(framework_dir: Path) -> Dict[str, Any]:
+    metrics = read_json(framework_dir / "metrics.json")
+    row = {column: "" for column in COLUMNS + ["change_95"]}
+    lineage = named_lineage(framework_dir, ("model", "data"))
+    row.update(
+        {
+            "model": lineage["train_model"]["id"],
+            "precision": "tensorflow",
+            **pruning_columns(lineage),
+            "target": metrics["target"],
+            "ran": f"fp32 ({metrics['device']})",
+            "node": framework_dir.name,
+        }
+    )
+    row.update(speed_columns(metrics["speed"]))
+    return row
+
+
+def test_split_of(eval_dir: Path, data_cache: Dict[str, Any]):
+    """The test split an evaluation scored (one Split per data node; images are read one by one,
+    only those drawn)."""
+    from precisionflow.datasets.store import Split
+
+    data_dir = eval_dir.parent.parent / read_node(eval_dir)["inputs"]["data"]
+    if str(data_dir) not in data_cache:
+        data_cache[str(data_dir)] = Split(data_dir, "test")
+    return data_cache[str(data_dir)]
+
+
+def draw_flipped(eval_dir: Path, out: Path, data_cache: Dict[str, Any]) -> str:
+    """A picture grid of the samples this engine decides differently from fp32; returns its file name."""
+    images = test_split_of(eval_dir, data_cache)
+    classes = images.classes
+    with open(eval_dir / "flipped.csv") as handle:
+        flipped = list(csv.DictReader(handle))
+    name = f"{FIGURES}/flipped-{eval_dir.name}.png"
+    report_pages.flipped_grid(images, flipped, classes, eval_dir.name, out / name)
+    return name
+
+
+def draw_worst_boxes(eval_dir: Path, out: Path, data_cache: Dict[str, Any]) -> str:
+    """A picture grid of the test images where this engine's boxes differ most from fp32's."""
+    test = test_split_of(eval_dir, data_cache)
+    classes = test.classes
+    name = f"{FIGURES}/boxes-{eval_dir.name}.png"
+    report_pages.boxes_grid(test, read_json(eval_dir / "worst_boxes.json"), classes, eval_dir.name, out / name)
+    return name
+
+
+def class_changes(eval_dirs: List[Path], out: Path) -> List[str]:
+    """per_class.csv (every engine, every class: top-1 -- AP for a detector -- against fp32) and
+    one picture per target."""
+    from precisionflow.budget import verdict_inputs
+
+    rows, pictures, by_target, measure = [], [], {}, "top-1"
+    for eval_dir, metrics, fp32 in verdict_inputs(eval_dirs):
+        key, measure = ("per_class_ap", "AP") if metrics.get("task") == "detection" else ("per_class_top1", "top-1")
+        label = f"{metrics['precision']} {variant(named_lineage(eval_dir))}".strip() + f" [{eval_dir.name[-6:]}]"
+        changes = {name: round(100 * (value - fp32[key][name]), 2) for name, value in metrics[key].items() if name in fp32[key]}
+        by_target.setdefault(metrics["target"], {})[label] = changes
+        rows += [
+            {
+                "engine": eval_dir.name,
+                "class": name,
+                "measure": measure,
+                "fp32": fp32[key][name],
+                "engine_value": metrics[key][name],
+                "change_points": change,
+            }
+            for name, change in changes.items()
+        ]
+    with open(out / "per_class.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["engine", "class", "measure", "fp32", "engine_value", "change_points"])
+        writer.writeheader()
+        writer.writerows(rows)
+    for target, changes in sorted(by_target.items()):
+        classes = sorted({name for engine in changes.values() for name in engine}, key=lambda c: (len(c), c))
+        pictures.append(f"{FIGURES}/per-class-{target}.png")
+        report_pages.per_class_changes(
+            changes, classes, f"{measure} change per class vs fp32 (points) -- target {target}", out / pictures[-1]
+        )
+    return pictures
+
+
+def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED, headers: Dict[str, str] = HEADERS) -> str:
+    """tabulate's plain table; every cell printed as the report wrote it (no number re-formatting)."""
+    from tabulate import tabulate
+
+    table = tabulate(
+        [[row.get(c, "") for c in columns] for row in rows],
+        headers=[headers.get(c, c) for c in columns],
+        tablefmt="simple",
+        disable_numparse=True,
+        stralign="left",
+    )
+    return "\n".join(line.rstrip() for line in table.splitlines())
+
+
+def fitted(rows: List[Dict[str, Any]], width: int = TERMINAL_WIDTH) -> List[str]:
+    """The printed columns: PRINTED's filled ones (a single model's column says nothing), less the
+    least important while the table is wider than `width`."""
+    columns = [c for c in PRINTED if any(str(row.get(c, "")) != "" for row in rows)]
+    if len({row["model"] for row in rows}) <= 1 and "model" in columns:
+        columns.remove("model")  # named once above the table instead
+    while len(columns) > 4 and len(format_table(rows, columns).splitlines()[1]) > width:
+        columns.pop()
+    return columns
+
+
+def short_model(model_id: str) -> str:
+    """'small_cnn-fp32-e12-fee2a144cb4e' -> 'small_cnn-fee2a1' (the full id is in summary.csv)."""
+    return f"{model_id.split('-')[0]}-{model_id.rsplit('-', 1)[-1][:6]}" if "-" in model_id else model_id
+
+
+def printed_table(rows: List[Dict[str, Any]]) -> str:
+    shown = [dict(row, model=short_model(str(row["model"]))) for row in displayed(rows)]
+    columns = fitted(shown)
+    models = sorted({str(row["model"]) for row in rows})
+    head = [f"model: {models[0]}"] if len(models) == 1 else []
+    left_out = [c for c in PRINTED if c not in columns and c != "model" and any(str(r.get(c, "")) != "" for r in rows)]
+    tail = [f"(more columns in summary.csv and report.html: {', '.join(left_out)})"] if left_out else []
+    return "\n".join(head + [format_table(shown, columns)] + tail)
+
+
+def load_notes(rows: List[Dict[str, Any]]) -> List[str]:
+    """Once per table: the rows timed while the machine was shared (their figures are not marked one by one)."""
+    shared = [row for row in rows if row.get("loaded")]
+    if not shared:
+        return []
+    used = sorted(float(row["others"]) for row in shared if row.get("others", "") not in ("", -1, -1.0))
+    span = f"other processes used {used[0]}-{used[-1]} of its {os.cpu_count()} cores" if used else "1-min load above its cores"
+    return [
+        f"(!) {len(shared)} of {len(rows)} rows were timed while the machine was shared ({span}): every figure of "
+        f"theirs is noisy, so none carries {NOISY_MARK}; time again on an idle machine."
+    ]
+
+
+def non_finite_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
+    """Engines whose outputs held inf/NaN: their accuracy columns measure an overflow, not a precision loss."""
+    return [
+        f"(!) {eval_dir.name}: {found['non_finite_outputs']} non-finite outputs (inf/NaN) on the test split -- its "
+        "accuracy columns measure an overflow (values beyond fp16's range) or a broken graph, not rounding."
+        for eval_dir, found in metrics.items()
+        if found.get("non_finite_outputs")
+    ]
+
+
+def chance_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
+    """Trainings that learned nothing, once each (their engines' rows compare noise)."""
+    from precisionflow.training import at_chance_message
+
+    found = {}
+    for eval_dir in metrics:
+        for record in lineage(eval_dir).values():
+            if record["stage"] in ("train_model", "finetune_model") and at_chance_message(record["summary"]):
+                found[node_key(record)] = at_chance_message(record["summary"])
+    return [f"(!) {key}: {message}." for key, message in sorted(found.items())]
+
+
+def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
+    """What a reader must know to read the table right."""
+    lines = [
+        f"{NOISY_MARK} = uncertain above its flag threshold (timed windows: CV > 5%; ratios: standard error of the "
+        "median of the rounds > 5%): read the figure as noisy (summary.csv: the `noisy` column names them).",
+        "x_fp32_* / x_tf_* = throughput ratios measured side by side in one job per engine (alternating rounds, "
+        "median of the rounds); absolute figures are each engine's own timing job (timed = start of the workflow run it ran in, load = 1-min load average).",
+    ]
+    for eval_dir, found in metrics.items():
+        executed = found["engine"].get("executed", {})
+        if read_node(eval_dir)["params"].get("simulates") == "tensorrt":
+            lines.append(
+                f"(sim) {eval_dir.name}: TensorRT's Q/DQ placement run on this CPU ({executed.get('label', '')}): "
+                "its accuracy is what TensorRT's int8 computes; it is not timed (a CPU says nothing of TensorRT's speed)."
+            )
+        elif not executed.get("as_requested", True) or "--" in executed.get("label", ""):
+            lines.append(
+                f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision."
+            )
+    lines += load_notes(rows)
+    lines += non_finite_notes(metrics)
+    lines += chance_notes(metrics)
+    runs = sorted({row["timed"] for row in rows if row["timed"]})
+    if len(runs) > 1:
+        lines.append(
+            f"Absolute figures come from {len(runs)} workflow runs (timed = the run's start: {', '.join(runs)}); "
+            "machine load differs between runs: compare engines through the x_* columns, which never mix jobs."
+        )
+    return lines
+
+
+def trade_offs(found: List[Dict[str, Any]]) -> List[str]:
+    """One plain line per target: the fastest engine within its budget (measured side by side with
+    the fp32 engine), and what it costs in accuracy."""
+    from precisionflow.budget import interval_text
+
+    lines = []
+    for target in sorted({entry["target"] for entry in found}):
+        timed = [
+            e
+            for e in found
+            if e["target"] == target and e["verdict"] == "PASS" and e["speedup_vs_fp32"] and e["precision"] != "fp32"
+        ]
+        if not timed:
+            lines.append(f"{target}: no engine within its budget was timed against fp32 here.")
+            continue
+        best = max(timed, key=lambda entry: entry["speedup_vs_fp32"])
+        against = "its fp32 twin" if best.get("vs_base_fp32") else "fp32"
+        cost = f"{best['accuracy_name']} {0.0 - best['drop_points']:+.2f}{interval_text(best.get('drop'))} points vs {against}"
+        if best["speedup_vs_fp32"] <= 1.0:
+            lines.append(
+                f"{target}: no engine within its budget is faster than fp32 (best {best['precision']}: "
+                f"{best['speedup_vs_fp32']}x at {best['speedup_at']}, {cost})."
+            )
+        else:
+            lines.append(
+                f"{target}: fastest within budget: {best['precision']} ({best['ran']}), {best['speedup_vs_fp32']}x "
+                f"fp32's throughput at {best['speedup_at']}, for {cost}."
+            )
+    return lines
+
+
+def add_verdict_columns(rows: List[Dict[str, Any]], found: List[Dict[str, Any]]) -> None:
+    """Each judged row's accuracy change against its reference, with the 95% interval from the
+    paired test images, and its verdict: summary.csv gets the numbers apart, the printed table one cell."""
+    by_node = {entry["node"].split("/", 1)[-1]: entry for entry in found}
+    for row in rows:
+        entry = by_node.get(row["node"])
+        if not entry:
+            continue
+        drop = entry.get("drop")
+        row.update(
+            {
+                "verdict": entry["verdict"],
+                "vs": "fp32 twin" if entry.get("vs_base_fp32") else "fp32",
+                "change_pts": round(0.0 - entry["drop_points"], 2),
+            }
+        )
+        if drop:
+            row.update({"change_low": round(0.0 - drop["high"], 2), "change_high": round(0.0 - drop["low"], 2)})
+            row["change_95"] = f"{0.0 - entry['drop_points']:+.2f} [{0.0 - drop['high']:+.1f},{0.0 - drop['low']:+.1f}]"
+        else:
+            row["change_95"] = f"{0.0 - entry['drop_points']:+.2f}"
+
+
+def verdicts_of(params: Dict[str, Any], evals: List[Path], speeds: List[Path]) -> List[Dict[str, Any]]:
+    """The budgets' verdicts on this report's engines (budget.verdicts over these nodes alone)."""
+    from precisionflow.budget import verdicts
+
+    results = evals[0].parent.parent if evals else Path(".")
+    nodes = {f"{p.parent.name}/{p.name}": read_node(p) for p in evals + speeds}
+    return verdicts({"results_dir": str(results), "nodes": nodes, "budgets": params.get("budgets", {})})
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    started = time.perf_counter()
+    evals, speeds, frameworks = split_inputs(inputs)
+    (out / FIGURES).mkdir()
+    ratios = ratios_by_engine(speeds)
+    metrics = {path: read_json(path / "metrics.json") for path in evals}
+    rows = [engine_row(path, metrics[path], ratios) for path in evals] + [framework_row(path) for path in frameworks]
+    rows.sort(
+        key=lambda r: (r["model"], str(r["pruned"]), r["target"], r["precision"] == "tensorflow", r["precision"], r["variant"])
+    )
+    found = verdicts_of(params, evals, speeds)
+    add_verdict_columns(rows, found)
+    with open(out / "summary.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    reading_notes = trade_offs(found) + notes(rows, metrics)
+    table = "\n".join([printed_table(rows), ""] + reading_notes)
+    (out / "summary.txt").write_text(table + "\n")
+    pareto = []
+    for target in sorted({row["target"] for row in rows}):
+        pareto.append(f"{FIGURES}/pareto-{target}.png")
+        report_pages.pareto_plot(rows, target, out / pareto[-1])
+    data_cache: Dict[str, Any] = {}
+    detection = [path for path in evals if metrics[path].get("task") == "detection"]
+    plots = {
+        "Pareto plots (accuracy vs batch-1 latency)": pareto,
+        "Per-class change against fp32 (top-1, or AP for a detector)": class_changes(evals, out),
+        "Flipped samples (prediction differs from fp32)": [
+            draw_flipped(path, out, data_cache) for path in evals if path not in detection and metrics[path]["flipped"]
+        ],
+        "Spurious and lost boxes (engine vs fp32)": [
+            draw_worst_boxes(path, out, data_cache) for path in detection if read_json(path / "worst_boxes.json")
+        ],
+    }
+    write_json_atomic(out / "verdicts.json", found)
+    (out / "report.html").write_text(
+        report_pages.html_page(displayed(rows), filled(HTML_COLUMNS, rows), plots, reading_notes, found)
+    )
+    print(table)
+    return {
+        "engines": len(evals),
+        "ratio_jobs": len(speeds),
+        "frameworks": len(frameworks),
+        "seconds": round(time.perf_counter() - started, 3),
+    }

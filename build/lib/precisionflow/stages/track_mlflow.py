@@ -1,0 +1,272 @@
+"""track_mlflow: one parent run per sweep, one child run per evaluated engine, one run per training
+or fine-tuning node -- each logged once, whatever sweeps it belongs to.
+
+Lineage is by node id: an int8_qat engine's run names its QAT fine-tune and QAT export as well as
+the training and the fp32 reference export, each under its own name (nodeio.named_lineage).
+A run is found again by its node tag: rerunning a sweep, or a second sweep sharing an engine,
+tags the existing run with the new sweep instead of logging a copy.
+"""
+
+import hashlib
+from pathlib import Path
+from typing import Any, Dict, List
+
+from precisionflow import tracking
+from precisionflow.compare import HEADLINE_METRICS, engine_key, ratio_values, ratios_by_engine, split_inputs, task_of
+from precisionflow.nodeio import named_lineage, node_key, read_json
+from precisionflow.quant import cache
+
+PACKAGES = ("mlflow",)
+PARAM_LIMIT = 500  # characters; longer values (long lists) are cut, MLflow stores up to 6000
+TRAINING_STAGES = ("train_model", "finetune_model")
+# Files logged with each engine's run, by the stage that wrote them.
+ARTIFACTS = {
+    "evaluate_engine": ("metrics.json", "flipped.csv", "box_changes.csv", "worst_boxes.json"),
+    "build_engine": ("engine.json",),
+    "quantize_onnx": ("layer_error.csv", "layer_error.png"),
+    "calibrate": ("ranges.json",),
+    "prune_model": ("prune.json",),
+}
+
+
+def child_params(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
+    return {
+        key: str(value)[:PARAM_LIMIT]
+        for name, record in lineage.items()
+        for key, value in tracking.flatten(record["params"], name)
+    }
+
+
+def child_metrics(metrics: Dict[str, Any], ratio_metrics, timed: bool = True) -> Dict[str, float]:
+    """Accuracy, speed (not for a simulation row: a CPU's timing of TensorRT's graph says nothing of
+    TensorRT), engine size and the side-by-side ratios."""
+    values = {key: float(metrics[key]) for key in HEADLINE_METRICS[task_of(metrics)]}
+    speed = metrics["speed"] if timed else {"batch": {}, "streams": {}}
+    for batch, stats in speed["batch"].items():
+        values.update({f"b{batch}_{name}": float(v) for name, v in stats.items() if isinstance(v, (int, float))})
+    for count, stats in speed["streams"].items():
+        values.update({f"streams{count}_{name}": float(v) for name, v in stats.items() if isinstance(v, (int, float))})
+    engine = metrics["engine"]
+    values.update({"engine_bytes": float(engine["engine_bytes"]), "build_seconds": float(engine["build_seconds"])})
+    for reference, found in metrics.get("qat", {}).items():
+        values.update({f"qat_{reference}_{key}": float(value) for key, value in found.items()})
+    for column, stats in (ratio_values(ratio_metrics) if ratio_metrics else {}).items():
+        values[column] = stats["median"]
+        values[f"{column}_cv_percent"] = stats["cv_percent"]
+    return values
+
+
+def graph_metrics(lineage) -> Dict[str, float]:
+    summary = lineage["quantize_onnx"]["summary"]
+    keys = ("worst_sqnr_db", "quantized_nodes", "quantized_fraction", "qat_coverage")
+    values = {key: float(summary[key]) for key in keys if summary.get(key) is not None}
+    if "prune_model" in lineage:  # what pruning removed, next to the engine's size and speed
+        pruned = lineage["prune_model"]["summary"]
+        values.update({f"prune_{key}": float(pruned[key]) for key in PRUNE_METRICS})
+    return values
+
+
+PRUNE_METRICS = ("params_before", "params_after", "flops_before", "flops_after", "weights_zero_fraction")
+
+
+def version_tags(lineage, commit: str) -> Dict[str, str]:
+    """Package versions every upstream stage recorded, and the code's commit."""
+    tags = {f"version.{pkg}": ver for record in lineage.values() for pkg, ver in record["versions"].items()}
+    return {**tags, "git_commit": commit}
+
+
+def child_tags(lineage, metrics, commit: str) -> Dict[str, str]:
+    engine = metrics["engine"]
+    executed = engine.get("executed", {})
+    tags = {f"node.{name}": node_key(record) for name, record in lineage.items()}
+    simulates = lineage["evaluate_engine"]["params"].get("simulates")
+    if simulates:
+        tags["simulates"] = simulates  # accuracy of what TensorRT computes; its timings are not TensorRT's
+    tags.update(
+        {
+            "precision": metrics["precision"],
+            "target": metrics["target"],
+            "backend": engine["backend"],
+            "backend_version": engine["backend_version"],
+            "device_name": engine["device_name"],
+            "executed": executed.get("label", "unknown"),
+            "executed_as_requested": str(executed.get("as_requested", "")),
+        }
+    )
+    return {**tags, **version_tags(lineage, commit)}
+
+
+def artifacts(eval_dir: Path, lineage) -> List[Path]:
+    results = eval_dir.parent.parent
+    found = []
+    for record in lineage.values():
+        folder = results / node_key(record)
+        found += [folder / file for file in ARTIFACTS.get(record["stage"], ()) if (folder / file).exists()]
+    return found
+
+
+def trt_caches(lineage, results: Path, out: Path, tensorrt_version: str) -> List[Path]:
+    """TensorRT's own text cache for each calibration in the lineage, with this sweep's header version."""
+    return [
+        cache.write_trt_cache(
+            results / node_key(record), out / "trt-caches" / record["id"] / cache.TRT_CACHE_FILE, tensorrt_version
+        )
+        for record in lineage.values()
+        if record["stage"] == "calibrate"
+    ]
+
+
+def mark_sweep(client, run, sweep_id: str) -> None:
+    client.set_tag(run.info.run_id, f"{tracking.SWEEP_TAG}.{sweep_id}", "1")
+
+
+def log_training(client, context, record: Dict[str, Any]) -> str:
+    """A run per training/fine-tuning node with its per-epoch curves; returns its run id."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    name = f"{record['stage']} · {record['id']}"
+    run = tracking.resumable_run(
+        client, context["experiment_id"], {tracking.NODE_TAG: node_key(record)}, name, context["parent_id"]
+    )
+    mark_sweep(client, run, context["sweep_id"])
+    if run.data.tags.get(tracking.COMPLETE_TAG) == "1":
+        return run.info.run_id
+    folder = context["results"] / node_key(record)
+    history = read_json(folder / "history.json")
+    metrics = [Metric(key, float(value), 0, step) for key, values in history.items() for step, value in enumerate(values, 1)]
+    params = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in tracking.flatten(record["params"], record["stage"])]
+    tags = [RunTag(k, v) for k, v in version_tags({"self": record}, context["commit"]).items()]
+    client.log_batch(run.info.run_id, metrics=metrics, params=params, tags=tags)
+    client.log_artifact(run.info.run_id, str(folder / "curves.png"))
+    client.set_tag(run.info.run_id, tracking.COMPLETE_TAG, "1")
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
+def log_child(client, context, eval_dir: Path) -> bool:
+    """Log one engine's run unless a complete logging of it exists; True if logged now."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    lineage = named_lineage(eval_dir)
+    metrics = read_json(eval_dir / "metrics.json")
+    method = lineage.get("calibrate", {}).get("params", {}).get("method")  # two int8 engines of two calibrations
+    label = metrics["precision"] + (f" ({method})" if method and metrics["precision"] != "int8_qat" else "")
+    if lineage["evaluate_engine"]["params"].get("simulates"):  # the TensorRT-placed graph run on this CPU
+        label += " TRT-sim"
+    name = f"{label} · {lineage['train_model']['id']} · {metrics['target']}"
+    run = tracking.resumable_run(
+        client, context["experiment_id"], {tracking.NODE_TAG: node_key(lineage["evaluate_engine"])}, name, context["parent_id"]
+    )
+    mark_sweep(client, run, context["sweep_id"])
+    if run.data.tags.get(tracking.COMPLETE_TAG) == "1":
+        return False
+    run_id = run.info.run_id
+    client.log_batch(run_id, params=[Param(k, v) for k, v in child_params(lineage).items()])
+    verdict = context["verdicts"].get(node_key(lineage["evaluate_engine"]), {})
+    timed = not lineage["evaluate_engine"]["params"].get("simulates")
+    values = {
+        **child_metrics(metrics, context["ratios"].get(engine_key(eval_dir)), timed),
+        **graph_metrics(lineage),
+        **verdict_metrics(verdict),
+    }
+    training_runs = {
+        f"training_run.{name}": log_training(client, context, record)
+        for name, record in lineage.items()
+        if record["stage"] in TRAINING_STAGES
+    }
+    client.log_batch(
+        run_id,
+        metrics=[Metric(k, v, 0, 0) for k, v in values.items()],
+        tags=[
+            RunTag(k, v)
+            for k, v in {**training_runs, **child_tags(lineage, metrics, context["commit"]), **verdict_tags(verdict)}.items()
+        ],
+    )
+    for artifact in artifacts(eval_dir, lineage) + trt_caches(
+        lineage, context["results"], context["out"], context["tensorrt_version"]
+    ):
+        client.log_artifact(run_id, str(artifact))
+    client.set_tag(run_id, tracking.COMPLETE_TAG, "1")
+    client.set_terminated(run_id)
+    return True
+
+
+def verdict_metrics(verdict: Dict[str, Any]) -> Dict[str, float]:
+    """The accuracy change against the reference the budget reads, with its interval (points)."""
+    found: Dict[str, float] = {}
+    if verdict.get("drop"):
+        found.update(
+            {
+                "top1_drop_points": verdict["drop"]["drop"],
+                "top1_drop_low": verdict["drop"]["low"],
+                "top1_drop_high": verdict["drop"]["high"],
+                "top1_drop_p_value": verdict["drop"]["p_value"],
+            }
+        )
+    base = verdict.get("vs_base_fp32")
+    if base and base.get("drop"):
+        found.update(
+            {
+                "top1_drop_vs_base_fp32": base["drop"]["drop"],
+                "top1_drop_vs_base_fp32_low": base["drop"]["low"],
+                "top1_drop_vs_base_fp32_high": base["drop"]["high"],
+            }
+        )
+    return found
+
+
+def verdict_tags(verdict: Dict[str, Any]) -> Dict[str, str]:
+    if not verdict:
+        return {}
+    tags = {"verdict": verdict["verdict"], "judged_against": verdict["judged_against"]}
+    if verdict.get("vs_base_fp32"):
+        tags["qat_twin"] = verdict["judged_against"]  # int8_qat's reference: its fine-tune run in fp32
+    reasons = verdict["breaches"] + verdict["undecided"]
+    if reasons:
+        tags["verdict_reasons"] = "; ".join(reasons)[:5000]
+    return tags
+
+
+def log_parent(client, experiment_id: str, sweep_id: str, params: Dict[str, Any], report_dir: Path):
+    """The sweep's run: the overrides that made it and its summary table."""
+    parent = tracking.resumable_run(client, experiment_id, {tracking.SWEEP_TAG: sweep_id}, f"sweep · {sweep_id}")
+    if parent.data.tags.get(tracking.COMPLETE_TAG) != "1":
+        client.set_tag(parent.info.run_id, "overrides", " ".join(params["overrides"]) or "(defaults)")
+        for name in ("summary.csv", "summary.txt", "report.html", "verdicts.json", "per_class.csv"):
+            client.log_artifact(parent.info.run_id, str(report_dir / name))
+        client.log_artifacts(parent.info.run_id, str(report_dir / "figures"), "figures")
+        # complete before any child is logged under it: a later resume never deletes a parent with children
+        client.set_tag(parent.info.run_id, tracking.COMPLETE_TAG, "1")
+    return parent
+
+
+def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    eval_dirs, speed_dirs, _ = split_inputs(inputs)
+    results = eval_dirs[0].parent.parent
+    uri = tracking.resolve_uri(params["uri"], results)
+    experiment_id = tracking.init_store(uri, params["experiment"], results)
+    client = tracking.client_for(uri)
+    # The sweep is identified by the set of engines it evaluated: the same sweep finds its parent run again.
+    sweep_id = hashlib.sha256(" ".join(sorted(path.name for path in eval_dirs)).encode()).hexdigest()[:12]
+    parent = log_parent(client, experiment_id, sweep_id, params, inputs["report"])
+    context = {
+        "experiment_id": experiment_id,
+        "parent_id": parent.info.run_id,
+        "sweep_id": sweep_id,
+        "commit": tracking.git_commit(),
+        "results": results,
+        "out": out,
+        "ratios": ratios_by_engine(speed_dirs),
+        "tensorrt_version": params["tensorrt_version"],
+        "verdicts": {entry["node"]: entry for entry in read_json(inputs["report"] / "verdicts.json")},
+    }
+    logged = sum(log_child(client, context, path) for path in eval_dirs)
+    client.set_terminated(parent.info.run_id)
+    return {
+        "tracking_uri": uri,
+        "experiment_id": experiment_id,
+        "parent_run_id": parent.info.run_id,
+        "sweep_id": sweep_id,
+        "children": len(eval_dirs),
+        "children_logged_now": logged,
+    }

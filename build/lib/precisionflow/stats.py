@@ -1,0 +1,191 @@
+"""How sure a measured accuracy difference is: intervals from paired samples, and three verdicts.
+
+Two engines scored on the same test images are paired samples. Only the discordant images carry
+information about their difference: b = images the reference gets right and the engine wrong,
+c = the reverse. The top-1 drop is (b - c) / n.
+
+The interval for the drop is Newcombe's hybrid score interval for a difference of paired
+proportions (Newcombe 1998, method 10): it combines the Wilson intervals of both accuracies with
+the correlation of the pairs. It is chosen over a bootstrap or a scaled interval on b / (b + c)
+because those collapse to [0, 0] when no image flips, and "no image flipped on 144 images" does
+not show a drop of zero: this interval keeps a width of about 3.8 / n then.
+
+Budgets read the interval, never the bare estimate:
+  PASS      the whole interval is within the budget,
+  FAIL      the whole interval is beyond it,
+  UNDECIDED the interval straddles it -- this sample cannot tell.
+numpy and the standard library only: `precisionflow check` and the planner import it.
+"""
+
+import math
+from dataclasses import asdict, dataclass
+from statistics import NormalDist
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+
+PASS, FAIL, UNDECIDED = "PASS", "FAIL", "UNDECIDED"
+MAX_SCALE = 10_000  # "about N images would decide": search up to this many times the sample
+
+
+def z_of(confidence: float) -> float:
+    return NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+
+
+def wilson(successes: float, n: float, confidence: float = 0.95) -> tuple:
+    """Wilson score interval of a proportion (successes / n)."""
+    if n <= 0:
+        return 0.0, 1.0
+    z = z_of(confidence)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mcnemar_exact_p(b: int, c: int) -> float:
+    """Two-sided exact test of "no difference": b of b + c discordant pairs, binomial at 0.5."""
+    total = b + c
+    if total == 0:
+        return 1.0
+    tail = sum(math.comb(total, k) for k in range(min(b, c) + 1)) / 2**total
+    return min(1.0, 2 * tail)
+
+
+def newcombe_interval(both: float, b: float, c: float, neither: float, confidence: float = 0.95) -> tuple:
+    """Interval of (b - c) / n, the reference's accuracy minus the engine's, as proportions.
+
+    both = right in both, b = reference right and engine wrong, c = the reverse, neither = wrong in both."""
+    n = both + b + c + neither
+    if n <= 0:
+        return -1.0, 1.0
+    p1, p2 = (both + b) / n, (both + c) / n
+    l1, u1 = wilson(both + b, n, confidence)
+    l2, u2 = wilson(both + c, n, confidence)
+    denominator = (both + b) * (c + neither) * (both + c) * (b + neither)
+    # Newcombe's estimate of the pairs' correlation, shrunk towards 0 when positive (his correction).
+    cross = both * neither - b * c
+    cross = cross - n / 2 if cross > n / 2 else min(cross, 0.0)
+    phi = cross / math.sqrt(denominator) if denominator > 0 else 0.0
+    below = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    above = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    difference = p1 - p2
+    return max(-1.0, difference - below), min(1.0, difference + above)
+
+
+@dataclass
+class PairedDrop:
+    """The reference's accuracy minus the engine's on the same images, in points (0-100)."""
+
+    n: int
+    both: int  # right in both
+    b: int  # reference right, engine wrong
+    c: int  # engine right, reference wrong
+    neither: int
+    drop: float
+    low: float
+    high: float
+    p_value: float  # McNemar's exact test of "no difference"
+    confidence: float
+
+    @property
+    def one_image(self) -> float:
+        return 100.0 / self.n if self.n else float("inf")
+
+    def to_json(self) -> Dict[str, float]:
+        return {**asdict(self), "one_image": round(self.one_image, 4)}
+
+
+def paired_drop(reference_correct: Sequence[bool], engine_correct: Sequence[bool], confidence: float = 0.95) -> PairedDrop:
+    """The top-1 drop of an engine against a reference scored on the same images, with its interval."""
+    reference_correct, engine_correct = np.asarray(reference_correct, bool), np.asarray(engine_correct, bool)
+    if reference_correct.shape != engine_correct.shape:
+        raise ValueError(f"paired samples need the same images: {reference_correct.shape} vs {engine_correct.shape}")
+    counts = [
+        int(np.sum(reference_correct & engine_correct)),
+        int(np.sum(reference_correct & ~engine_correct)),
+        int(np.sum(~reference_correct & engine_correct)),
+        int(np.sum(~reference_correct & ~engine_correct)),
+    ]
+    return drop_from_counts(*counts, confidence=confidence)
+
+
+def drop_from_counts(both: int, b: int, c: int, neither: int, confidence: float = 0.95) -> PairedDrop:
+    n = both + b + c + neither
+    low, high = newcombe_interval(both, b, c, neither, confidence)
+    return PairedDrop(
+        n, both, b, c, neither, 100.0 * (b - c) / n if n else 0.0, 100.0 * low, 100.0 * high, mcnemar_exact_p(b, c), confidence
+    )
+
+
+def verdict_at_most(low: float, high: float, limit: float) -> str:
+    """A quantity that may be at most `limit` (a drop): judged by its interval [low, high]."""
+    if high <= limit:
+        return PASS
+    return FAIL if low > limit else UNDECIDED
+
+
+def verdict_at_least(low: float, high: float, limit: float) -> str:
+    """A quantity that must be at least `limit` (an agreement)."""
+    if low >= limit:
+        return PASS
+    return FAIL if high < limit else UNDECIDED
+
+
+def images_to_decide_drop(drop: PairedDrop, limit: float) -> Optional[int]:
+    """About how many images (the same rates of flips) would take the drop's interval clear of
+    `limit`; None when no sample size would (the estimate sits on the budget)."""
+    if abs(drop.drop - limit) < 1e-9:
+        return None
+
+    def decided(scale: float) -> bool:
+        low, high = newcombe_interval(drop.both * scale, drop.b * scale, drop.c * scale, drop.neither * scale, drop.confidence)
+        return verdict_at_most(100 * low, 100 * high, limit) != UNDECIDED
+
+    return _smallest_scale(decided, drop.n)
+
+
+def images_to_decide_share(successes: int, n: int, limit: float, confidence: float) -> Optional[int]:
+    """The same for a proportion (agreement) that must reach `limit`."""
+    if n == 0 or abs(successes / n - limit) < 1e-12:
+        return None
+
+    def decided(scale: float) -> bool:
+        low, high = wilson(successes * scale, n * scale, confidence)
+        return verdict_at_least(low, high, limit) != UNDECIDED
+
+    return _smallest_scale(decided, n)
+
+
+def _smallest_scale(decided, n: int) -> Optional[int]:
+    """Smallest sample size n * scale (scale >= 1) at which `decided(scale)` holds, by doubling then
+    bisection; None beyond MAX_SCALE."""
+    if decided(1.0):
+        return n
+    high = 2.0
+    while not decided(high):
+        high *= 2
+        if high > MAX_SCALE:
+            return None
+    low = high / 2
+    while high - low > 1.0 / n:  # to within about one image
+        middle = (low + high) / 2
+        low, high = (low, middle) if decided(middle) else (middle, high)
+    return math.ceil(high * n)
+
+
+def zero_flip_resolution(n: int, confidence: float = 0.95) -> float:
+    """The smallest drop budget (points) that n images can ever pass: the interval's upper end when
+    not one image flips. A budget below it is always UNDECIDED."""
+    return 100.0 * newcombe_interval(n, 0, 0, 0, confidence)[1] if n else float("inf")
+
+
+def bootstrap_mean(values: Sequence[float], confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple:
+    """Percentile bootstrap interval of a per-image mean (e.g. spurious boxes per image)."""
+    values = np.asarray(values, dtype=float)
+    if values.size == 0:
+        return 0.0, float("inf")
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, values.size, size=(resamples, values.size))].mean(axis=1)
+    tail = (1 - confidence) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))

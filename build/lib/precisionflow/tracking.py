@@ -1,0 +1,104 @@
+"""MLflow helpers: store initialisation and idempotent run lookup.
+
+A fresh SQLite store races when several processes create it at once, so the store and the
+experiment are created once (init_store) before jobs fan out. Runs are found again by tags, so
+logging the same node twice updates one run instead of adding another.
+"""
+
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+SWEEP_TAG = "precisionflow.sweep"
+NODE_TAG = "precisionflow.node"
+COMPLETE_TAG = "precisionflow.complete"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout, when running from one
+
+
+def resolve_uri(uri: Optional[str], results_dir: Path) -> str:
+    return uri or f"sqlite:///{Path(results_dir).resolve() / 'mlflow.db'}"
+
+
+def client_for(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def init_store(uri: str, experiment: str, results_dir: Path) -> str:
+    """Create the store's schema and the experiment if missing; return the experiment id."""
+    client = client_for(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is not None:
+        return found.experiment_id
+    artifacts = (Path(results_dir).resolve() / "mlartifacts").as_uri() if uri.startswith("sqlite") else None
+    # Without this tag MLflow 3's UI opens the experiment as a GenAI project (an empty traces page).
+    return client.create_experiment(
+        experiment, artifact_location=artifacts, tags={"mlflow.experimentKind": "custom_model_development"}
+    )
+
+
+def find_run(client, experiment_id: str, tags: Dict[str, str]):
+    query = " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
+    runs = client.search_runs([experiment_id], filter_string=query, max_results=1)
+    return runs[0] if runs else None
+
+
+def get_or_create_run(client, experiment_id: str, tags: Dict[str, str], name: str, parent_id: str = None) -> Tuple[Any, bool]:
+    """(run, created): the run carrying `tags`, created (with those tags, under `parent_id`) if none does.
+
+    The lookup ignores the parent: a node logged by one sweep is the same run for every later
+    sweep that shares it (which tags it instead of logging a copy)."""
+    run = find_run(client, experiment_id, tags)
+    if run is not None:
+        return run, False
+    created = dict(tags, **{"mlflow.runName": name}, **({"mlflow.parentRunId": parent_id} if parent_id else {}))
+    return client.create_run(experiment_id, tags=created), True
+
+
+def resumable_run(client, experiment_id: str, tags: Dict[str, str], name: str, parent_id: str = None):
+    """The run carrying `tags`: complete as logged before, or new. A logging that died half-way
+    (no COMPLETE_TAG) is deleted and started over, so no metric point is ever logged twice."""
+    run, created = get_or_create_run(client, experiment_id, tags, name, parent_id)
+    if not created and run.data.tags.get(COMPLETE_TAG) != "1":
+        children = client.search_runs(
+            [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'", max_results=1
+        )
+        if children:  # a parent logged before runs were marked complete: deleting it would orphan them
+            client.set_tag(run.info.run_id, COMPLETE_TAG, "1")
+            return client.get_run(run.info.run_id)
+        client.delete_run(run.info.run_id)  # deleted runs are not found again: a fresh one replaces it
+        run, _ = get_or_create_run(client, experiment_id, tags, name, parent_id)
+    return run
+
+
+def git_commit() -> str:
+    """The code that ran: the checkout's commit (with -dirty) when precisionflow runs from one, else
+    the installed package's version (a wheel has no git history)."""
+    if not (PROJECT_ROOT / ".git").exists():
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"precisionflow {version('precisionflow')} (installed)"
+        except PackageNotFoundError:
+            return "unknown"
+    try:
+        commit = subprocess.check_output(
+            ["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], text=True, stderr=subprocess.DEVNULL
+        ).strip()
+        dirty = subprocess.check_output(
+            ["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            text=True,
+            stderr=subprocess.DEVNULL,
+        ).strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def flatten(tree: Any, prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from flatten(value, f"{prefix}.{key}" if prefix else str(key))
+    else:
+        yield prefix, tree

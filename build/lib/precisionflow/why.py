@@ -1,0 +1,64 @@
+"""Why a planned node will run: which key, file, code or package version differs from the closest
+node of the same stage that already exists (or that none exists, or that an upstream node is new).
+
+Used by `precisionflow plan --why` and `precisionflow run -n`.
+"""
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from precisionflow.nodeio import NODE_FILE, read_json
+from precisionflow.tracking import flatten
+
+
+def differences(planned: Dict[str, Any], existing: Dict[str, Any]) -> List[str]:
+    """Human-readable differences between a planned node and an existing node.json."""
+    found = []
+    new, old = dict(flatten(planned["params"], "params")), dict(flatten(existing.get("params", {}), "params"))
+    for key in sorted(set(new) | set(old)):
+        if new.get(key, "<unset>") != old.get(key, "<unset>"):
+            found.append(f"{key[len('params.') :]}: {old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r}")
+    for role in sorted(set(planned["inputs"]) | set(existing.get("inputs", {}))):
+        if planned["inputs"].get(role) != existing.get("inputs", {}).get(role):
+            found.append(f"upstream {role}: {planned['inputs'].get(role, '<none>')} (new)")
+    old_identity = existing.get("identity", {})
+    for package, version in planned.get("identity", {}).get("packages", {}).items():
+        if old_identity.get("packages", {}).get(package, version) != version:
+            found.append(f"package {package}: {old_identity['packages'][package]} -> {version}")
+    old_code = old_identity.get("code") or existing.get("code_version")
+    if old_code and old_code != planned.get("identity", {}).get("code"):
+        found.append(f"code of {planned['stage']} changed ({_changed_sources(planned, old_identity)})")
+    return found
+
+
+def _changed_sources(planned: Dict[str, Any], old_identity: Dict[str, Any]) -> str:
+    from precisionflow import identity
+
+    now = identity.source_hashes(planned["stage"], identity.node_backend(planned["params"]))
+    before = old_identity.get("sources", {})
+    changed = sorted(rel for rel in set(now) | set(before) if now.get(rel) != before.get(rel))
+    return ", ".join(changed) or "its import closure"
+
+
+def closest(planned: Dict[str, Any], stage_dir: Path, limit: int = 300) -> Tuple[Optional[str], List[str]]:
+    """The existing node of the stage with the fewest differences, and those differences."""
+    best: Tuple[Optional[str], List[str]] = (None, [])
+    markers = sorted(stage_dir.glob(f"*/{NODE_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
+    for marker in markers:
+        found = differences(planned, read_json(marker))
+        if best[0] is None or len(found) < len(best[1]):
+            best = (marker.parent.name, found)
+    return best
+
+
+def explain(plan: Dict[str, Any]) -> List[str]:
+    """One line per planned node that has no finished output, saying why it will run."""
+    results = Path(plan["results_dir"])
+    lines = []
+    for key, spec in plan["nodes"].items():
+        if (results / key / NODE_FILE).is_file():
+            continue
+        name, found = closest(spec, results / spec["stage"])
+        reason = "; ".join(found) if name else "no earlier node of this stage"
+        lines.append(f"{key}: {reason}" + (f"  [vs {name}]" if name else ""))
+    return lines

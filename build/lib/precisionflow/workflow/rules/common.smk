@@ -1,0 +1,95 @@
+# Shared wiring: load (or make) the plan, and map a rule's {node} wildcard to its input files.
+import os
+import sys
+import time
+from pathlib import Path
+
+from precisionflow.plan import plan_from_overrides
+from precisionflow.nodeio import read_json
+from precisionflow import flow as FLOW
+from precisionflow import tracking
+
+PLAN_FILE = config.get("plan") or str(plan_from_overrides())
+PLAN = read_json(PLAN_FILE)
+RESULTS = PLAN["results_dir"]
+PYTHON = sys.executable
+
+wildcard_constraints:
+    node="[^/]+",
+
+
+def node_output(stage):
+    return f"{RESULTS}/{stage}/{{node}}/node.json"
+
+
+def node_log(stage):
+    return f"{RESULTS}/logs/{stage}/{{node}}.log"
+
+
+def upstream(stage):
+    """Input function: the node.json of every upstream node of {node}."""
+    def inputs(wildcards):
+        spec = PLAN["nodes"][f"{stage}/{wildcards.node}"]
+        return [f"{RESULTS}/{key}/node.json" for key in spec["inputs"].values()]
+    return inputs
+
+
+def node_resource(stage, key, default):
+    """A Snakemake resource from the node's plan entry: its target's scheduler hints (engine and
+    timing stages) or `stage_resources.<stage>` (e.g. the training GPU class). Not part of its id."""
+    def value(wildcards):
+        return PLAN["nodes"][f"{stage}/{wildcards.node}"]["resources"].get(key, default)
+    return value
+
+
+def job_resources(stage, mem_mb=1000, runtime=60, timing=False):
+    """What a job asks the scheduler for. On SLURM: gpu -> --gpus, gpu_model -> --gpus=<model>:<n>,
+    slurm_partition -> -p (empty: the cluster's default), mem_mb -> --mem, runtime (minutes) -> -t.
+    Timing jobs hold the whole host locally (host_share) and a whole node on SLURM (--exclusive),
+    so what they measure never shares the machine with other work of the workflow."""
+    resources = {key: node_resource(stage, key, default) for key, default in
+                 (("gpu", 0), ("gpu_model", ""), ("slurm_partition", ""), ("mem_mb", mem_mb), ("runtime", runtime))}
+    if timing:
+        resources.update(host_share=WHOLE_HOST, slurm_extra="--exclusive")
+    return resources
+
+
+# Timing jobs have the machine to themselves. Every job holds `host_share` units (1 by default,
+# see profiles/default); a timing job asks for all of them, so it starts only when no other job
+# runs, and no job starts while it runs. Snakemake counts only its own jobs: other work on the
+# machine is what the side-by-side ratios (compare_speed) are there for.
+def _host_share_total():
+    total = workflow.global_resources.get("host_share")
+    return getattr(total, "value", total) or 1
+
+
+WHOLE_HOST = _host_share_total()
+
+
+def node_key(stage):
+    """The params value naming the job's node (STAGE/ID) for the runner."""
+    return lambda wildcards: f"{stage}/{wildcards.node}"
+
+
+def final_targets():
+    return [f"{RESULTS}/{key}/node.json" for key in PLAN["final"]]
+
+
+# The same command for every stage: the runner looks the node up in the plan. The plan file and
+# interpreter travel in the environment, not in the command text: Snakemake reruns a job whose
+# command text changed, and each sweep has its own plan file.
+os.environ["PRECISIONFLOW_PLAN"] = PLAN_FILE
+# One id per workflow run, recorded with every timing: the report says when a table mixes runs.
+os.environ.setdefault("PRECISIONFLOW_RUN", time.strftime("%Y-%m-%dT%H:%M:%S"))
+os.environ["PRECISIONFLOW_PYTHON"] = PYTHON
+STAGE_COMMAND = '"$PRECISIONFLOW_PYTHON" -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node:q} > {log:q} 2>&1'
+# Training stages also show their per-epoch progress on the console (Snakemake sets pipefail).
+STAGE_COMMAND_SHOWN = '"$PRECISIONFLOW_PYTHON" -u -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node:q} 2>&1 | tee {log:q}'
+
+
+onstart:
+    # Create MLflow stores once, before jobs fan out (a fresh SQLite store races under concurrent writers).
+    for key in PLAN["final"]:
+        spec = PLAN["nodes"][key]
+        if spec["stage"] == "track_mlflow":
+            tracking.init_store(tracking.resolve_uri(spec["params"]["uri"], RESULTS), spec["params"]["experiment"], RESULTS)
