@@ -57,7 +57,7 @@ def independent_latency_ms(graph: Path, device: str, batch: np.ndarray, runs: in
 
 
 def measure_graph(graph: Path, engine_dir: Path, device: str, images, labels, reference) -> dict:
-    from precisionflow import speed
+    from precisionflow.measure import speed
     from precisionflow.backends import onnxruntime_backend as backend
     from precisionflow.stages.evaluate_engine import accuracy_report, predict
 

@@ -9,7 +9,7 @@ benchmarks/results/fp16_overflow/):
        results_dir=$PWD/benchmarks/out/fp16_overflow/results"
     precisionflow run $O -- --omit-from build_engine && precisionflow ship --target h200 --to bundle $O
     # on the H200 (onnxruntime-gpu 1.31.1 on PYTHONPATH, as in benchmarks/gpu_node.sh):
-    #   python -m precisionflow.remote run bundle; python -m precisionflow.remote collect bundle collected --without-engine-files
+    #   python -m precisionflow.pipeline.remote run bundle; python -m precisionflow.pipeline.remote collect bundle collected --without-engine-files
     precisionflow land --from collected $O && precisionflow run $O             # -> h200_run.txt
     precisionflow run $O "targets=[local]"                                       # -> cpu_run.txt
 
@@ -38,7 +38,7 @@ TARGET_MEDIAN_LOGIT = 1e5
 def make_model(path: Path) -> None:
     from sklearn.datasets import load_digits
 
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     tf, keras = import_tensorflow()
     digits = load_digits()

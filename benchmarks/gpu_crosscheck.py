@@ -1,6 +1,6 @@
 """Cross-check the workflow's GPU timings with an independent loop (runs on the GPU machine).
 
-For every engine that evaluate_engine measured in a shipped bundle (precisionflow.remote), time
+For every engine that evaluate_engine measured in a shipped bundle (precisionflow.pipeline.remote), time
 the same engine file with a plain ONNX Runtime loop written here without precisionflow's code:
 one session with the engine's recorded CUDA provider options, IO binding with input and output
 buffers on the GPU, back-to-back synchronous runs on the host clock. Prints and writes, per engine

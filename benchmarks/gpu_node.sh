@@ -37,26 +37,26 @@ if [ -n "${GRAPH_PROBE:-}" ]; then
   $PY benchmarks/cuda_fault_probe.py --graph "$GRAPH_PROBE" "$OUT/probe_graph.json" 2>&1 | grep -v "No registered plugin" | tee "$OUT/probe_graph.log"
   exit 0
 fi
-$PY -m precisionflow.remote doctor /root/bundle | tee -a "$OUT/doctor.txt"
+$PY -m precisionflow.pipeline.remote doctor /root/bundle | tee -a "$OUT/doctor.txt"
 if [ -n "${SKIP_RUN:-}" ]; then
   $PY benchmarks/cuda_fault_probe.py /root/bundle "$OUT/probe.json" --match "${PROBE_MATCH:-mobilenet_v2}" --seconds "${PROBE:-120}" 2>&1 | tee "$OUT/probe.log"
   exit 0
 fi
 set +e
-timeout "$SECONDS_LEFT" $PY -m precisionflow.remote run /root/bundle ${KEEP_GOING:+--keep-going} 2>&1 | tee -a /root/run.log
+timeout "$SECONDS_LEFT" $PY -m precisionflow.pipeline.remote run /root/bundle ${KEEP_GOING:+--keep-going} 2>&1 | tee -a /root/run.log
 status=${PIPESTATUS[0]}
 if [ "$status" != 0 ] && [ ! -d /root/bundle/results/build_engine ] && [ -n "${FALLBACK:-}" ]; then
   # No engine built at all: ship's alternative plan (e.g. without NHWC) replaces the bundle's plan.
   echo "first engine failed to build: running the fallback plan from $FALLBACK" | tee -a /root/run.log
   cp "$FALLBACK/plan.json" "$FALLBACK/manifest.json" /root/bundle/
-  timeout "$SECONDS_LEFT" $PY -m precisionflow.remote run /root/bundle 2>&1 | tee -a /root/run.log
+  timeout "$SECONDS_LEFT" $PY -m precisionflow.pipeline.remote run /root/bundle 2>&1 | tee -a /root/run.log
   status=${PIPESTATUS[0]}
 fi
 set -e
 cp /root/run.log "$OUT/run.log"
 $PY benchmarks/gpu_crosscheck.py /root/bundle "$OUT/crosscheck.json" --seconds 1.5 --batches 1 128 || true
 rm -rf /root/collected
-$PY -m precisionflow.remote collect /root/bundle /root/collected --without-engine-files > /dev/null
+$PY -m precisionflow.pipeline.remote collect /root/bundle /root/collected --without-engine-files > /dev/null
 tar cf - -C /root/collected . | xz > "$OUT/collected.tar.xz"
 if [ -n "${PROBE:-}" ]; then
   $PY benchmarks/cuda_fault_probe.py /root/bundle "$OUT/probe.json" --match "${PROBE_MATCH:-mobilenet_v2}" --seconds "$PROBE" 2>&1 | tee "$OUT/probe.log" || true

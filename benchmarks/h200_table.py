@@ -1,7 +1,7 @@
 """The H200 table of the README, from the node folders the GPU machine sent back.
 
 Reads benchmarks/results/h200/*_collected.tar.xz (evaluate_engine, compare_speed and build_engine
-node folders collected by `python -m precisionflow.remote collect` on the H200) and prints one
+node folders collected by `python -m precisionflow.pipeline.remote collect` on the H200) and prints one
 row per engine: its CUDA options, accuracy and agreement with fp32, p50/p99 at batch 1,
 throughput at batch 1/32/128 and with 1/4/8 streams (device clock for batch figures, host clock
 for streams), and the side-by-side ratio to the fp32 engine of the same sweep point.

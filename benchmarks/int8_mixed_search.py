@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import OUT, run_sweep, save  # noqa: E402
 
-from precisionflow.compare import ratio_values  # noqa: E402
+from precisionflow.reporting.compare import ratio_values  # noqa: E402
 
 
 def only(results: Path, stage: str, prefix: str) -> Path:

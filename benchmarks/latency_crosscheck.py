@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from engines_on_device import independent_latency_ms
-from precisionflow import speed, timing
+from precisionflow.measure import speed, timing
 from precisionflow.backends import onnxruntime_backend as backend
 
 ROUNDS = 7

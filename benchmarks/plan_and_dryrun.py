@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from precisionflow.config.compose import expand
-from precisionflow.plan import build_plan, write_plan
+from precisionflow.pipeline.plan import build_plan, write_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -48,7 +48,7 @@ def saved_user_models() -> None:
     """The .keras files the keras_file entries name (made once, untrained, 10 classes, linear head)."""
     path = WORK / "efficientnet_b0.keras"
     if not path.exists():
-        from precisionflow.tfenv import import_tensorflow
+        from precisionflow.modeling.tfenv import import_tensorflow
 
         keras = import_tensorflow()[1]
         WORK.mkdir(parents=True, exist_ok=True)
@@ -113,7 +113,7 @@ def run_sweep(name: str) -> Path:
 
 def points(results: Path):
     """{ratio: (evaluation metrics, engine folder, prune summary, onnx bytes)}."""
-    from precisionflow.nodeio import named_lineage, read_json
+    from precisionflow.pipeline.nodeio import named_lineage, read_json
 
     found = {}
     for metrics_file in results.glob("evaluate_engine/*/metrics.json"):
@@ -131,9 +131,9 @@ def points(results: Path):
 
 def side_by_side(found, rounds: int = 12, window_s: float = 0.2):
     """Throughput of every ratio's fp32 engine in alternating rounds; ratio to the unpruned one."""
-    from precisionflow import speed, timing
+    from precisionflow.measure import speed, timing
     from precisionflow.backends import onnxruntime_backend
-    from precisionflow.nodeio import read_json
+    from precisionflow.pipeline.nodeio import read_json
     from precisionflow.datasets.store import Split
 
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[-1:])  # the engines' one thread, one CPU
@@ -167,7 +167,7 @@ def side_by_side(found, rounds: int = 12, window_s: float = 0.2):
 def sweep_sharing() -> dict:
     """Jobs in one DAG for the 24-point sweep vs the sum over 24 one-point pipelines (plans only)."""
     from precisionflow.config.compose import expand
-    from precisionflow.plan import build_plan
+    from precisionflow.pipeline.plan import build_plan
 
     base = ["prune=channel", "finetune.mode=fp32"]
     one_dag = len(

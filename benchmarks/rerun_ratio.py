@@ -23,7 +23,7 @@ from _common import OUT, save  # noqa: E402
 
 from precisionflow.cli import snakemake_command  # noqa: E402
 from precisionflow.config.compose import expand  # noqa: E402
-from precisionflow.plan import build_plan, write_plan  # noqa: E402
+from precisionflow.pipeline.plan import build_plan, write_plan  # noqa: E402
 from tests.test_identity import EXPECTED, flipped, leaves  # noqa: E402
 
 

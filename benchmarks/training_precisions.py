@@ -15,7 +15,9 @@ EPOCHS = 12
 
 def interpreter_and_import_seconds() -> float:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import precisionflow.runner, precisionflow.stages.train_model"], check=True, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, "-c", "import precisionflow.pipeline.runner, precisionflow.stages.train_model"], check=True, cwd=ROOT
+    )
     return time.perf_counter() - started
 
 

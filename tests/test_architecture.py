@@ -14,10 +14,10 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "precisionflow"
 TOP_LAYER = {
     "precisionflow.cli",
-    "precisionflow.plan",
-    "precisionflow.runner",
-    "precisionflow.remote",
-    "precisionflow.why",
+    "precisionflow.pipeline.plan",
+    "precisionflow.pipeline.runner",
+    "precisionflow.pipeline.remote",
+    "precisionflow.pipeline.why",
     "precisionflow.doctor",
     "precisionflow.starter",
 }
@@ -38,7 +38,7 @@ def imported(path: Path) -> set:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for alias in node.names:  # `from precisionflow import speed` imports the module precisionflow.speed
+            for alias in node.names:  # `from precisionflow.measure import speed` imports the module precisionflow.measure.speed
                 child = f"{node.module}.{alias.name}"
                 found.add(child if child in MODULES else node.module)
     return {name for name in found if name in MODULES}
@@ -52,8 +52,8 @@ def is_stage(name: str) -> bool:
 
 
 def test_the_import_reader_sees_imports_inside_functions_too():
-    assert "precisionflow.keras_runner" in GRAPH["precisionflow.stages.compare_speed"]  # imported inside a function
-    assert "precisionflow.training" in GRAPH["precisionflow.stages.finetune_model"]
+    assert "precisionflow.measure.keras_runner" in GRAPH["precisionflow.stages.compare_speed"]  # imported inside a function
+    assert "precisionflow.modeling.training" in GRAPH["precisionflow.stages.finetune_model"]
 
 
 def test_no_stage_module_imports_another_stage_module():

@@ -79,7 +79,7 @@ def test_a_target_this_machine_cannot_build_is_refused_before_snakemake_starts(t
 def test_a_target_whose_engines_were_built_elsewhere_is_not_refused(tmp_path):
     """After `precisionflow land`, the GPU target's engines are finished: nothing is left to build here."""
     from precisionflow.cli import check_targets_buildable_here
-    from precisionflow.plan import build_plan
+    from precisionflow.pipeline.plan import build_plan
 
     plan = build_plan(expand(["targets=[a100]", "precisions=[fp32,fp16]"]), str(tmp_path / "results"))
     engines = [key for key, spec in plan["nodes"].items() if spec["stage"] == "build_engine"]
@@ -92,7 +92,7 @@ def test_a_target_whose_engines_were_built_elsewhere_is_not_refused(tmp_path):
 
 
 def test_more_calibration_samples_than_the_split_has_fails_at_planning(tmp_path):
-    from precisionflow.plan import build_plan
+    from precisionflow.pipeline.plan import build_plan
 
     points = expand(["dataset.max_samples=400", "calibration.num_samples=300", "calibration.split=train"])
     with pytest.raises(ConfigError, match=r"calibration.num_samples=300, but the train split has 260 images"):
@@ -101,7 +101,7 @@ def test_more_calibration_samples_than_the_split_has_fails_at_planning(tmp_path)
 
 
 def test_an_engine_with_non_finite_outputs_breaks_its_budget_whatever_its_accuracy():
-    from precisionflow.budget import breaches
+    from precisionflow.reporting.budget import breaches
 
     fp32 = {"top1": 0.9, "per_class_top1": {"0": 0.9}}
     engine = {"top1": 0.9, "agreement": 1.0, "flipped": 0, "per_class_top1": {"0": 0.9}, "non_finite_outputs": 12}
@@ -138,7 +138,7 @@ def image(path):
     ],
 )
 def test_a_broken_image_folder_fails_at_planning_naming_the_path(tmp_path, layout, message):
-    from precisionflow.plan import build_plan
+    from precisionflow.pipeline.plan import build_plan
 
     root = tmp_path / "images"
     root.mkdir()
@@ -154,7 +154,7 @@ def test_a_broken_image_folder_fails_at_planning_naming_the_path(tmp_path, layou
 
 
 def test_a_logging_that_died_half_way_is_started_over_without_duplicate_points(tmp_path):
-    from precisionflow import tracking
+    from precisionflow.reporting import tracking
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment = tracking.init_store(uri, "e", tmp_path)
@@ -189,7 +189,7 @@ def test_a_user_model_whose_head_is_a_softmax_is_named_with_the_fix(tmp_path, ca
     """Trained with from_logits=True, a softmax head once passed silently (only Keras's own warning)."""
     import json
 
-    from precisionflow import models
+    from precisionflow.modeling import models
 
     def saved(head: dict):
         config = {

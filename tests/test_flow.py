@@ -2,11 +2,11 @@
 
 import pytest
 
-from precisionflow import flow
+from precisionflow.pipeline import flow
 from precisionflow.config.compose import expand
-from precisionflow.plan import build_plan
+from precisionflow.pipeline.plan import build_plan
 
-PACKAGE = flow.__file__.rsplit("/", 1)[0]
+PACKAGE = flow.__file__.rsplit("/", 2)[0]  # src/precisionflow (flow.py lives in pipeline/)
 
 
 def test_every_stage_module_has_one_entry_and_every_entry_a_module():

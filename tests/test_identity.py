@@ -10,8 +10,8 @@ import copy
 
 import pytest
 
-from precisionflow import identity
-from precisionflow import plan as planning
+from precisionflow.pipeline import identity
+from precisionflow.pipeline import plan as planning
 from precisionflow.config.compose import expand, validate
 
 TRAINED = {
@@ -395,18 +395,18 @@ def test_code_is_the_import_closure_of_the_stage():
     # imported at the top, lazily inside functions, and named in the backend registry's strings
     for needed in (
         "stages/evaluate_engine.py",
-        "speed.py",
-        "timing.py",
+        "measure/speed.py",
+        "measure/timing.py",
         "backends/onnxruntime_backend.py",
         "backends/tensorrt_backend.py",
         "backends/executed.py",
         "datasets/store.py",
-        "runner.py",
-        "identity.py",
-        "nodeio.py",
+        "pipeline/runner.py",
+        "pipeline/identity.py",
+        "pipeline/nodeio.py",
     ):
         assert needed in closure
-    assert "plan.py" not in closure and "stages/train_model.py" not in closure
+    assert "pipeline/plan.py" not in closure and "stages/train_model.py" not in closure
 
 
 def test_the_closure_covers_every_module_a_stage_really_loads(tmp_path):
@@ -433,7 +433,7 @@ def test_the_closure_covers_every_module_a_stage_really_loads(tmp_path):
 
 
 def test_the_runner_refuses_a_node_planned_with_other_code(tmp_path):
-    from precisionflow import runner
+    from precisionflow.pipeline import runner
     from precisionflow.errors import StageError
 
     built = planning.build_plan(expand(["precisions=[fp32]"]), str(tmp_path))
@@ -452,19 +452,19 @@ SOURCE_EDITS = {
     "stages/report.py": {"report", "track_mlflow"},  # MLflow logs the report it reads
     # the TensorFlow baseline's timing stage; the Keras runner it shares with compare_speed is a library module
     "stages/benchmark_framework.py": {"benchmark_framework", "report", "track_mlflow"},
-    "keras_runner.py": {"benchmark_framework", "compare_speed", "report", "track_mlflow"},
+    "measure/keras_runner.py": {"benchmark_framework", "compare_speed", "report", "track_mlflow"},
     "stages/compare_speed.py": {"compare_speed", "report", "track_mlflow"},
     "stages/prune_model.py": set(),  # the default experiment prunes nothing: no prune node
-    "report_pages.py": {"report", "track_mlflow"},
+    "reporting/report_pages.py": {"report", "track_mlflow"},
     # verdicts are drawn by the report; int8_mixed's search decides by the same intervals, and a
     # stage's closure is its module's (quantize_onnx imports the search for every precision)
-    "stats.py": {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"},
+    "reporting/stats.py": {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"},
 }
 
 
 @pytest.mark.parametrize("edited", sorted(SOURCE_EDITS))
 def test_editing_a_source_file_reruns_only_the_stages_that_run_it(default_point, edited, monkeypatch):
-    from precisionflow import identity
+    from precisionflow.pipeline import identity
 
     import functools
 

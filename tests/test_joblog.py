@@ -1,4 +1,4 @@
-from precisionflow import joblog
+from precisionflow.pipeline import joblog
 
 
 def _log(*entries):

@@ -119,7 +119,7 @@ def test_compare_lines_up_sweeps_logged_from_two_machines(server, tmp_path):
 
 def log_one_sweep(uri: str, sweep: int, children: int, steps: int) -> None:
     """What one track_mlflow job does to the store: a parent run, its children, metric histories."""
-    from precisionflow import tracking
+    from precisionflow.reporting import tracking
 
     client = tracking.client_for(uri)
     experiment_id = tracking.init_store(uri, "concurrent", Path("."))
@@ -138,7 +138,7 @@ def log_one_sweep(uri: str, sweep: int, children: int, steps: int) -> None:
 def test_concurrent_writers_to_one_store_lose_and_duplicate_nothing(server, tmp_path, store):
     import multiprocessing
 
-    from precisionflow import tracking
+    from precisionflow.reporting import tracking
 
     uri = server if store == "server" else f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracking.init_store(uri, "concurrent", tmp_path)  # the store is initialised once, before jobs fan out

@@ -1,6 +1,6 @@
 from collections import Counter
 
-from precisionflow import plan as planning
+from precisionflow.pipeline import plan as planning
 from precisionflow.config.compose import expand
 
 

@@ -4,9 +4,9 @@ residual joins and depthwise convolutions, and refusing layers it does not know.
 import numpy as np
 import pytest
 
-from precisionflow import pruning
+from precisionflow.modeling import pruning
 from precisionflow.datasets.store import write_arrays
-from precisionflow.pruning import PruneError
+from precisionflow.modeling.pruning import PruneError
 
 SETTINGS = {
     "criterion": "l1",
@@ -21,7 +21,7 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def keras():
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     return import_tensorflow()[1]
 
@@ -77,7 +77,7 @@ def test_the_pruned_model_equals_a_hand_built_smaller_one(keras):
 
 
 def test_residual_and_depthwise_models_stay_consistent_and_export(keras, tmp_path):
-    from precisionflow import models
+    from precisionflow.modeling import models
 
     for name, params in (
         ("resnet_mini", {"name": "resnet_mini", "width": 1.0, "stages": 2, "blocks_per_stage": 1, "bn_momentum": 0.9}),
@@ -96,7 +96,7 @@ def test_residual_and_depthwise_models_stay_consistent_and_export(keras, tmp_pat
             assert len(widths) == 1, (name, add.name, widths)
         import tf2onnx  # noqa: F401 -- exported like every model: the shapes are consistent
 
-        from precisionflow.tfenv import import_tensorflow
+        from precisionflow.modeling.tfenv import import_tensorflow
 
         tf = import_tensorflow()[0]
         spec = (tf.TensorSpec((None, 32, 32, 3), tf.float32, name="input"),)
@@ -129,7 +129,7 @@ def test_sparse24_leaves_at_most_2_nonzeros_in_every_4_input_channels_after_stri
     from onnx import numpy_helper
 
     from precisionflow.stages import prune_model
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     tf = import_tensorflow()[0]
     layers = keras.layers

@@ -11,8 +11,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from precisionflow import pruning
-from precisionflow.pruning import PruneError
+from precisionflow.modeling import pruning
+from precisionflow.modeling.pruning import PruneError
 
 SETTINGS = {
     "criterion": "l1",
@@ -27,7 +27,7 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def keras():
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     return import_tensorflow()[1]
 
@@ -111,7 +111,7 @@ def test_efficientnet_b0_pruned_at_0_3_exports_and_onnx_runtime_agrees(keras, tm
     import onnxruntime
     import tf2onnx
 
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     tf = import_tensorflow()[0]
     model = keras.applications.EfficientNetB0(weights=None, input_shape=(64, 64, 3), classes=10, classifier_activation=None)
@@ -183,7 +183,7 @@ def test_an_unknown_layer_in_a_user_model_fails_the_plan_naming_it(tmp_path):
 
 def test_a_saved_efficientnet_config_passes_the_planning_analysis(keras, tmp_path):
     """The real config.json of a saved EfficientNetB0 is read and analysed without TensorFlow's help."""
-    from precisionflow import models
+    from precisionflow.modeling import models
 
     model = keras.applications.EfficientNetB0(weights=None, input_shape=(32, 32, 3), classes=10, classifier_activation=None)
     model.save(tmp_path / "effnet.keras")

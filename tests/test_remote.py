@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from precisionflow import remote
+from precisionflow.pipeline import remote
 from precisionflow.errors import LineageError, StageError
 
 TINY = [
@@ -71,7 +71,11 @@ def test_ship_run_elsewhere_land_and_finish_here(tmp_path):
     # There: the runner reads the bundle's copy of the plan, with the results folder moved.
     env = dict(os.environ, PYTHONPATH=str(Path(remote.__file__).parents[1]))
     there = subprocess.run(
-        [sys.executable, "-m", "precisionflow.remote", "run", str(bundle)], capture_output=True, text=True, env=env, cwd=tmp_path
+        [sys.executable, "-m", "precisionflow.pipeline.remote", "run", str(bundle)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     )
     assert there.returncode == 0, there.stderr[-2000:]
     collected = tmp_path / "collected"
@@ -97,7 +101,7 @@ def test_land_refuses_folders_of_another_plan(tmp_path):
 
 def test_keep_going_reports_every_failure_and_runs_the_rest(tmp_path, monkeypatch, capsys):
     """A node whose exception has no message (a timing worker's EOFError) once crashed the batch."""
-    from precisionflow import runner
+    from precisionflow.pipeline import runner
 
     bundle = tmp_path / "bundle"
     (bundle / "results").mkdir(parents=True)

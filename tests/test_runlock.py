@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from precisionflow import runlock
+from precisionflow.pipeline import runlock
 
 TINY = [
     "model=small_cnn",
@@ -36,7 +36,7 @@ def test_a_second_run_on_a_live_run_s_folder_fails_at_once(tmp_path):
             [
                 sys.executable,
                 "-c",
-                "from precisionflow import runlock; import sys\nwith runlock.exclusive_run(sys.argv[1]): pass",
+                "from precisionflow.pipeline import runlock; import sys\nwith runlock.exclusive_run(sys.argv[1]): pass",
                 str(tmp_path),
             ],
             capture_output=True,

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from precisionflow import timing
+from precisionflow.measure import timing
 
 
 def test_percentile_follows_trtexec_rule():
@@ -115,7 +115,7 @@ def test_device_timed_windows_report_the_device_clock_and_keep_the_host_one():
 def test_a_timing_job_knows_what_other_processes_used_while_it_timed():
     """The 1-minute load average lags (a training that just ended still counts): the report flags
     a row as timed on a shared machine from the CPU time others used during the job."""
-    from precisionflow import speed
+    from precisionflow.measure import speed
     from precisionflow.stages.report import loaded
 
     start = {"at": 10.0, "busy_s": 100.0, "own_s": 5.0}

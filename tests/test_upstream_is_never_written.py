@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from precisionflow.config.compose import expand
-from precisionflow.plan import build_plan
-from precisionflow.nodeio import write_json_atomic
+from precisionflow.pipeline.plan import build_plan
+from precisionflow.pipeline.nodeio import write_json_atomic
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,7 @@ def test_every_stage_writes_only_its_own_folder(tmp_path):
     try:
         for key in in_dependency_order(plan):
             done = subprocess.run(
-                [sys.executable, "-m", "precisionflow.runner", "--plan", str(plan_file), "--node", key],
+                [sys.executable, "-m", "precisionflow.pipeline.runner", "--plan", str(plan_file), "--node", key],
                 capture_output=True,
                 text=True,
             )

@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 
-from precisionflow import budget, stats
-from precisionflow.compare import PER_SAMPLE_FILE
+from precisionflow.reporting import budget, stats
+from precisionflow.reporting.compare import PER_SAMPLE_FILE
 from precisionflow.config.compose import expand
 
 BUDGET = {
@@ -117,7 +117,7 @@ def test_int8_mixed_does_not_claim_a_budget_one_image_away_from_a_large_drop():
 
 
 def test_the_qat_twin_is_planned_once_per_sweep_with_the_qat_fine_tune_settings(tmp_path):
-    from precisionflow.plan import build_plan
+    from precisionflow.pipeline.plan import build_plan
 
     points = expand(["precisions=[fp32,int8,int8_qat]", "calibration=entropy,minmax"], multirun=True)
     plan = build_plan(points, str(tmp_path / "results"))
@@ -149,7 +149,7 @@ def test_the_qat_twin_is_planned_once_per_sweep_with_the_qat_fine_tune_settings(
 
 
 def test_no_twin_without_int8_qat(tmp_path):
-    from precisionflow.plan import build_plan
+    from precisionflow.pipeline.plan import build_plan
 
     plan = build_plan(expand(["precisions=[fp32,int8]"]), str(tmp_path / "results"))
     assert not any(node["params"].get("precision") == budget.TWIN for node in plan["nodes"].values())

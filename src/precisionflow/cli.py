@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from precisionflow.errors import ConfigError, PrecisionflowError
-from precisionflow.nodeio import NODE_FILE
+from precisionflow.pipeline.nodeio import NODE_FILE
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_args(ui)
     ui.add_argument("--port", type=int, default=5000)
     ship = commands.add_parser(
-        "ship", help="pack what a GPU target's engine nodes read, to run them on a GPU machine (precisionflow.remote)"
+        "ship", help="pack what a GPU target's engine nodes read, to run them on a GPU machine (precisionflow.pipeline.remote)"
     )
     ship.add_argument("--target", required=True, help="the GPU target whose engine nodes run there, e.g. h200")
     ship.add_argument("--to", dest="bundle", type=Path, required=True, help="a new folder to pack into")
@@ -119,7 +119,7 @@ def node_mtimes(plan: Dict) -> Dict[str, float]:
 
 def profile_dir(name: str) -> Path:
     """A packaged profile by name (local: this machine; slurm: a SLURM cluster), or a folder's path."""
-    from precisionflow.assets import profiles_dir
+    from precisionflow.pipeline.assets import profiles_dir
 
     folder = profiles_dir() / name if "/" not in name else Path(name)
     if not (folder / "config.yaml").is_file():
@@ -155,7 +155,7 @@ def snakemake_dir(results: Path) -> Path:
 
 
 def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[str], profile: str = "local") -> List[str]:
-    from precisionflow.assets import snakefile
+    from precisionflow.pipeline.assets import snakefile
 
     command = [
         sys.executable,
@@ -198,8 +198,8 @@ def check_targets_buildable_here(plan: Dict) -> None:
 def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
     """Snakemake under precisionflow's run lock: a second run on this results folder fails at once,
     and what a run that died left (its lock, staging folders, half-made outputs) is cleared first."""
-    from precisionflow import runlock
-    from precisionflow.plan import missing_under_finished
+    from precisionflow.pipeline import runlock
+    from precisionflow.pipeline.plan import missing_under_finished
 
     results = Path(plan["results_dir"])
     with runlock.exclusive_run(results):
@@ -218,7 +218,7 @@ def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
 
 def cmd_run(args, extra: List[str]) -> int:
     from precisionflow.config.compose import expand
-    from precisionflow.plan import build_plan, default_results_dir, recheck_finished, write_plan
+    from precisionflow.pipeline.plan import build_plan, default_results_dir, recheck_finished, write_plan
 
     check_scheduler(args.profile)
     points = expand(args.overrides, multirun=args.multirun)
@@ -260,7 +260,7 @@ def cmd_run(args, extra: List[str]) -> int:
 
 def print_verdicts(plan: Dict) -> int:
     """Each engine's verdict against its budget; 1 when any engine breaks it (so CI can gate on it)."""
-    from precisionflow.budget import format_verdicts, gate_fails, verdicts
+    from precisionflow.reporting.budget import format_verdicts, gate_fails, verdicts
 
     found = verdicts(plan)
     if not found:
@@ -323,7 +323,7 @@ def print_summary(plan: Dict) -> None:
 
 
 def print_why(plan: Dict) -> None:
-    from precisionflow.why import explain
+    from precisionflow.pipeline.why import explain
 
     lines = explain(plan)
     print(f"\nprecisionflow: {len(lines)} of {len(plan['nodes'])} planned nodes would run" + (":" if lines else "."))
@@ -335,7 +335,7 @@ def cmd_plan(args) -> int:
     from collections import Counter
 
     from precisionflow.config.compose import expand
-    from precisionflow.plan import build_plan, default_results_dir
+    from precisionflow.pipeline.plan import build_plan, default_results_dir
 
     points = expand(args.overrides, args.multirun)
     plan = build_plan(points, default_results_dir(points), args.overrides)
@@ -352,15 +352,15 @@ def cmd_plan(args) -> int:
 
 def cmd_check(args) -> int:
     from precisionflow.config.compose import expand
-    from precisionflow.plan import build_plan, default_results_dir
+    from precisionflow.pipeline.plan import build_plan, default_results_dir
 
     points = expand(args.overrides, args.multirun)
     return print_verdicts(build_plan(points, default_results_dir(points), args.overrides))
 
 
 def cmd_report(args) -> int:
-    from precisionflow.nodeio import read_json
-    from precisionflow.plan import plan_from_overrides
+    from precisionflow.pipeline.nodeio import read_json
+    from precisionflow.pipeline.plan import plan_from_overrides
 
     plan_file = plan_from_overrides(args.overrides, args.multirun)
     plan = read_json(plan_file)
@@ -381,14 +381,14 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from precisionflow.mlflow_compare import compare, default_uri
+    from precisionflow.reporting.mlflow_compare import compare, default_uri
 
     print(compare(args.uri or default_uri(args.results), args.experiment, args.sweep, args.where, args.format), end="")
     return 0
 
 
 def cmd_ui(args) -> int:
-    from precisionflow.mlflow_compare import default_uri, ui
+    from precisionflow.reporting.mlflow_compare import default_uri, ui
 
     return ui(args.uri or default_uri(args.results), args.port)
 
@@ -420,23 +420,23 @@ def cmd_status(args) -> int:
 
 
 def cmd_ship(args) -> int:
-    from precisionflow import remote
-    from precisionflow.nodeio import read_json
-    from precisionflow.plan import plan_from_overrides
+    from precisionflow.pipeline import remote
+    from precisionflow.pipeline.nodeio import read_json
+    from precisionflow.pipeline.plan import plan_from_overrides
 
     manifest = remote.pack(read_json(plan_from_overrides(args.overrides, args.multirun)), args.target, args.bundle)
     print(
         f"{len(manifest['nodes'])} {args.target} nodes and {len(manifest['upstream_files'])} upstream files packed in {args.bundle}.\n"
-        f"There: python -m precisionflow.remote run {args.bundle.name}; then collect the node folders and "
+        f"There: python -m precisionflow.pipeline.remote run {args.bundle.name}; then collect the node folders and "
         "`precisionflow land --from <folder> [same overrides]` here."
     )
     return 0
 
 
 def cmd_land(args) -> int:
-    from precisionflow import remote
-    from precisionflow.nodeio import read_json
-    from precisionflow.plan import plan_from_overrides
+    from precisionflow.pipeline import remote
+    from precisionflow.pipeline.nodeio import read_json
+    from precisionflow.pipeline.plan import plan_from_overrides
 
     landed = remote.land(args.collected, read_json(plan_from_overrides(args.overrides, args.multirun)))
     print(f"{len(landed)} node folders landed in results: " + ", ".join(landed))
@@ -447,12 +447,12 @@ def main(argv=None) -> int:
     own, extra = _split_passthrough(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(own)
     if getattr(args, "config_dir", None):  # in the environment: Snakemake and its jobs see the same folders
-        from precisionflow.assets import USER_CONFIG_ENV
+        from precisionflow.pipeline.assets import USER_CONFIG_ENV
 
         os.environ[USER_CONFIG_ENV] = str(args.config_dir.expanduser().resolve())
     try:
         if args.command == "flow":
-            from precisionflow import flow
+            from precisionflow.pipeline import flow
 
             print(flow.describe())
             return 0

@@ -9,7 +9,7 @@ from PIL import Image
 from precisionflow.datasets import image_folder
 from precisionflow.datasets.store import Split
 from precisionflow.errors import DataError
-from precisionflow.runner import run_node
+from precisionflow.pipeline.runner import run_node
 
 PARAMS = {
     "name": "image_folder",
@@ -132,7 +132,7 @@ def test_bad_folders_fail_before_training_and_leave_no_output(tmp_path, breaker)
 
 def test_missing_path_is_reported_when_planning(tmp_path):
     from precisionflow.config.compose import expand
-    from precisionflow.plan import build_plan
+    from precisionflow.pipeline.plan import build_plan
 
     with pytest.raises(DataError, match="expected a folder of class sub-folders"):
         build_plan(expand(["dataset=image_folder", f"dataset.path={tmp_path / 'nowhere'}"]), str(tmp_path))

@@ -128,7 +128,7 @@ def test_prepare_reports_its_throughput(tmp_path):
 def test_cache_choice_enters_exactly_the_ids_it_changes(tmp_path):
     """memory and disk store the same data node (training reads it differently); none stores another."""
     from precisionflow.config.compose import expand
-    from precisionflow.plan import build_plan
+    from precisionflow.pipeline.plan import build_plan
 
     root = make_folder(tmp_path / "images", per_class=10)
 
@@ -152,7 +152,7 @@ def test_cache_none_for_digits_is_refused_at_composition():
 
 def test_the_training_stream_is_a_new_permutation_every_epoch(node):
     from precisionflow.datasets import streaming
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     tf, _ = import_tensorflow()
     tf.random.set_seed(0)

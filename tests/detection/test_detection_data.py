@@ -12,7 +12,7 @@ from precisionflow.datasets.store import Split
 from precisionflow.detection import shadow_cars
 from precisionflow.detection.data import load_objects
 from precisionflow.errors import ConfigError, DataError
-from precisionflow.runner import run_node
+from precisionflow.pipeline.runner import run_node
 
 
 def prepare(tmp_path, params):
@@ -88,7 +88,7 @@ def test_coco_folder_boxes_are_rescaled_with_the_images(tmp_path):
 
 
 def test_a_coco_folder_with_a_missing_image_fails_at_planning(tmp_path):
-    from precisionflow.plan import build_plan
+    from precisionflow.pipeline.plan import build_plan
 
     root = write_coco(tmp_path / "coco")
     (root / "val" / "2.png").unlink()

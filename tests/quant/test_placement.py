@@ -60,7 +60,7 @@ def test_a_sweep_over_a_cpu_and_a_tensorrt_target_plans_two_int8_graphs_over_one
     from collections import Counter
 
     from precisionflow.config.compose import expand
-    from precisionflow.plan import build_plan
+    from precisionflow.pipeline.plan import build_plan
 
     plan = build_plan(expand(["targets=[local,h200]", "precisions=[fp32,int8]"]), str(tmp_path / "results"))
     nodes = plan["nodes"]

@@ -5,7 +5,7 @@ import onnx
 import pytest
 
 from precisionflow.datasets.store import Split, write_arrays
-from precisionflow.nodeio import file_hash
+from precisionflow.pipeline.nodeio import file_hash
 from precisionflow.quant import cache, qdq
 from precisionflow.stages import calibrate, quantize_onnx
 from tests.conftest import make_tiny_cnn

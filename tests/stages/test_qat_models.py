@@ -10,8 +10,8 @@ import pytest
 
 from precisionflow.config.compose import expand
 from precisionflow.datasets.store import Split, write_arrays
-from precisionflow.nodeio import write_json_atomic
-from precisionflow.runner import run_node
+from precisionflow.pipeline.nodeio import write_json_atomic
+from precisionflow.pipeline.runner import run_node
 from precisionflow.stages import calibrate, export_onnx, finetune_model, quantize_onnx, train_model
 
 pytestmark = pytest.mark.slow
@@ -119,8 +119,8 @@ def test_int8_qat_graph_reproduces_the_qat_model(data_plan, model):
 
 
 def test_a_layer_tfmot_cannot_quantize_stays_float_with_a_note():
-    from precisionflow import qat
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.modeling import qat
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     _, keras = import_tensorflow()
     inputs = keras.Input((16, 16, 3), name="image")

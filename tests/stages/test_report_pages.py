@@ -1,6 +1,6 @@
 import numpy as np
 
-from precisionflow import report_pages
+from precisionflow.reporting import report_pages
 
 
 def test_pareto_front_keeps_only_undominated_points():

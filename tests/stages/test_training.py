@@ -7,7 +7,7 @@ import pytest
 
 from precisionflow.config.compose import expand
 from precisionflow.errors import StageError
-from precisionflow.runner import run_node
+from precisionflow.pipeline.runner import run_node
 
 pytestmark = pytest.mark.slow
 
@@ -97,9 +97,9 @@ def test_qat_ranges_are_symmetric_and_map_to_real_tensors(workspace):
 
 
 def test_models_build_and_user_files_load_safely(tmp_path):
-    from precisionflow import models
+    from precisionflow.modeling import models
     from precisionflow.errors import DataError
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     _, keras = import_tensorflow()
     base = {
@@ -137,8 +137,8 @@ def test_training_reports_the_weights_it_keeps_not_the_last_epoch(workspace):
     import numpy as np
     from pathlib import Path
 
-    from precisionflow.training import kept_epoch, test_accuracy
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.modeling.training import kept_epoch, test_accuracy
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     # A learning rate high enough that validation accuracy swings between epochs.
     trained, _ = train_and_export(workspace, "early", {"epochs": 6, "learning_rate": 0.05, "early_stopping_patience": 6})

@@ -9,7 +9,7 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 class PrecisionflowUserConfig(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        from precisionflow.assets import user_conf_dir
+        from precisionflow.pipeline.assets import user_conf_dir
 
         folder = user_conf_dir()
         if folder is not None:

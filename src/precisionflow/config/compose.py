@@ -20,7 +20,7 @@ DECISION_SPLITS = ("train", "val")  # splits a choice (calibration, ops kept in 
 
 def group_dirs(group: str) -> List[Path]:
     """Every folder that holds choices of a config group: the user's, then the built-in one."""
-    from precisionflow.assets import conf_dirs
+    from precisionflow.pipeline.assets import conf_dirs
 
     return [folder / group for folder in conf_dirs() if (folder / group).is_dir()]
 
@@ -70,7 +70,7 @@ def _compose(group_overrides: Tuple[str, ...]):
 
     from precisionflow.config.schema import register
 
-    from precisionflow.assets import builtin_conf_dir
+    from precisionflow.pipeline.assets import builtin_conf_dir
 
     register()
     # A user's folder (--config-dir) is put ahead of this one by the search-path plugin in
@@ -368,7 +368,7 @@ def validate(cfg: Dict[str, Any]) -> None:
             f"dataset.path: dataset={cfg['dataset']['name']} needs the folder of your images; add dataset.path=/path/to/images."
         )
     if cfg["model"]["name"] == "keras_file":
-        from precisionflow.models import check_user_model_file
+        from precisionflow.modeling.models import check_user_model_file
 
         check_user_model_file(cfg["model"])
     if cfg["dataset"]["channels"] not in (1, 3):
@@ -395,7 +395,7 @@ def validate(cfg: Dict[str, Any]) -> None:
             f"evaluate.ratio_rounds / ratio_window_s: expected at least 2 rounds of a positive window, "
             f"found {cfg['evaluate']['ratio_rounds']} / {cfg['evaluate']['ratio_window_s']}."
         )
-    from precisionflow.budget import check_config
+    from precisionflow.reporting.budget import check_config
 
     check_config(cfg["evaluate"])
     fractions = cfg["dataset"]["val_fraction"] + cfg["dataset"]["test_fraction"]

@@ -15,7 +15,7 @@ import numpy as np
 from precisionflow.datasets.store import Split
 from precisionflow.detection import boxes, metrics
 from precisionflow.detection.data import load_objects
-from precisionflow.nodeio import write_json_atomic
+from precisionflow.pipeline.nodeio import write_json_atomic
 
 WORST_IMAGES = 12
 

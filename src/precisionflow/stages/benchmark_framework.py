@@ -8,16 +8,16 @@ same thread count as the engines, so the baseline is the framework at its ordina
 from pathlib import Path
 from typing import Any, Dict
 
-from precisionflow import speed
-from precisionflow.keras_runner import KerasRunner
-from precisionflow.nodeio import write_json_atomic
+from precisionflow.measure import speed
+from precisionflow.measure.keras_runner import KerasRunner
+from precisionflow.pipeline.nodeio import write_json_atomic
 from precisionflow.datasets.store import Split
 
 PACKAGES = ("tensorflow", "tf-keras", "numpy")
 
 
 def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
-    from precisionflow.targets import device_params, timing_settings
+    from precisionflow.measure.targets import device_params, timing_settings
 
     return {
         "evaluate": timing_settings(cfg, target),
@@ -27,7 +27,7 @@ def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     tf, keras = import_tensorflow()
     tf.config.threading.set_intra_op_parallelism_threads(params["threads"])

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any, Dict
 
 from precisionflow.backends import check_runtime, get_backend
-from precisionflow.nodeio import read_node, write_json_atomic
-from precisionflow.targets import device_params
+from precisionflow.pipeline.nodeio import read_node, write_json_atomic
+from precisionflow.measure.targets import device_params
 
 PACKAGES = ("onnx", "numpy")  # the backend's own version is in params["runtime"]
 # The engine settings each backend reads; the others do not enter its engines' ids.

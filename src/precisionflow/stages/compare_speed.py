@@ -14,9 +14,11 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 
-from precisionflow import errors, speed, timing
+from precisionflow import errors
+
+from precisionflow.measure import speed, timing
 from precisionflow.backends import get_backend
-from precisionflow.nodeio import read_json, read_node, write_json_atomic
+from precisionflow.pipeline.nodeio import read_json, read_node, write_json_atomic
 from precisionflow.datasets.store import Split
 from precisionflow.errors import PrecisionflowError, StageError
 
@@ -26,7 +28,7 @@ RATIO_KEYS = ("timing_batch_sizes", "streams", "stream_batch_size", "warmup_s", 
 
 
 def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
-    from precisionflow.targets import device_params, timing_settings
+    from precisionflow.measure.targets import device_params, timing_settings
 
     params = {
         "ratio": timing_settings(cfg, target, RATIO_KEYS),
@@ -35,7 +37,7 @@ def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str
         **device_params(cfg, target, runtime),
     }
     if cfg["target_defs"][target]["framework"]:  # TensorFlow is timed too: its versions are read
-        from precisionflow import identity
+        from precisionflow.pipeline import identity
 
         params["framework"] = identity.package_versions(FRAMEWORK_PACKAGES)
     return params
@@ -43,7 +45,7 @@ def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str
 
 def check_framework(planned: Dict[str, str]) -> None:
     """The TensorFlow side runs with the versions the node's id names, or not at all."""
-    from precisionflow import identity
+    from precisionflow.pipeline import identity
 
     found = identity.package_versions(FRAMEWORK_PACKAGES)
     if found != planned:
@@ -62,8 +64,8 @@ def engine_loader(engine_dir: Path) -> Callable[[], Any]:
 
 
 def keras_loader(model_dir: Path, threads: int) -> Callable[[], Any]:
-    from precisionflow.keras_runner import KerasRunner
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.measure.keras_runner import KerasRunner
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     tf, keras = import_tensorflow()
     tf.config.threading.set_intra_op_parallelism_threads(threads)

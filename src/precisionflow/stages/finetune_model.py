@@ -12,8 +12,8 @@ from typing import Any, Dict
 
 import numpy as np
 
-from precisionflow.nodeio import read_json, read_node, write_json_atomic
-from precisionflow import training
+from precisionflow.pipeline.nodeio import read_json, read_node, write_json_atomic
+from precisionflow.modeling import training
 
 PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy", "matplotlib", "h5py")
 FINETUNE_KEYS = ("mode", "epochs", "batch_size", "learning_rate", "seed")
@@ -21,7 +21,7 @@ FINETUNE_KEYS = ("mode", "epochs", "batch_size", "learning_rate", "seed")
 
 def reads(cfg: Dict[str, Any], finetune: Dict[str, Any]) -> Dict[str, Any]:
     """`finetune` is cfg["finetune"], or its QAT variant for the int8_qat branch."""
-    from precisionflow import models
+    from precisionflow.modeling import models
 
     keys = FINETUNE_KEYS + (("exclude_layers",) if finetune["mode"] == "qat" else ())
     return {
@@ -34,7 +34,7 @@ def reads(cfg: Dict[str, Any], finetune: Dict[str, Any]) -> Dict[str, Any]:
 
 def _load(keras, inputs, params, meta, policy: str):
     """The trained model rebuilt under `policy` (weights are fp32 masters either way)."""
-    from precisionflow import models
+    from precisionflow.modeling import models
 
     trained = keras.models.load_model(inputs["model"] / "model.keras", compile=False)
     keras.mixed_precision.set_global_policy(policy)
@@ -65,8 +65,8 @@ def _settings(finetune: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    from precisionflow import qat
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.modeling import qat
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     tf, keras = import_tensorflow()
     finetune = params["finetune"]

@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from precisionflow.nodeio import write_json_atomic
+from precisionflow.pipeline.nodeio import write_json_atomic
 
 PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy", "h5py")
 CHANNEL_KEYS = ("method", "criterion", "ratio", "threshold", "granularity", "min_channels", "bn_scale", "exclude_layers")
@@ -29,7 +29,7 @@ def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
 
 def validate(cfg: Dict[str, Any]) -> None:
     """Settings checked when the plan is made, before anything runs."""
-    from precisionflow import pruning
+    from precisionflow.modeling import pruning
     from precisionflow.errors import ConfigError
 
     if cfg["prune"]["method"] == "channel":
@@ -46,7 +46,7 @@ def check_user_model_layers(cfg: Dict[str, Any]) -> None:
     """A user's saved model is analysed at planning, from its config alone: a layer channel pruning
     cannot follow fails the plan, naming it, before the model is trained (built-in models are
     covered by the tests)."""
-    from precisionflow import models, pruning
+    from precisionflow.modeling import models, pruning
 
     if cfg["model"]["name"] != "keras_file" or not cfg["model"].get("path"):
         return
@@ -126,8 +126,8 @@ def prune_sparse24(tf, keras, model, params: Dict[str, Any], data_dir: Path):
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    from precisionflow import pruning
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.modeling import pruning
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     tf, keras = import_tensorflow()
     model = keras.models.load_model(inputs["model"] / "model.keras", compile=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from precisionflow.errors import ConfigError
-from precisionflow.nodeio import file_hash
+from precisionflow.pipeline.nodeio import file_hash
 
 PACKAGES = ("onnx", "onnxconverter-common", "onnxruntime", "matplotlib", "numpy")
 INT8_KEYS = ("exclude_nodes", "keep_output_layer", "report_samples", "report_split")

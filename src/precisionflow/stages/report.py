@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from precisionflow.compare import engine_key, ratio_values, ratios_by_engine, split_inputs
-from precisionflow.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
-from precisionflow import report_pages
+from precisionflow.reporting.compare import engine_key, ratio_values, ratios_by_engine, split_inputs
+from precisionflow.pipeline.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
+from precisionflow.reporting import report_pages
 
 PACKAGES = ("matplotlib", "numpy")
 NOISY_MARK = "*"
@@ -224,7 +224,7 @@ def pruning_columns(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     """How the model was pruned and what is left of it (parameters, MFLOPs per image)."""
     if "prune_model" not in lineage:
         return {"pruned": "", "params": "", "mflops": ""}
-    from precisionflow.pruning import describe
+    from precisionflow.modeling.pruning import describe
 
     summary = lineage["prune_model"]["summary"]
     return {
@@ -396,7 +396,7 @@ def draw_worst_boxes(eval_dir: Path, out: Path, data_cache: Dict[str, Any]) -> s
 def class_changes(eval_dirs: List[Path], out: Path) -> List[str]:
     """per_class.csv (every engine, every class: top-1 -- AP for a detector -- against fp32) and
     one picture per target."""
-    from precisionflow.budget import verdict_inputs
+    from precisionflow.reporting.budget import verdict_inputs
 
     rows, pictures, by_target, measure = [], [], {}, "top-1"
     for eval_dir, metrics, fp32 in verdict_inputs(eval_dirs):
@@ -493,7 +493,7 @@ def non_finite_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
 
 def chance_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     """Trainings that learned nothing, once each (their engines' rows compare noise)."""
-    from precisionflow.training import at_chance_message
+    from precisionflow.modeling.training import at_chance_message
 
     found = {}
     for eval_dir in metrics:
@@ -537,7 +537,7 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> Li
 def trade_offs(found: List[Dict[str, Any]]) -> List[str]:
     """One plain line per target: the fastest engine within its budget (measured side by side with
     the fp32 engine), and what it costs in accuracy."""
-    from precisionflow.budget import interval_text
+    from precisionflow.reporting.budget import interval_text
 
     lines = []
     for target in sorted({entry["target"] for entry in found}):
@@ -590,7 +590,7 @@ def add_verdict_columns(rows: List[Dict[str, Any]], found: List[Dict[str, Any]])
 
 def verdicts_of(params: Dict[str, Any], evals: List[Path], speeds: List[Path]) -> List[Dict[str, Any]]:
     """The budgets' verdicts on this report's engines (budget.verdicts over these nodes alone)."""
-    from precisionflow.budget import verdicts
+    from precisionflow.reporting.budget import verdicts
 
     results = evals[0].parent.parent if evals else Path(".")
     nodes = {f"{p.parent.name}/{p.name}": read_node(p) for p in evals + speeds}

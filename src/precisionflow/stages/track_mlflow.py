@@ -11,9 +11,9 @@ import hashlib
 from pathlib import Path
 from typing import Any, Dict, List
 
-from precisionflow import tracking
-from precisionflow.compare import HEADLINE_METRICS, engine_key, ratio_values, ratios_by_engine, split_inputs, task_of
-from precisionflow.nodeio import named_lineage, node_key, read_json
+from precisionflow.reporting import tracking
+from precisionflow.reporting.compare import HEADLINE_METRICS, engine_key, ratio_values, ratios_by_engine, split_inputs, task_of
+from precisionflow.pipeline.nodeio import named_lineage, node_key, read_json
 from precisionflow.quant import cache
 
 PACKAGES = ("mlflow",)

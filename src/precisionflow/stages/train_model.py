@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any, Dict
 
 from precisionflow.errors import StageError
-from precisionflow.nodeio import read_json
-from precisionflow.training import at_chance_message, fit, optimizer, rebuild_fp32, save_outputs
+from precisionflow.pipeline.nodeio import read_json
+from precisionflow.modeling.training import at_chance_message, fit, optimizer, rebuild_fp32, save_outputs
 
 PACKAGES = ("tensorflow", "tf-keras", "numpy", "matplotlib", "h5py")
 
 
 def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    from precisionflow import models
+    from precisionflow.modeling import models
 
     train = {key: value for key, value in cfg["train"].items() if key not in THRESHOLD_KEYS}
     # How the data is read decides the order training sees it in (dataset.cache): part of the id.
@@ -42,8 +42,8 @@ def check(limits: Dict[str, Any], summary: Dict[str, Any]) -> None:
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    from precisionflow import models
-    from precisionflow.tfenv import import_tensorflow
+    from precisionflow.modeling import models
+    from precisionflow.modeling.tfenv import import_tensorflow
 
     started = time.time()
     tf, keras = import_tensorflow()

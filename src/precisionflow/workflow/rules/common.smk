@@ -4,10 +4,10 @@ import sys
 import time
 from pathlib import Path
 
-from precisionflow.plan import plan_from_overrides
-from precisionflow.nodeio import read_json
-from precisionflow import flow as FLOW
-from precisionflow import tracking
+from precisionflow.pipeline.plan import plan_from_overrides
+from precisionflow.pipeline.nodeio import read_json
+from precisionflow.pipeline import flow as FLOW
+from precisionflow.reporting import tracking
 
 PLAN_FILE = config.get("plan") or str(plan_from_overrides())
 PLAN = read_json(PLAN_FILE)
@@ -82,9 +82,9 @@ os.environ["PRECISIONFLOW_PLAN"] = PLAN_FILE
 # One id per workflow run, recorded with every timing: the report says when a table mixes runs.
 os.environ.setdefault("PRECISIONFLOW_RUN", time.strftime("%Y-%m-%dT%H:%M:%S"))
 os.environ["PRECISIONFLOW_PYTHON"] = PYTHON
-STAGE_COMMAND = '"$PRECISIONFLOW_PYTHON" -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node:q} > {log:q} 2>&1'
+STAGE_COMMAND = '"$PRECISIONFLOW_PYTHON" -m precisionflow.pipeline.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node:q} > {log:q} 2>&1'
 # Training stages also show their per-epoch progress on the console (Snakemake sets pipefail).
-STAGE_COMMAND_SHOWN = '"$PRECISIONFLOW_PYTHON" -u -m precisionflow.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node:q} 2>&1 | tee {log:q}'
+STAGE_COMMAND_SHOWN = '"$PRECISIONFLOW_PYTHON" -u -m precisionflow.pipeline.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node:q} 2>&1 | tee {log:q}'
 
 
 onstart:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from precisionflow.errors import ConfigError
-from precisionflow.tracking import SWEEP_TAG
+from precisionflow.reporting.tracking import SWEEP_TAG
 
 COLUMNS = [
     ("precision", "tags.precision"),

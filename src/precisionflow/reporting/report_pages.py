@@ -179,7 +179,7 @@ def _cell(value, title: str = "") -> str:
 
 def accuracy_change(entry: Dict[str, Any]) -> str:
     """ "top-1 -0.44 [-1.8, +0.9] vs its fp32 twin; +27.1 [..] vs base fp32" and int8_mixed's validation."""
-    from precisionflow.budget import interval_text
+    from precisionflow.reporting.budget import interval_text
 
     against = "vs its fp32 twin" if entry.get("vs_base_fp32") else "vs fp32"
     text = f"{entry['accuracy_name']} {0.0 - entry['drop_points']:+.2f}{interval_text(entry.get('drop'))} points {against}"

@@ -18,11 +18,11 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from precisionflow.nodeio import file_hash
+from precisionflow.pipeline.nodeio import file_hash
 
 PACKAGE = "precisionflow"
-PACKAGE_DIR = Path(__file__).resolve().parent
-RUNNER_MODULE = f"{PACKAGE}.runner"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # src/precisionflow
+RUNNER_MODULE = f"{PACKAGE}.pipeline.runner"
 _MODULE_STRING = re.compile(rf"^{PACKAGE}(\.\w+)+$")
 
 

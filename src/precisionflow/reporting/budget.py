@@ -9,10 +9,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from precisionflow import stats
-from precisionflow.compare import task_of
+from precisionflow.reporting import stats
+from precisionflow.reporting.compare import task_of
 from precisionflow.config.schema import BudgetConf
-from precisionflow.nodeio import NODE_FILE, named_lineage, read_json
+from precisionflow.pipeline.nodeio import NODE_FILE, named_lineage, read_json
 
 BUDGET_KEYS = tuple(field.name for field in fields(BudgetConf))
 TWIN = "fp32_twin"  # the evaluation of int8_qat's fine-tune run in fp32: its fair reference
@@ -80,7 +80,7 @@ def _fp32_of(plan: Dict[str, Any]) -> Dict[tuple, str]:
 
 def _speedups(plan: Dict[str, Any], results: Path) -> Dict[str, Dict[str, Any]]:
     """{engine key: ratio columns} from the finished side-by-side ratio jobs."""
-    from precisionflow.compare import ratio_values
+    from precisionflow.reporting.compare import ratio_values
 
     found = {}
     for key, spec in plan["nodes"].items():
@@ -94,7 +94,7 @@ def per_sample(folder: Path):
     """(predictions, labels) of an evaluation's test split, or None (detection keeps boxes instead)."""
     import numpy as np
 
-    from precisionflow.compare import PER_SAMPLE_FILE
+    from precisionflow.reporting.compare import PER_SAMPLE_FILE
 
     path = folder / PER_SAMPLE_FILE
     if not path.is_file():
@@ -441,7 +441,7 @@ def gate_fails(entry: Dict[str, Any]) -> bool:
 def verdict_inputs(eval_dirs: List[Path]):
     """(evaluation folder, its metrics, the metrics of the fp32 evaluation of its model and target)
     for every evaluation among `eval_dirs` whose fp32 baseline is among them too."""
-    from precisionflow.nodeio import read_node
+    from precisionflow.pipeline.nodeio import read_node
 
     loaded = [(path, read_node(path), read_json(path / "metrics.json")) for path in eval_dirs]
     fp32 = {baseline_key(node, metrics["target"]): metrics for _, node, metrics in loaded if metrics["precision"] == "fp32"}

@@ -1,4 +1,4 @@
-"""Run one planned node: `python -m precisionflow.runner --plan PLAN --node STAGE/ID`.
+"""Run one planned node: `python -m precisionflow.pipeline.runner --plan PLAN --node STAGE/ID`.
 
 Snakemake rules call this; tests and scripts may call run_node() directly. Before the stage runs,
 the runner checks that this process has the code and package versions the node's id was computed
@@ -17,9 +17,17 @@ import time
 from pathlib import Path
 from typing import Any, Dict
 
-from precisionflow import identity
+from precisionflow.pipeline import identity
 from precisionflow.errors import PrecisionflowError, StageError
-from precisionflow.nodeio import NODE_FILE, content_hashes, file_stats, read_json, staged_node_dir, verify_node, write_json_atomic
+from precisionflow.pipeline.nodeio import (
+    NODE_FILE,
+    content_hashes,
+    file_stats,
+    read_json,
+    staged_node_dir,
+    verify_node,
+    write_json_atomic,
+)
 
 
 def package_versions(names) -> Dict[str, str]:
@@ -54,9 +62,11 @@ def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
 
 def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[str, Any]:
     """`results_dir` replaces the plan's where the plan was made on another machine (a GPU node
-    given the plan and its upstream node folders: see precisionflow.remote)."""
+    given the plan and its upstream node folders: see precisionflow.pipeline.remote)."""
     if key not in plan["nodes"]:
-        raise StageError(f"Node {key} is not in this plan; `python -m precisionflow.remote nodes --plan PLAN` lists them.")
+        raise StageError(
+            f"Node {key} is not in this plan; `python -m precisionflow.pipeline.remote nodes --plan PLAN` lists them."
+        )
     spec = plan["nodes"][key]
     results = Path(results_dir or plan["results_dir"])
     inputs = {role: results / upstream for role, upstream in spec["inputs"].items()}

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from precisionflow import identity
-from precisionflow.budget import budget_for
-from precisionflow import flow
+from precisionflow.pipeline import identity
+from precisionflow.reporting.budget import budget_for
+from precisionflow.pipeline import flow
 from precisionflow.errors import ConfigError
 
 STAGES = (
@@ -146,7 +146,7 @@ class PlanBuilder:
 
     def model_files(self, model: Dict[str, Any]) -> Dict[str, str]:
         """{path: content sha256} of the files a model builder opens (user model, local weights)."""
-        from precisionflow.models import FILE_KEYS
+        from precisionflow.modeling.models import FILE_KEYS
 
         found = {}
         for key in FILE_KEYS:
@@ -243,7 +243,7 @@ class PlanBuilder:
         module = stage_module("prune_model")
         module.validate(cfg)
         params = module.reads(cfg)
-        from precisionflow.pruning import describe
+        from precisionflow.modeling.pruning import describe
 
         return self.add("prune_model", describe(params["prune"]).replace(" ", "-"), params, {"model": model, "data": data})
 
@@ -343,7 +343,7 @@ class PlanBuilder:
         """The QAT fine-tune run again in fp32 (same epochs, learning rate, seed, data), exported,
         built and evaluated like the fp32 engine: int8_qat's delta against it is what precision
         cost; against the base fp32 model it also holds what the extra training gave."""
-        from precisionflow.budget import TWIN
+        from precisionflow.reporting.budget import TWIN
 
         qat_model = self.nodes[self.nodes[qat_graph.inputs["onnx"]].inputs["model"]]
         twin_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="fp32"), trained, data)
@@ -417,7 +417,7 @@ def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequen
 def resolution_warnings(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) -> List[str]:
     """Budgets finer than their test split can resolve: with n images even an engine that flips not
     one of them has a drop interval wider than the budget, so its verdict can only be UNDECIDED."""
-    from precisionflow import stats
+    from precisionflow.reporting import stats
 
     found = set()
     for key, budget in budgets.items():
@@ -465,7 +465,7 @@ def default_results_dir(points: List[Dict[str, Any]]) -> str:
 
 def write_plan(plan: Dict[str, Any]) -> Path:
     """Write the plan under results/.plans/<content hash>.json (atomically, once) and return its path."""
-    from precisionflow.nodeio import write_json_atomic
+    from precisionflow.pipeline.nodeio import write_json_atomic
 
     text = json.dumps(plan, sort_keys=True)
     path = Path(plan["results_dir"]) / ".plans" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
@@ -486,7 +486,7 @@ def missing_under_finished(plan: Dict[str, Any]) -> List[str]:
     is finished. Snakemake would leave them missing (nothing up to date needs them), so the lineage
     of what was built from them could no longer be walked: the run recomputes them and everything
     downstream."""
-    from precisionflow.nodeio import NODE_FILE
+    from precisionflow.pipeline.nodeio import NODE_FILE
 
     results = Path(plan["results_dir"])
     finished = {key for key in plan["nodes"] if (results / key / NODE_FILE).is_file()}
@@ -500,7 +500,7 @@ def recheck_finished(plan: Dict[str, Any]) -> None:
     (an engine or calibration cache copied in, a graph edited: refused here, not after Snakemake
     decided they are up to date), and their thresholds hold (ids do not cover thresholds, so a
     tightened threshold must still fail the run)."""
-    from precisionflow.nodeio import NODE_FILE, verify_finished_node
+    from precisionflow.pipeline.nodeio import NODE_FILE, verify_finished_node
 
     results = Path(plan["results_dir"])
     for key, spec in plan["nodes"].items():

@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 SWEEP_TAG = "precisionflow.sweep"
 NODE_TAG = "precisionflow.node"
 COMPLETE_TAG = "precisionflow.complete"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout, when running from one
+PROJECT_ROOT = Path(__file__).resolve().parents[3]  # the checkout, when running from one
 
 
 def resolve_uri(uri: Optional[str], results_dir: Path) -> str:

@@ -7,8 +7,8 @@ Used by `precisionflow plan --why` and `precisionflow run -n`.
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from precisionflow.nodeio import NODE_FILE, read_json
-from precisionflow.tracking import flatten
+from precisionflow.pipeline.nodeio import NODE_FILE, read_json
+from precisionflow.reporting.tracking import flatten
 
 
 def differences(planned: Dict[str, Any], existing: Dict[str, Any]) -> List[str]:
@@ -32,7 +32,7 @@ def differences(planned: Dict[str, Any], existing: Dict[str, Any]) -> List[str]:
 
 
 def _changed_sources(planned: Dict[str, Any], old_identity: Dict[str, Any]) -> str:
-    from precisionflow import identity
+    from precisionflow.pipeline import identity
 
     now = identity.source_hashes(planned["stage"], identity.node_backend(planned["params"]))
     before = old_identity.get("sources", {})

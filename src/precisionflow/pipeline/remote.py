@@ -3,13 +3,13 @@ numpy, onnx and the engine runtime (no TensorFlow, Snakemake, Hydra or MLflow), 
 node image on a cluster.
 
     here:   precisionflow ship --target h200 --to BUNDLE [overrides]  # plan; pack what the h200 nodes read
-    there:  python -m precisionflow.remote doctor BUNDLE   # what this machine can build of it
-            python -m precisionflow.remote run BUNDLE      # build_engine, evaluate_engine, compare_speed
-            python -m precisionflow.remote collect BUNDLE OUT [--without-engine-files]
+    there:  python -m precisionflow.pipeline.remote doctor BUNDLE   # what this machine can build of it
+            python -m precisionflow.pipeline.remote run BUNDLE      # build_engine, evaluate_engine, compare_speed
+            python -m precisionflow.pipeline.remote collect BUNDLE OUT [--without-engine-files]
     here:   precisionflow land --from OUT [overrides]        # their node folders join results/
             precisionflow run [overrides]                   # report and MLflow finish here
 
-Each node runs through the same runner as under Snakemake (precisionflow.runner), so its identity
+Each node runs through the same runner as under Snakemake (precisionflow.pipeline.runner), so its identity
 checks hold there too: the node's code, numpy/onnx versions and engine runtime must be what the
 plan names (target_defs.<target>.backend_version says which runtime that machine has).
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from precisionflow.errors import LineageError, PrecisionflowError, StageError
-from precisionflow.nodeio import NODE_FILE, PACKED_FILE, read_json, write_json_atomic
+from precisionflow.pipeline.nodeio import NODE_FILE, PACKED_FILE, read_json, write_json_atomic
 
 GPU_STAGES = ("build_engine", "evaluate_engine", "compare_speed")
 # What the GPU stages open of each upstream node, by the role the node plays for them. The data
@@ -109,7 +109,7 @@ def failure_line(err: BaseException) -> str:
 def run_bundle(bundle: Path, keep_going: bool = False) -> List[Dict[str, Any]]:
     """Run every node of the bundle not finished yet, in order, through the runner. With
     keep_going, a failed node does not stop the others (those reading it fail on their own)."""
-    from precisionflow.runner import run_node
+    from precisionflow.pipeline.runner import run_node
 
     import os
     import time
@@ -218,7 +218,7 @@ def main(argv=None) -> int:
         else:
             print(json.dumps(collect(args.bundle, args.out, args.without_engine_files), indent=1))
     except PrecisionflowError as err:
-        print(f"precisionflow.remote: {err}", file=sys.stderr)
+        print(f"precisionflow.pipeline.remote: {err}", file=sys.stderr)
         return 2
     return 0
 

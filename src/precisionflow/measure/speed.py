@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict
 
 import numpy as np
 
-from precisionflow import timing
+from precisionflow.measure import timing
 
 
 def conditions() -> Dict[str, Any]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from precisionflow.datasets.store import Split, predict_in_batches
 from precisionflow.errors import ConfigError, StageError
-from precisionflow.nodeio import write_json_atomic
+from precisionflow.pipeline.nodeio import write_json_atomic
 
 
 def stop_on_nan(keras):
@@ -128,7 +128,7 @@ def _fit_detector(keras, model, data_dir: Path, settings: Dict[str, Any], opt, c
 
 def rebuild_fp32(keras, model_params, model, meta):
     """The same architecture under the float32 policy, holding the trained (fp32 master) weights."""
-    from precisionflow import models
+    from precisionflow.modeling import models
 
     keras.mixed_precision.set_global_policy("float32")
     fp32_model = models.build(keras, model_params, meta["input_shape"], len(meta["classes"]))
