@@ -35,7 +35,7 @@ def test_html_page_puts_verdicts_first_escapes_and_marks_rows():
     )
     assert page.index("Verdicts") < page.index("Comparison table") < page.index("Pareto plots")
     assert "&lt;int8&gt;" in page and 'src="figures/pareto-local.png"' in page
-    assert "<tr class='ref'>" in page and "<tr class='fail'>" in page and 'class="noisy"' in page
+    assert '<tr class="ref">' in page and '<tr class="fail">' in page and 'class="noisy"' in page
     assert "10.00 points below" in page and 'title="int8-local-2"' in page
 
 

@@ -1,7 +1,6 @@
 """Pictures and a page for the report stage: Pareto plots, per-class changes, flipped-sample grids,
 and report.html -- verdicts first, then the table, the plots and the galleries."""
 
-import html
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
@@ -170,13 +169,6 @@ CHECK_SCRIPT = (
 )
 
 
-def _cell(value, title: str = "") -> str:
-    text = str(value)
-    css = ' class="noisy"' if text.endswith("*") else ""
-    tip = f' title="{html.escape(title)}"' if title else ""
-    return f"<td{css}{tip}>{html.escape(text)}</td>"
-
-
 def accuracy_change(entry: Dict[str, Any]) -> str:
     """ "top-1 -0.44 [-1.8, +0.9] vs its fp32 twin; +27.1 [..] vs base fp32" and int8_mixed's validation."""
     from precisionflow.reporting.budget import interval_text
@@ -191,40 +183,38 @@ def accuracy_change(entry: Dict[str, Any]) -> str:
     return text
 
 
-def verdict_table(verdicts: List[Dict[str, Any]]) -> str:
-    if not verdicts:
-        return "<p class='note'>No budgets to check (no fp32 engine in this report).</p>"
-    head = (
-        "<tr><th>verdict</th><th>engine</th><th>target</th><th>ran</th><th>accuracy vs fp32 [95% interval]</th>"
-        "<th>agreement</th><th>worst class</th><th>speed vs fp32</th><th>what broke it, or what the sample cannot tell</th></tr>"
-    )
+def verdict_rows(verdicts: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The verdict table's cells, as text (the template escapes them)."""
     rows = []
     for entry in verdicts:
         worst = entry["worst_class"]
-        speed = f"{entry['speedup_vs_fp32']}x at {entry['speedup_at']}" if entry["speedup_vs_fp32"] else ""
         rows.append(
-            f"<tr class='{'fail' if entry['breaches'] else ''}'><td class='{entry['verdict'].lower()}'>{entry['verdict']}</td>"
-            f"<td title='{html.escape(entry['node'] + ' from ' + entry['model'])}'>{html.escape(entry['precision'])}</td>"
-            f"<td>{html.escape(entry['target'])}</td><td>{html.escape(entry['ran'])}</td>"
-            f"<td>{html.escape(accuracy_change(entry))}</td><td>{entry['agreement']:.4f}</td>"
-            f"<td>{html.escape(f'{worst[0]}: {0.0 - worst[1]:+.1f}') if worst else ''}</td><td>{speed}</td>"
-            f"<td>{html.escape('; '.join(entry['breaches'] + entry.get('undecided', [])))}</td></tr>"
+            {
+                "failed": bool(entry["breaches"]),
+                "verdict": entry["verdict"],
+                "tip": f"{entry['node']} from {entry['model']}",
+                "precision": entry["precision"],
+                "target": entry["target"],
+                "ran": entry["ran"],
+                "accuracy": accuracy_change(entry),
+                "agreement": f"{entry['agreement']:.4f}",
+                "worst": f"{worst[0]}: {0.0 - worst[1]:+.1f}" if worst else "",
+                "speed": f"{entry['speedup_vs_fp32']}x at {entry['speedup_at']}" if entry["speedup_vs_fp32"] else "",
+                "why": "; ".join(entry["breaches"] + entry.get("undecided", [])),
+            }
         )
-    return f"<table>{head}{''.join(rows)}</table>"
+    return rows
 
 
-def comparison_table(rows: List[Dict[str, Any]], columns: List[str], failed: set) -> str:
-    # Header words may break at their underscores; models show by their hash (the full id is the tooltip).
-    head = "".join(f"<th>{html.escape(c).replace('_', '_<wbr>')}</th>" for c in columns)
-    body = []
+def table_rows(rows: List[Dict[str, Any]], columns: List[str], failed: set) -> List[Dict[str, Any]]:
+    """The comparison table's rows: models show by their hash (the full id and the node are tooltips)."""
+    shaped = []
     for row in rows:
-        css = "ref" if row["precision"] == "fp32" else "fail" if row["node"] in failed else ""
         shown = dict(row, model=str(row.get("model", "")).rsplit("-", 1)[-1][:8])
-        cells = "".join(
-            _cell(shown[c], row["node"] if c == "precision" else row.get("model", "") if c == "model" else "") for c in columns
-        )
-        body.append(f"<tr class='{css}'>{cells}</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+        tips = {"precision": row["node"], "model": row.get("model", "")}
+        cells = [{"text": str(shown[c]), "noisy": str(shown[c]).endswith("*"), "tip": tips.get(c, "")} for c in columns]
+        shaped.append({"css": "ref" if row["precision"] == "fp32" else "fail" if row["node"] in failed else "", "cells": cells})
+    return shaped
 
 
 def html_page(
@@ -234,18 +224,22 @@ def html_page(
     notes: List[str] = (),
     verdicts: List[Dict[str, Any]] = (),
 ) -> str:
-    """`plots`: {section title: [image file names]}."""
-    failed = {entry["node"].split("/", 1)[-1] for entry in verdicts if entry["breaches"]}
-    sections = [
-        f"<h2>Verdicts</h2>{verdict_table(list(verdicts))}",
-        "<h2>Comparison table</h2>"
-        + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in notes)
-        + comparison_table(rows, columns, failed),
-    ]
-    for title, names in plots.items():
-        images = "".join(f'<p><img src="{html.escape(name)}" alt="{html.escape(name)}"></p>' for name in names)
-        sections.append(f"<h2>{html.escape(title)}</h2>{images or '<p class=note>none</p>'}")
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>precisionflow report</title>"
-        f"<style>{STYLE}</style></head><body><h1>precisionflow report</h1>{''.join(sections)}{CHECK_SCRIPT}</body></html>\n"
+    """report.html from templates/report.html.j2 (Jinja2, every value escaped); `plots`: {section title: [image file names]}."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    environment = Environment(
+        loader=PackageLoader("precisionflow.reporting", "templates"),
+        autoescape=select_autoescape(["html", "j2"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
+    failed = {entry["node"].split("/", 1)[-1] for entry in verdicts if entry["breaches"]}
+    return environment.get_template("report.html.j2").render(
+        style=STYLE,
+        check_script=CHECK_SCRIPT,
+        verdicts=verdict_rows(list(verdicts)),
+        notes=list(notes),
+        rows=table_rows(rows, columns, failed),
+        plots=plots,
+        headers=[c.replace("_", "_\u200b") for c in columns],
+    )  # header words may break at their underscores
