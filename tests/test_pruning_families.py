@@ -170,6 +170,7 @@ def test_an_unknown_layer_in_a_user_model_fails_the_plan_naming_it(tmp_path):
         "model=keras_file",
         f"model.path={path}",
         "prune=channel",
+        "finetune.mode=fp32",
         f"results_dir={tmp_path / 'results'}",
         "dataset.image_size=[8,8]",
         "targets=[cpu]",

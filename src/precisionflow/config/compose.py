@@ -361,6 +361,7 @@ def validate(cfg: Dict[str, Any]) -> None:
         if cfg[section][leaf] < minimum:
             raise ConfigError(f"{key}: expected an integer >= {minimum}, found {cfg[section][leaf]}.")
     check_finetune(cfg)
+    check_pruning(cfg)
     if any(b < 1 for b in cfg["evaluate"]["timing_batch_sizes"]):
         raise ConfigError(f"evaluate.timing_batch_sizes: expected positive sizes, found {cfg['evaluate']['timing_batch_sizes']}.")
     if cfg["dataset"]["name"] in ("image_folder", "coco_folder") and not cfg["dataset"]["path"]:
@@ -401,3 +402,27 @@ def validate(cfg: Dict[str, Any]) -> None:
     fractions = cfg["dataset"]["val_fraction"] + cfg["dataset"]["test_fraction"]
     if not 0 < fractions < 1:
         raise ConfigError(f"dataset.val_fraction + test_fraction: expected between 0 and 1, found {fractions}.")
+
+
+def check_pruning(cfg: Dict[str, Any]) -> None:
+    """Pruning's settings, that channel pruning can follow a user's saved model (its layers read from
+    the file's config, without TensorFlow: a layer it cannot follow fails here, naming it, before the
+    model is trained), and that a pruned model is retrained."""
+    if cfg["prune"]["method"] == "none":
+        return
+    from precisionflow.modeling import models, pruning
+
+    if cfg["prune"]["method"] == "channel":
+        pruning.check_settings(cfg["prune"])
+        user_model = cfg["model"]["name"] == "keras_file" and cfg["model"].get("path")
+        graph = models.saved_layer_graph(cfg["model"]["path"]) if user_model else None
+        if graph is not None:
+            try:
+                pruning.check_config(graph, cfg["prune"])
+            except pruning.PruneError as err:
+                raise pruning.PruneError(f"prune=channel cannot prune model.path={cfg['model']['path']}: {err}") from None
+    if cfg["finetune"]["mode"] == "none":
+        raise ConfigError(
+            f"prune={cfg['prune']['method']}: a pruned model must be retrained before export (as TLT "
+            "does); choose finetune.mode=fp32, finetune=mixed_float16 or finetune=qat."
+        )

@@ -240,9 +240,7 @@ class PlanBuilder:
         return self.add("benchmark_framework", f"tf-{target}", params, {"model": model, "data": data}, resources=resources)
 
     def _add_prune(self, cfg, model: Node, data: Node) -> Node:
-        module = stage_module("prune_model")
-        module.validate(cfg)
-        params = module.reads(cfg)
+        params = stage_module("prune_model").reads(cfg)  # its settings were checked with the rest (config/compose.py)
         from precisionflow.modeling.pruning import describe
 
         return self.add("prune_model", describe(params["prune"]).replace(" ", "-"), params, {"model": model, "data": data})

@@ -27,38 +27,6 @@ def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
     return {"prune": {key: prune[key] for key in (CHANNEL_KEYS if prune["method"] == "channel" else SPARSE_KEYS)}}
 
 
-def validate(cfg: Dict[str, Any]) -> None:
-    """Settings checked when the plan is made, before anything runs."""
-    from precisionflow.modeling import pruning
-    from precisionflow.errors import ConfigError
-
-    if cfg["prune"]["method"] == "channel":
-        pruning.check_settings(cfg["prune"])
-        check_user_model_layers(cfg)
-    if cfg["finetune"]["mode"] == "none":
-        raise ConfigError(
-            f"prune={cfg['prune']['method']}: a pruned model must be retrained before export (as TLT "
-            "does); choose finetune.mode=fp32, finetune=mixed_float16 or finetune=qat."
-        )
-
-
-def check_user_model_layers(cfg: Dict[str, Any]) -> None:
-    """A user's saved model is analysed at planning, from its config alone: a layer channel pruning
-    cannot follow fails the plan, naming it, before the model is trained (built-in models are
-    covered by the tests)."""
-    from precisionflow.modeling import models, pruning
-
-    if cfg["model"]["name"] != "keras_file" or not cfg["model"].get("path"):
-        return
-    graph = models.saved_layer_graph(cfg["model"]["path"])
-    if graph is None:
-        return
-    try:
-        pruning.check_config(graph, cfg["prune"])
-    except pruning.PruneError as err:
-        raise pruning.PruneError(f"prune=channel cannot prune model.path={cfg['model']['path']}: {err}") from None
-
-
 def sparse24_eligible(layer) -> bool:
     """Conv/dense layers whose input channels split into groups of 4 (not depthwise, not the head)."""
     kind = type(layer).__name__
