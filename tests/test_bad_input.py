@@ -37,7 +37,7 @@ def test_a_training_at_chance_is_flagged_and_stops_the_run_when_asked(capsys):
     with pytest.raises(StageError, match=r"learned nothing.*set train.at_chance=warn"):
         train_model.check({"at_chance": "stop"}, at_chance)
     train_model.check({"at_chance": "stop"}, {"val_accuracy": 0.9, "classes": 10})  # a model that learned: silent
-    with pytest.raises(ConfigError, match=r"train.at_chance: expected one of \[.warn., .stop.\], found .maybe."):
+    with pytest.raises(ConfigError, match=r"train.at_chance: expected one of \[warn, stop\], found .maybe."):
         expand(["train.at_chance=maybe"])
 
 
@@ -46,7 +46,7 @@ def test_a_training_at_chance_is_flagged_and_stops_the_run_when_asked(capsys):
     [
         (
             "engine.optimization_level=max",
-            r"engine.optimization_level: expected one of \['disabled', 'basic', 'extended', 'all'\], found 'max'",
+            r"engine.optimization_level: expected one of \[disabled, basic, extended, all\], found 'max'",
         ),
         ("train.optimizer=adamw", r"train.optimizer: .* found 'adamw'. Did you mean 'adam'\?"),
         ("train.lr_schedule=cosin", r"Did you mean 'cosine'\?"),

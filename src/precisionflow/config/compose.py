@@ -156,8 +156,29 @@ def _value_error(cfg, key: str, value: Any, err: Exception) -> str:
         where = f"{parent}." if parent else ""
         hint = f" Did you mean {' or '.join(where + c for c in close)}?" if close else f" Valid keys here: {', '.join(valid)}."
         return f"{key}: no such key.{hint}"
+    choices = _enum_choices(cfg, key)
+    if choices and str(value) not in choices:  # a schema Enum: its choices, and the closest one
+        by_lower = {choice.lower(): choice for choice in choices}
+        close = difflib.get_close_matches(str(value).lower(), list(by_lower), n=1, cutoff=0.4)
+        hint = f" Did you mean '{by_lower[close[0]]}'?" if close else ""
+        return f"{key}: expected one of [{', '.join(choices)}], found '{value}'.{hint}"
     first = next((line.strip() for line in str(err).splitlines() if line.strip()), str(err))
     return f"{key}={value!r}: {first}"
+
+
+def _enum_choices(cfg, key: str) -> List[str]:
+    """The values a key's schema Enum allows ([] for any other key)."""
+    from omegaconf import OmegaConf
+
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    if node is None or not OmegaConf.is_dict(node):
+        return []
+    try:
+        kind = OmegaConf.get_type(node._get_node(leaf))  # the schema's type of that field
+    except (AttributeError, KeyError, TypeError):
+        return []
+    return [member.value for member in kind] if isinstance(kind, type) and issubclass(kind, Enum) else []
 
 
 def _plain(value: Any) -> Any:
@@ -224,17 +245,6 @@ def _thaw(value: Any) -> Any:
 
 
 # Choices typed as plain strings in the schema: refused at composition, with the closest valid one.
-STRING_CHOICES = {
-    "engine.backend": ("onnxruntime", "tensorrt"),
-    "engine.optimization_level": ("disabled", "basic", "extended", "all"),
-    "engine.onnxruntime.cudnn_conv_algo_search": ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"),
-    "train.lr_schedule": ("constant", "cosine"),
-    "train.optimizer": ("adam", "sgd", "rmsprop"),
-    "train.at_chance": ("warn", "stop"),
-    "prune.criterion": ("l1", "l2"),
-    "dataset.cache": ("memory", "disk", "none"),
-    "task": ("classification", "detection"),
-}
 # Keys read only by one choice of a component: set for another choice, they would be silently ignored.
 ONLY_WITH = {
     "dataset.path": ("dataset.name", ("image_folder", "coco_folder")),
@@ -252,15 +262,7 @@ def _get(cfg: Dict[str, Any], key: str):
 
 
 def check_choices(cfg: Dict[str, Any]) -> None:
-    import difflib
 
-    for key, choices in STRING_CHOICES.items():
-        found = _get(cfg, key)
-        if found not in choices:
-            by_lower = {choice.lower(): choice for choice in choices}
-            close = difflib.get_close_matches(str(found).lower(), list(by_lower), n=1, cutoff=0.4)
-            hint = f" Did you mean '{by_lower[close[0]]}'?" if close else ""
-            raise ConfigError(f"{key}: expected one of {list(choices)}, found '{found}'.{hint}")
     uri = cfg["tracking"]["uri"]
     if uri is not None and not str(uri).startswith(("sqlite:///", "http://", "https://", "postgresql://", "mysql://", "file:")):
         raise ConfigError(

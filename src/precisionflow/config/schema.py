@@ -11,6 +11,23 @@ from enum import Enum
 from typing import Any, Dict, List, Optional
 
 
+def _choices(name: str, values: str) -> type:
+    """A string Enum whose members are named as their values (configs and node ids hold the strings)."""
+    return Enum(name, {value: value for value in values.split()}, type=str)
+
+
+# The string choices of single keys (the schema refuses anything else, listing these)
+DatasetCache = _choices("DatasetCache", "memory disk none")  # none: stages read the source files themselves
+LrSchedule = _choices("LrSchedule", "constant cosine")
+Optimizer = _choices("Optimizer", "adam sgd rmsprop")
+AtChance = _choices("AtChance", "warn stop")
+PruneCriterion = _choices("PruneCriterion", "l1 l2")
+CudnnSearch = _choices("CudnnSearch", "EXHAUSTIVE HEURISTIC DEFAULT")
+Backend = _choices("Backend", "onnxruntime tensorrt")
+OptimizationLevel = _choices("OptimizationLevel", "disabled basic extended all")
+Task = _choices("Task", "classification detection")
+
+
 class Precision(str, Enum):
     fp32 = "fp32"
     fp16 = "fp16"
@@ -47,7 +64,7 @@ class DatasetConf:
     # How training reads the images: memory = whole splits as float32 arrays (fast, small data sets);
     # disk = streamed from the data node's uint8 file by tf.data (memory bounded, any size);
     # none = the data node keeps file lists only and every stage decodes the images it reads.
-    cache: str = "memory"
+    cache: DatasetCache = DatasetCache.memory
     # shadow_cars: how many scenes to generate (split by val_fraction / test_fraction).
     num_images: Optional[int] = None
 
@@ -75,8 +92,8 @@ class TrainConf:
     epochs: int = 12
     batch_size: int = 64
     learning_rate: float = 0.003
-    lr_schedule: str = "constant"  # constant | cosine
-    optimizer: str = "adam"  # adam | sgd | rmsprop
+    lr_schedule: LrSchedule = LrSchedule.constant
+    optimizer: Optimizer = Optimizer.adam
     seed: int = 0
     # Stop when validation accuracy has not improved for this many epochs (0 = never).
     early_stopping_patience: int = 0
@@ -84,7 +101,7 @@ class TrainConf:
     # A training whose validation top-1 stays below 1.5x chance learned nothing: `warn` says so
     # loudly (console, table, report) and goes on; `stop` fails it before any engine is built.
     # A threshold, not a parameter: changing it re-checks the finished training, never retrains.
-    at_chance: str = "warn"
+    at_chance: AtChance = AtChance.warn
 
 
 class FinetuneMode(str, Enum):
@@ -172,7 +189,7 @@ class PruneConf:
     # channel: rank each layer's output channels by the L1/L2 norm of their filters (x |BatchNorm
     # gamma| with bn_scale), remove `ratio` of them -- or keep those scoring >= `threshold` of the
     # best -- in multiples of `granularity` (tensor cores like 8), never below `min_channels`.
-    criterion: str = "l1"
+    criterion: PruneCriterion = PruneCriterion.l1
     ratio: float = 0.5
     threshold: Optional[float] = None
     granularity: int = 8
@@ -194,15 +211,15 @@ class OrtCudaConf:
 
     prefer_nhwc: bool = False  # channels-last kernels (tensor cores want NHWC)
     cuda_graph: bool = False  # capture one CUDA graph per batch size and replay it (static shapes)
-    cudnn_conv_algo_search: str = "EXHAUSTIVE"  # EXHAUSTIVE | HEURISTIC | DEFAULT
+    cudnn_conv_algo_search: CudnnSearch = CudnnSearch.EXHAUSTIVE
     use_tf32: bool = True  # fp32 convolutions/matmuls on TF32 tensor cores: an "fp32" engine is TF32 unless off
 
 
 @dataclass
 class EngineConf:
-    backend: str = "onnxruntime"  # onnxruntime | tensorrt
+    backend: Backend = Backend.onnxruntime
     # onnxruntime graph optimisation level used when the engine is built: basic | extended | all
-    optimization_level: str = "all"
+    optimization_level: OptimizationLevel = OptimizationLevel.all
     intra_op_threads: int = 1
     # TensorRT: builder optimisation level 0-5, workspace, one profile per input (batch range,
     # and the spatial sizes of dynamic non-batch dims), 2:4 sparse weights.
@@ -306,7 +323,7 @@ class TrackingConf:
 class Config:
     # classification (top-1, flipped samples) or detection (mAP, spurious/lost boxes): one DAG, the
     # stages that differ (data, training loss, evaluation, report) dispatch on it.
-    task: str = "classification"
+    task: Task = Task.classification
     dataset: DatasetConf = field(default_factory=DatasetConf)
     model: ModelConf = field(default_factory=ModelConf)
     train: TrainConf = field(default_factory=TrainConf)
