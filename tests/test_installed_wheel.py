@@ -10,6 +10,7 @@ run must use the installed copy, with its packaged conf/, workflow and profiles.
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -44,8 +45,11 @@ QUICK = [
 def installed(tmp_path_factory):
     """(the fresh environment's python, its precisionflow command) with the wheel installed."""
     work = tmp_path_factory.mktemp("wheel")
+    source = work / "source"  # built from a copy: a build leaves build/ and *.egg-info where it runs
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(ROOT / "pyproject.toml", source / "pyproject.toml")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"), str(source)],
         check=True,
         capture_output=True,
         text=True,

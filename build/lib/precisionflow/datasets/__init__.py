@@ -1,1 +1,0 @@
-"""Data set loaders: digits (inside scikit-learn) and image_folder (a user's class folders)."""

@@ -1,1 +1,0 @@
-"""One module per workflow stage; each exposes run(params, inputs, out) -> summary dict."""
