@@ -6,21 +6,11 @@ ratios of its compare_speed job (median of 6 alternating rounds, [min, max]).
     python benchmarks/h200_rerun_table.py benchmarks/results/h200/rerun_2026-12-01 > benchmarks/results/h200/rerun_2026-12-01/table.md
 """
 
-import io
 import json
 import sys
-import tarfile
 from pathlib import Path
 
-
-def node_files(archive: Path):
-    nodes = {}
-    with tarfile.open(archive) as tar:
-        for member in tar.getmembers():
-            parts = Path(member.name).parts
-            if member.isfile() and member.name.endswith(".json") and len(parts) >= 3:
-                nodes.setdefault(f"{parts[-3]}/{parts[-2]}", {})[parts[-1]] = json.load(io.TextIOWrapper(tar.extractfile(member)))
-    return nodes
+from h200_table import node_files  # the same collected tarballs
 
 
 def model_of(plan, key: str) -> str:

@@ -4,6 +4,18 @@ import numpy as np
 import pytest
 
 
+# The shortest timing a test run can use: speed is not what these tests check.
+FAST_TIMING = [
+    "evaluate.duration_s=0.05",
+    "evaluate.warmup_s=0.01",
+    "evaluate.timing_batch_sizes=[1,8]",
+    "evaluate.repeats=2",
+    "evaluate.streams=[2]",
+    "evaluate.ratio_rounds=2",
+    "evaluate.ratio_window_s=0.03",
+]
+
+
 def make_tiny_cnn(path, seed: int = 0, classes: int = 4):
     """Conv(1->4) -> Relu -> Flatten -> Gemm(->classes) on NHWC 8x8x1 input, dynamic batch."""
     import onnx
@@ -87,3 +99,11 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"memory: pytest process peak RSS {own:.0f} MB; largest child process peak RSS {children:.0f} MB")
     for nodeid, peak in sorted(PEAKS.items(), key=lambda item: -item[1])[:5]:
         terminalreporter.write_line(f"memory: the peak reached {peak:.0f} MB in {nodeid}")
+
+
+@pytest.fixture(scope="module")
+def keras():
+    """tf_keras, imported once per test module (TensorFlow is heavy: only the tests that ask load it)."""
+    from precisionflow.modeling.tfenv import import_tensorflow
+
+    return import_tensorflow()[1]

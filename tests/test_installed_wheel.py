@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import FAST_TIMING
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,13 +28,7 @@ QUICK = [
     "int8.simulate_tensorrt=false",
     "train.epochs=2",
     "calibration.num_samples=64",
-    "evaluate.duration_s=0.05",
-    "evaluate.warmup_s=0.01",
-    "evaluate.timing_batch_sizes=[1,8]",
-    "evaluate.repeats=2",
-    "evaluate.streams=[2]",
-    "evaluate.ratio_rounds=2",
-    "evaluate.ratio_window_s=0.03",
+    *FAST_TIMING,
     "evaluate.budget.max_top1_drop=50",
     "evaluate.budget.max_class_drop=100",
     "evaluate.budget.min_agreement=0.5",

@@ -19,13 +19,6 @@ SETTINGS = {
 }
 
 
-@pytest.fixture(scope="module")
-def keras():
-    from precisionflow.modeling.tfenv import import_tensorflow
-
-    return import_tensorflow()[1]
-
-
 def images(shape, count=4, seed=0):
     return np.random.default_rng(seed).random((count, *shape), dtype=np.float32)
 

@@ -13,27 +13,7 @@ import pytest
 
 from precisionflow.modeling import pruning
 from precisionflow.modeling.pruning import PruneError
-
-SETTINGS = {
-    "criterion": "l1",
-    "ratio": 0.5,
-    "threshold": None,
-    "granularity": 1,
-    "min_channels": 1,
-    "bn_scale": False,
-    "exclude_layers": [],
-}
-
-
-@pytest.fixture(scope="module")
-def keras():
-    from precisionflow.modeling.tfenv import import_tensorflow
-
-    return import_tensorflow()[1]
-
-
-def images(shape, count=4, seed=0):
-    return np.random.default_rng(seed).random((count, *shape), dtype=np.float32)
+from tests.test_pruning import SETTINGS, images
 
 
 def squeeze_excite_model(keras):

@@ -12,6 +12,8 @@ import pytest
 from precisionflow.pipeline import remote
 from precisionflow.errors import LineageError, StageError
 
+from tests.conftest import FAST_TIMING
+
 TINY = [
     "model=small_cnn",
     "dataset.max_samples=400",
@@ -19,13 +21,7 @@ TINY = [
     "precisions=[fp32,fp16]",
     "targets=[cpu]",
     "target_defs.cpu.framework=false",
-    "evaluate.duration_s=0.05",
-    "evaluate.warmup_s=0.01",
-    "evaluate.timing_batch_sizes=[1,8]",
-    "evaluate.repeats=2",
-    "evaluate.streams=[2]",
-    "evaluate.ratio_rounds=2",
-    "evaluate.ratio_window_s=0.03",
+    *FAST_TIMING,
     "tracking.enabled=false",
     "evaluate.accept_undecided=true",
 ]  # 100 test images decide no default budget: not what is tested here

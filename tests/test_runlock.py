@@ -13,19 +13,15 @@ import pytest
 
 from precisionflow.pipeline import runlock
 
+from tests.conftest import FAST_TIMING
+
 TINY = [
     "model=small_cnn",
     "int8.simulate_tensorrt=false",
     "dataset.max_samples=400",
     "train.epochs=40",
     "precisions=[fp32,fp16]",
-    "evaluate.duration_s=0.05",
-    "evaluate.warmup_s=0.01",
-    "evaluate.timing_batch_sizes=[1,8]",
-    "evaluate.repeats=2",
-    "evaluate.streams=[2]",
-    "evaluate.ratio_rounds=2",
-    "evaluate.ratio_window_s=0.03",
+    *FAST_TIMING,
     "evaluate.accept_undecided=true",
 ]  # 100 test images decide no default budget: not what is tested here
 
