@@ -12,10 +12,7 @@ from typing import Any, Dict
 
 from precisionflow.errors import ConfigError, EngineMismatchError
 
-BACKENDS = {
-    "onnxruntime": "precisionflow.backends.onnxruntime_backend",
-    "tensorrt": "precisionflow.backends.tensorrt_backend",
-}
+BACKENDS = {"onnxruntime": "precisionflow.backends.onnxruntime_backend", "tensorrt": "precisionflow.backends.tensorrt_backend"}
 
 
 def get_backend(name: str):

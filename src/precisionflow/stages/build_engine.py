@@ -59,11 +59,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     precision = graph_node["summary"]["precision"]
     description = backend.build(inputs["graph"] / "model.onnx", out, params["engine"], params["target_def"], precision)
     description.update(
-        {
-            "target": params["target"],
-            "precision": precision,
-            "graph_sha256": graph_node["summary"]["graph_sha256"],
-        }
+        {"target": params["target"], "precision": precision, "graph_sha256": graph_node["summary"]["graph_sha256"]}
     )
     write_json_atomic(out / "engine.json", description)
     return description
