@@ -42,7 +42,7 @@ def test_the_snakefile_makes_its_rules_from_the_table():
 
     workflow = Path(PACKAGE) / "workflow"
     assert sorted(path.name for path in (workflow / "rules").glob("*.smk")) == ["common.smk", "report.smk"]
-    assert "for stage in FLOW.STAGES:" in (workflow / "Snakefile").read_text()
+    assert "for each in FLOW.STAGES:" in (workflow / "Snakefile").read_text()
 
 
 def test_the_flow_command_prints_every_stage(capsys):

@@ -31,6 +31,7 @@ class Stage:
     group: str = ""  # light jobs share one SLURM submission
     shown: bool = False  # its per-epoch progress is shown on the console
     local: bool = False  # runs on the submitting host (never a cluster job)
+    threads: int = 1  # cores Snakemake reserves for the job (TensorFlow trainings use two)
 
 
 DATA = ("prepare_dataset",)
@@ -46,6 +47,7 @@ STAGES: Tuple[Stage, ...] = (
         mem_mb=4000,
         runtime_min=240,
         shown=True,
+        threads=2,
     ),
     Stage(
         "prune_model",
@@ -54,6 +56,7 @@ STAGES: Tuple[Stage, ...] = (
         mem_mb=4000,
         runtime_min=120,
         shown=True,
+        threads=2,
     ),
     Stage(
         "finetune_model",
@@ -62,6 +65,7 @@ STAGES: Tuple[Stage, ...] = (
         mem_mb=4000,
         runtime_min=240,
         shown=True,
+        threads=2,
     ),
     Stage(
         "export_onnx",
