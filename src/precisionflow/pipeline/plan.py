@@ -30,21 +30,7 @@ from precisionflow.reporting.budget import budget_for
 from precisionflow.pipeline import flow
 from precisionflow.errors import ConfigError
 
-STAGES = (
-    "prepare_dataset",
-    "train_model",
-    "prune_model",
-    "finetune_model",
-    "export_onnx",
-    "calibrate",
-    "quantize_onnx",
-    "build_engine",
-    "evaluate_engine",
-    "compare_speed",
-    "benchmark_framework",
-    "report",
-    "track_mlflow",
-)
+STAGES = tuple(stage.name for stage in flow.STAGES)  # in the order of the stage graph
 MEASURED_STAGES = ("evaluate_engine", "compare_speed", "benchmark_framework")
 
 
