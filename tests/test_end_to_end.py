@@ -176,6 +176,10 @@ def test_check_gates_on_budgets_and_runs_nothing(first_run, tmp_path):
     breached = check(results, "+evaluate.budgets.fp16={max_top1_drop:-50}")
     assert breached.returncode == 1 and re.search(r"FAIL\s+fp16", breached.stdout) and "broke: top-1 drop" in breached.stdout
     assert "1 of 3 engines" not in breached.stdout and "2 of 3 engines within budget; 1 broke it." in breached.stdout
+    # min_speedup reads the side-by-side ratio's interval from its rounds: a low minimum passes
+    speedy = check(results, "+evaluate.budgets.int8={min_speedup:0.01}")
+    assert speedy.returncode == 0 and "speed-up over fp32 at bmax" not in speedy.stdout, speedy.stdout
+    assert re.search(r"PASS\s+int8 .*x \[[\d.]+, [\d.]+\] fp32's throughput at bmax", speedy.stdout), speedy.stdout
     empty = check(tmp_path / "nothing-here")
     assert empty.returncode == 2 and "no finished evaluations" in empty.stderr
     assert executed(run_cli(results)) == 0  # check wrote no node

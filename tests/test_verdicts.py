@@ -46,7 +46,7 @@ def judged(tmp_path, n, lost, gained, limit=1.0):
     fp32 = evaluation(tmp_path / "evaluate_engine" / "fp32", reference_right, labels)
     engine = evaluation(tmp_path / "evaluate_engine" / "int8", engine_right, labels)
     return budget.judge(
-        tmp_path, "evaluate_engine/int8", "evaluate_engine/fp32", engine, fp32, dict(BUDGET, max_top1_drop=limit), {}
+        tmp_path, "evaluate_engine/int8", "evaluate_engine/fp32", engine, fp32, dict(BUDGET, max_top1_drop=limit), {}, ["a", "b"]
     )
 
 

@@ -42,6 +42,12 @@ class CalibrationMethod(str, Enum):
     percentile = "percentile"
 
 
+class SamplingRule(str, Enum):
+    stratified = "stratified"  # each class (and condition) in proportion to the split, seeded
+    random = "random"  # seeded, ignoring classes
+    first = "first"  # the first files in listing order: class by class on a folder; kept to reproduce old caches
+
+
 class PrecisionPolicy(str, Enum):
     fp32 = "fp32"
     mixed_float16 = "mixed_float16"
@@ -149,6 +155,11 @@ class CalibrationConf:
     batch_size: int = 32
     # train or val: calibration is a decision, and decisions never look at the test split.
     split: str = "train"
+    # How the sample is drawn from the split (also int8_mixed's ranking sample, int8.report_samples).
+    sampling: SamplingRule = SamplingRule.stratified
+    seed: int = 0
+    # Planning warns, naming them, about classes the sample would hold fewer images of than this.
+    min_per_class: int = 8
     # Header version of the TensorRT-native cache (TRT-<MMmmpp>-<calibrator>, the calibrator named after the
     # method that made the ranges: EntropyCalibration2, MinMaxCalibration, LegacyCalibration): TensorRT
     # ignores a cache whose version differs from its own, so set the version your users deploy.

@@ -21,6 +21,7 @@ import importlib
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -87,6 +88,7 @@ class PlanBuilder:
         self.cache_dir = cache_dir
         self.fingerprints: Dict[str, str] = {}
         self.file_hashes: Dict[str, str] = {}
+        self.warned: set = set()
         self.runtimes: Dict[tuple, Dict[str, str]] = {}
         self.stage_resources: Dict[str, Dict[str, Any]] = {}
         self.sizes: Dict[str, Dict[str, int]] = {}
@@ -255,6 +257,11 @@ class PlanBuilder:
                 f"{available} images: lower calibration.num_samples (or calibrate on a larger split, "
                 "calibration.split=train|val)."
             )
+        counts = stage_module("prepare_dataset").expected_class_counts(data.params, params["split"])
+        warning = thin_class_warning(counts, cfg["calibration"])
+        if warning and warning not in self.warned:  # once per plan, however many graphs share the sample
+            self.warned.add(warning)
+            print(warning, file=sys.stderr)
         slug = f"{source}-{params['method']}-n{params['num_samples']}"
         return self.add("calibrate", slug, params, {"onnx": onnx, "data": data})
 
@@ -419,6 +426,35 @@ def resolution_warnings(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]
                 "more test images (dataset.test_fraction, a larger data set) or a budget of at least that."
             )
     return sorted(found)
+
+
+def thin_class_warning(class_counts: Optional[Dict[str, int]], calibration: Dict[str, Any]) -> Optional[str]:
+    """The warning for classes a calibration sample would hold fewer than calibration.min_per_class
+    images of (the sample drawn as calibration.sampling draws it), naming them; None if none."""
+    from precisionflow.datasets import sampling
+
+    if not class_counts:
+        return None
+    count, rule = calibration["num_samples"], str(getattr(calibration["sampling"], "value", calibration["sampling"]))
+    if rule == "first":  # files are listed class by class: the first N fill the first classes
+        planned, left = {}, count
+        for name, size in class_counts.items():
+            planned[name], left = min(size, left), left - min(size, left)
+    elif rule == "stratified":
+        planned = sampling.allocation(class_counts, count)
+    else:
+        total = max(sum(class_counts.values()), 1)
+        planned = {name: round(count * size / total) for name, size in class_counts.items()}
+    thin = sampling.thin_strata(planned, calibration["min_per_class"])
+    if not thin:
+        return None
+    named = ", ".join(f"{name} ({found})" for name, found in sorted(thin.items(), key=lambda item: item[1]))
+    return (
+        f"precisionflow: warning: the {calibration['split']} split's calibration sample ({count} images, "
+        f"sampling={rule}) would hold fewer than calibration.min_per_class={calibration['min_per_class']} images of "
+        f"{len(thin)} class(es): {named}. The int8 ranges then barely see them: raise calibration.num_samples, "
+        "use sampling=stratified, or add images of those classes."
+    )
 
 
 def warn_unresolvable(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) -> None:

@@ -1,5 +1,8 @@
 """Release budgets: each engine's verdict against the fp32 engine of its model and target.
 
+This module gathers the numbers (node folders, per-image files, ratio jobs) and words the lines;
+the rules that turn numbers into PASS / FAIL / UNDECIDED live in verdict_rules.py.
+
 Budgets are thresholds, so they stay out of node ids: the plan carries them beside the nodes
 (plan["budgets"]), and `precisionflow check` re-reads finished results with whatever budgets the
 configuration names now -- it runs nothing. A verdict names the number that broke it.
@@ -9,7 +12,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from precisionflow.reporting import stats
+from precisionflow.reporting import stats, verdict_rules
+from precisionflow.reporting.verdict_rules import judged, overall, share_check
 from precisionflow.reporting.compare import task_of
 from precisionflow.config.schema import BudgetConf
 from precisionflow.pipeline.nodeio import NODE_FILE, named_lineage, read_json
@@ -126,52 +130,16 @@ def paired_drops(engine_dir: Path, reference_dir: Path, confidence: float, class
     return {"all": stats.paired_drop(reference_right, right, confidence), "per_class": per_class}
 
 
-def judged(verdict: str, text: str) -> Dict[str, str]:
-    return {"verdict": verdict, "text": text}
-
-
-def cannot_tell(n: int, what: str, one_unit: str, needed: Optional[int]) -> str:
-    """The UNDECIDED sentence: what this many images cannot tell, and how many would."""
-    decide = (
-        f"about {needed} images would decide" if needed else "no number of images decides an estimate that sits on its budget"
-    )
-    return f"{n} test images cannot tell: one image = {one_unit}; {what}; {decide}"
-
-
-def drop_check(drop: stats.PairedDrop, limit: float, subject: str) -> Dict[str, str]:
-    verdict = stats.verdict_at_most(drop.low, drop.high, limit)
-    text = (
-        f"{subject} {drop.drop:+.2f} points [{drop.low:+.2f}, {drop.high:+.2f}] ({100 * drop.confidence:g}% interval; "
-        f"{drop.b} image(s) lost, {drop.c} gained; max {limit})"
-    )
-    if verdict == stats.UNDECIDED:
-        text += "; " + cannot_tell(
-            drop.n,
-            f"the drop's interval straddles the budget {limit}",
-            f"{drop.one_image:.2f} points",
-            stats.images_to_decide_drop(drop, limit),
-        )
-    return judged(verdict, text)
-
-
-def share_check(successes: int, n: int, limit: float, confidence: float, subject: str) -> Dict[str, str]:
-    low, high = stats.wilson(successes, n, confidence)
-    verdict = stats.verdict_at_least(low, high, limit)
-    text = f"{subject} {successes / n:.4f} [{low:.4f}, {high:.4f}] ({n - successes} of {n} differ; min {limit})"
-    if verdict == stats.UNDECIDED:
-        text += "; " + cannot_tell(
-            n,
-            f"the interval straddles the minimum {limit}",
-            f"{1 / n:.4f} of agreement",
-            stats.images_to_decide_share(successes, n, limit, confidence),
-        )
-    return judged(verdict, text)
-
-
 def checks(
-    metrics: Dict[str, Any], fp32: Dict[str, Any], budget: Dict[str, Any], ratios: Dict[str, Any], pairs: Optional[Dict[str, Any]]
+    metrics: Dict[str, Any],
+    fp32: Dict[str, Any],
+    budget: Dict[str, Any],
+    ratios: Dict[str, Any],
+    pairs: Optional[Dict[str, Any]],
+    timed: bool = True,
 ) -> List[Dict[str, str]]:
-    """Every budget this engine is held to, each with its verdict (PASS / FAIL / UNDECIDED) and numbers."""
+    """Every budget this engine is held to, each with its verdict (PASS / FAIL / UNDECIDED) and
+    numbers. `timed` False: a row nobody timed (a TensorRT simulation) gets no speed verdict."""
     found = []
     if metrics.get("non_finite_outputs"):  # overflow (fp16) or a broken graph: not "a lower accuracy"
         found.append(
@@ -194,18 +162,9 @@ def checks(
             )
         )
     if budget["min_speedup"] is not None:
-        ratio = ratios.get(f"x_fp32_{budget['speedup_at']}")
-        if ratio is None:
-            found.append(
-                judged(stats.FAIL, f"no side-by-side speed-up at {budget['speedup_at']} measured (min {budget['min_speedup']})")
-            )
-        else:
-            verdict = stats.FAIL if ratio["median"] < budget["min_speedup"] else stats.PASS
-            found.append(
-                judged(
-                    verdict, f"speed-up over fp32 at {budget['speedup_at']} {ratio['median']:.2f}x (min {budget['min_speedup']}x)"
-                )
-            )
+        at = budget["speedup_at"]
+        speed = verdict_rules.speed_check(ratios.get(f"x_fp32_{at}"), budget["min_speedup"], at, budget["confidence"], timed)
+        found += [speed] if speed else []
     return found
 
 
@@ -235,18 +194,19 @@ def detection_checks(metrics: Dict[str, Any], fp32: Dict[str, Any], budget: Dict
             )
         )
     if budget["max_spurious_per_image"] is not None:
-        limit = budget["max_spurious_per_image"]
-        per_image = metrics.get("spurious_by_image")
-        low, high = stats.bootstrap_mean(per_image, budget["confidence"]) if per_image else (metrics["spurious_per_image"],) * 2
-        verdict = stats.verdict_at_most(low, high, limit)
-        text = (
-            f"{metrics['spurious_per_image']:.3f} spurious boxes per image [{low:.3f}, {high:.3f}] (bootstrap over "
-            f"images; matching neither a true object nor an fp32 box; {metrics['shadow']} of {metrics['spurious']} on "
-            f"shadows; max {limit})"
+        subject = (
+            f"spurious boxes per image (matching neither a true object nor an fp32 box; {metrics['shadow']} of "
+            f"{metrics['spurious']} on shadows)"
         )
-        if verdict == stats.UNDECIDED:
-            text += f"; {len(per_image)} test images cannot tell: the interval straddles the budget {limit}"
-        found.append(judged(verdict, text))
+        found.append(
+            verdict_rules.mean_check(
+                metrics.get("spurious_by_image") or [],
+                metrics["spurious_per_image"],
+                budget["max_spurious_per_image"],
+                budget["confidence"],
+                subject,
+            )
+        )
     return found
 
 
@@ -263,55 +223,134 @@ def classification_checks(
             )
         )
     if budget["max_top1_drop"] is not None and pairs:
-        found.append(drop_check(pairs["all"], budget["max_top1_drop"], "top-1 drop"))
+        found.append(verdict_rules.drop_check(pairs["all"], budget["max_top1_drop"], "top-1 drop"))
     if budget["min_agreement"] is not None:
         n = metrics["test_images"]
         found.append(share_check(n - metrics["flipped"], n, budget["min_agreement"], budget["confidence"], "agreement with fp32"))
     if budget["max_class_drop"] is not None and pairs:
-        per_class = {
-            name: drop_check(drop, budget["max_class_drop"], f"class '{name}' top-1 drop")
-            for name, drop in pairs["per_class"].items()
-        }
-        for verdict in (stats.FAIL, stats.UNDECIDED):
-            picked = [entry for entry in per_class.values() if entry["verdict"] == verdict]
-            if picked:  # the classes that break it, or the first that cannot tell (not all of them)
-                found += picked if verdict == stats.FAIL else picked[:1]
-                break
-        else:
-            worst = max(pairs["per_class"].items(), key=lambda item: item[1].high)
-            found.append(per_class[worst[0]])
+        found += verdict_rules.group_drop_checks(
+            pairs["per_class"], budget["max_class_drop"], budget["confidence"], "class", "classes"
+        )
     return found
 
 
-def overall(found: List[Dict[str, str]]) -> str:
-    verdicts_found = {entry["verdict"] for entry in found}
-    return stats.FAIL if stats.FAIL in verdicts_found else stats.UNDECIDED if stats.UNDECIDED in verdicts_found else stats.PASS
-
-
-def worst_class(metrics: Dict[str, Any], fp32: Dict[str, Any]):
-    """(class, drop in points) of the class that lost most against fp32 (top-1, or AP for a
-    detector), or None."""
+def worst_class(metrics: Dict[str, Any], fp32: Dict[str, Any], pairs: Optional[Dict[str, Any]] = None):
+    """(class name, drop in points) of the class that lost most against its reference: from the
+    paired per-class drops where judged (names from the data node), else from the per-class
+    accuracies (AP for a detector); None without classes."""
+    if pairs:
+        return verdict_rules.worst_group(pairs["per_class"])
     key = "per_class_ap" if task_of(metrics) == "detection" else "per_class_top1"
     drops = [
-        (name, 100 * (fp32[key][name] - value))
-        for name, value in metrics[key].items()
-        if name in fp32[key] and value >= 0 and fp32[key][name] >= 0
+        (name, round(100 * (fp32[key][name] - value), 2))
+        for name, value in metrics.get(key, {}).items()
+        if name in fp32.get(key, {}) and value >= 0 and fp32[key][name] >= 0
     ]
     return max(drops, key=lambda item: item[1]) if drops else None
 
 
-def judge(results: Path, key: str, reference_key: str, metrics, reference, budget, ratios) -> Dict[str, Any]:
-    """One engine against one reference evaluation: checks, overall verdict and the drop's interval."""
+def class_names(results: Path, key: str) -> List[str]:
+    """The class names of the data node an evaluation scored, in label-index order: per-image labels
+    are indices into this list (never into the order of a metrics file's keys)."""
+    from precisionflow.pipeline.nodeio import read_node
+
+    data_key = read_node(results / key)["inputs"]["data"]
+    return read_json(results / data_key / "meta.json")["classes"]
+
+
+def judge(
+    results: Path, key: str, reference_key: str, metrics, reference, budget, ratios, classes: List[str], timed: bool = True
+) -> Dict[str, Any]:
+    """One engine against one reference evaluation: checks, overall verdict and the drop's interval.
+    `classes`: the data node's class names (label order)."""
     pairs = None
     if key == reference_key:  # the fp32 engine is the reference: nothing to cost, only whether it computed numbers
         budget = {**budget, **{name: None for name in BUDGET_KEYS if name != "speedup_at"}}
     elif task_of(metrics) == "classification":  # the per-image files are read only where a drop is judged
-        pairs = paired_drops(
-            results / key, results / reference_key, budget["confidence"], list(metrics.get("per_class_top1", {}))
-        )
-    found = checks(metrics, reference, budget, ratios, pairs)
+        pairs = paired_drops(results / key, results / reference_key, budget["confidence"], classes)
+    found = checks(metrics, reference, budget, ratios, pairs, timed)
     drop = pairs["all"].to_json() if pairs else None
-    return {"checks": found, "verdict": overall(found), "drop": drop, "reference": reference_key}
+    return {"checks": found, "verdict": overall(found), "drop": drop, "reference": reference_key, "pairs": pairs}
+
+
+def speed_of(ratio: Optional[Dict[str, Any]], confidence: float) -> Optional[Dict[str, Any]]:
+    """A side-by-side speed-up as the table and the headline show it: median and interval of its rounds."""
+    if not ratio:
+        return None
+    bounds = verdict_rules.speed_interval(ratio.get("rounds", []), confidence)
+    low, high = bounds if bounds else (ratio["median"], ratio["median"])
+    return {"median": round(ratio["median"], 2), "low": round(low, 2), "high": round(high, 2), "rounds": len(ratio.get("rounds", []))}
+
+
+def judge_entry(results: Path, key: str, spec: Dict[str, Any], plan: Dict[str, Any], baselines, ratios) -> Optional[Dict[str, Any]]:
+    """The verdict of one planned evaluation, or None while it (or its fp32 baseline) is unfinished."""
+    metrics = _finished(results, key)
+    fp32_key = baselines.get(baseline_key(spec, spec["params"]["target"]))
+    fp32 = _finished(results, fp32_key) if fp32_key else None
+    if metrics is None or fp32 is None:
+        return None
+    budget = {
+        "confidence": 0.95,
+        "accept_undecided": False,
+        **(plan.get("budgets", {}).get(key) or budget_for({"budget": {}}, spec["params"]["precision"])),
+    }
+    timed = not spec["params"].get("simulates")  # a simulation of TensorRT on a CPU is never timed
+    engine_ratios = ratios.get(spec["inputs"]["engine"], {})
+    classes = class_names(results, key) if task_of(metrics) == "classification" else []
+    against_base = judge(results, key, fp32_key, metrics, fp32, budget, engine_ratios, classes, timed)
+    judged_by, reference = against_base, fp32
+    twin_key_found = baselines.get(("twin",) + twin_key(spec)) if twin_key(spec) else None
+    twin = _finished(results, twin_key_found) if twin_key_found else None
+    if twin is not None:  # int8_qat: the budget reads the delta against its fp32 twin
+        judged_by = judge(results, key, twin_key_found, metrics, twin, budget, engine_ratios, classes, timed)
+        reference = twin
+    ran = metrics["engine"].get("executed", {}).get("executed_precision", "unknown")
+    entry = {
+        "node": key,
+        "precision": spec["params"]["precision"],
+        "target": spec["params"]["target"],
+        "ran": ran,
+        "model": named_lineage(results / key)["export_onnx"]["inputs"]["model"],
+        **headline(metrics, reference),
+        "worst_class": worst_class(metrics, reference, judged_by["pairs"]),
+        "timed": timed,
+        # an fp16 or int8 graph whose backend ran fp32 kernels buys no speed of its own: no speed-up to claim
+        "ran_reference_kernels": spec["params"]["precision"] not in ("fp32", TWIN) and ran == "fp32",
+        "speed": speed_of(engine_ratios.get(f"x_fp32_{budget['speedup_at']}"), budget["confidence"]) if timed else None,
+        "speedup_at": budget["speedup_at"],
+        "verdict": judged_by["verdict"],
+        "checks": judged_by["checks"],
+        "drop": judged_by["drop"],
+        "judged_against": judged_by["reference"],
+        "accept_undecided": budget["accept_undecided"],
+        "breaches": [c["text"] for c in judged_by["checks"] if c["verdict"] == stats.FAIL],
+        "undecided": [c["text"] for c in judged_by["checks"] if c["verdict"] == stats.UNDECIDED],
+    }
+    entry["speedup_vs_fp32"] = entry["speed"]["median"] if entry["speed"] else None
+    entry.update(mixed_validation(results / key))
+    if twin is not None:
+        entry["vs_base_fp32"] = {
+            "drop": against_base["drop"],
+            "verdict": against_base["verdict"],
+            "reference": fp32_key,
+            **headline(metrics, fp32),
+        }
+    return entry
+
+
+def mixed_validation(eval_dir: Path) -> Dict[str, str]:
+    """int8_mixed: what its search decided on (validation split), to print beside what the test split says."""
+    search = named_lineage(eval_dir)["quantize_onnx"]["summary"].get("mixed_search")
+    if not search or "drop_interval" not in search:
+        return {}
+    low, high = search["drop_interval"]
+    return {
+        "validation": (
+            f"chosen on {search['split']} ({search['images']} images): {0.0 - search['drop_points']:+.2f} "
+            f"[{0.0 - high:+.2f}, {0.0 - low:+.2f}], budget {search['max_drop_points']} "
+            + ("met" if search["budget_met"] else "NOT met by its interval")
+        )
+    }
 
 
 def verdicts(plan: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -320,61 +359,9 @@ def verdicts(plan: Dict[str, Any]) -> List[Dict[str, Any]]:
     baselines, ratios = _fp32_of(plan), _speedups(plan, results)
     found = []
     for key, spec in sorted(plan["nodes"].items()):
-        if spec["stage"] != "evaluate_engine" or spec["params"]["precision"] == TWIN:
-            continue
-        metrics = _finished(results, key)
-        fp32_key = baselines.get(baseline_key(spec, spec["params"]["target"]))
-        fp32 = _finished(results, fp32_key) if fp32_key else None
-        if metrics is None or fp32 is None:
-            continue
-        budget = {
-            "confidence": 0.95,
-            "accept_undecided": False,
-            **(plan.get("budgets", {}).get(key) or budget_for({"budget": {}}, spec["params"]["precision"])),
-        }
-        engine_ratios = ratios.get(spec["inputs"]["engine"], {})
-        against_base = judge(results, key, fp32_key, metrics, fp32, budget, engine_ratios)
-        judged_by = against_base
-        twin_key_found = baselines.get(("twin",) + twin_key(spec)) if twin_key(spec) else None
-        twin = _finished(results, twin_key_found) if twin_key_found else None
-        if twin is not None:  # int8_qat: the budget reads the delta against its fp32 twin
-            judged_by = judge(results, key, twin_key_found, metrics, twin, budget, engine_ratios)
-        speed = engine_ratios.get(f"x_fp32_{budget['speedup_at'] or 'bmax'}")
-        lineage = named_lineage(results / key)
-        entry = {
-            "node": key,
-            "precision": spec["params"]["precision"],
-            "target": spec["params"]["target"],
-            "ran": metrics["engine"].get("executed", {}).get("executed_precision", "unknown"),
-            "model": lineage["export_onnx"]["inputs"]["model"],
-            **headline(metrics, twin if twin is not None else fp32),
-            "worst_class": worst_class(metrics, fp32),
-            "speedup_vs_fp32": round(speed["median"], 2) if speed else None,
-            "speedup_at": budget["speedup_at"],
-            "verdict": judged_by["verdict"],
-            "checks": judged_by["checks"],
-            "drop": judged_by["drop"],
-            "judged_against": judged_by["reference"],
-            "accept_undecided": budget["accept_undecided"],
-            "breaches": [c["text"] for c in judged_by["checks"] if c["verdict"] == stats.FAIL],
-            "undecided": [c["text"] for c in judged_by["checks"] if c["verdict"] == stats.UNDECIDED],
-        }
-        search = lineage["quantize_onnx"]["summary"].get("mixed_search")
-        if search and "drop_interval" in search:  # int8_mixed: what it decided on, beside what the test split says
-            low, high = search["drop_interval"]
-            entry["validation"] = (
-                f"chosen on {search['split']} ({search['images']} images): {0.0 - search['drop_points']:+.2f} "
-                f"[{0.0 - high:+.2f}, {0.0 - low:+.2f}], budget {search['max_drop_points']} "
-                + ("met" if search["budget_met"] else "NOT met by its interval")
-            )
-        if twin is not None:
-            entry["vs_base_fp32"] = {
-                "drop": against_base["drop"],
-                "verdict": against_base["verdict"],
-                "reference": fp32_key,
-                **headline(metrics, fp32),
-            }
-        found.append(entry)
+        if spec["stage"] == "evaluate_engine" and spec["params"]["precision"] != TWIN:
+            entry = judge_entry(results, key, spec, plan, baselines, ratios)
+            found += [entry] if entry else []
     return found
 
 
@@ -405,10 +392,22 @@ def interval_text(drop: Optional[Dict[str, Any]]) -> str:
     return f" [{0.0 - drop['high']:+.2f}, {0.0 - drop['low']:+.2f}]" if drop else ""
 
 
+def speed_text(entry: Dict[str, Any]) -> str:
+    """The speed part of a verdict line: the side-by-side ratio with its interval, or why there is none."""
+    if not entry.get("timed", True):
+        return ", not timed (a simulation)"
+    if entry.get("ran_reference_kernels"):
+        return ", ran fp32's kernels (no speed-up of its own)"
+    speed = entry.get("speed")
+    if not speed:
+        return ""
+    return f", {speed['median']}x [{speed['low']}, {speed['high']}] fp32's throughput at {entry['speedup_at']}"
+
+
 def format_verdicts(found: List[Dict[str, Any]]) -> str:
     lines = []
     for entry in found:
-        speed = f", {entry['speedup_vs_fp32']}x fp32's throughput at {entry['speedup_at']}" if entry["speedup_vs_fp32"] else ""
+        speed = speed_text(entry)
         against = "vs its fp32 twin" if entry.get("vs_base_fp32") else "vs fp32"
         head = (
             f"{entry['verdict']:<9} {entry['precision']:<10} {entry['target']:<6} (ran {entry['ran']}) "

@@ -23,7 +23,7 @@ from precisionflow.quant.reader import array_reader, graph_input_name
 from precisionflow.datasets.store import Split
 
 PACKAGES = ("onnx", "onnxruntime", "numpy")
-CALIBRATION_KEYS = ("method", "num_samples", "batch_size", "split")
+CALIBRATION_KEYS = ("method", "num_samples", "batch_size", "split", "sampling", "seed")
 # Ranges for every tensor either placement quantizes: TensorRT's (inputs of Conv/MatMul/Gemm and of
 # residual Adds) and ONNX Runtime's CPU placement (outputs of the ops it fuses into integer kernels).
 CALIBRATED_OPS = [
@@ -82,14 +82,19 @@ def _calibrator(graph: Path, params: Dict[str, Any], scratch: Path):
     )
 
 
-def calibration_samples(data_dir: Path, params: Dict[str, Any]) -> np.ndarray:
-    split = Split(data_dir, params["split"])  # only the samples used are read
+def calibration_samples(data_dir: Path, params: Dict[str, Any]):
+    """(the drawn images as float32, the draw's record: rule, seed, images per class)."""
+    from precisionflow.datasets import sampling
+
+    split = Split(data_dir, params["split"])  # only the samples drawn are read
     if len(split) < params["num_samples"]:
         raise ConfigError(
             f"calibration.num_samples={params['num_samples']} but the '{params['split']}' split holds "
             f"{len(split)} images; lower num_samples or calibrate on a larger split."
         )
-    return split.head(params["num_samples"])
+    drawn = sampling.sample_split(split, params["num_samples"], params.get("sampling", "first"), params.get("seed", 0))
+    indices = drawn.pop("indices")
+    return split.images(indices), {**drawn, "indices_sha256": hashlib.sha256(indices.tobytes()).hexdigest()}
 
 
 # ONNX Runtime's calibrators hold every calibrated tensor of every sample given to one collect_data
@@ -149,7 +154,7 @@ def qat_ranges(export_dir: Path, measured):
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
     graph = inputs["onnx"] / "model.onnx"
-    samples = calibration_samples(inputs["data"], params)
+    samples, drawn = calibration_samples(inputs["data"], params)
     started = time.perf_counter()
     ranges = measure_ranges(graph, samples, params)
     lineage = {
@@ -159,6 +164,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "graph_sha256": file_hash(graph),
         "samples_sha256": hashlib.sha256(samples.tobytes()).hexdigest(),
         "sample_count": int(len(samples)),
+        "sample": drawn,  # how it was drawn and how many images of each class it holds
         "model_node": inputs["onnx"].name,
     }
     if params["source"] == "qat":
@@ -172,5 +178,6 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "method": params["method"],
         "source": params["source"],
         "sample_count": len(samples),
+        "sample_per_class": drawn.get("per_class"),
         "graph_sha256": lineage["graph_sha256"],
     }

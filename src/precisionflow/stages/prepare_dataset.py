@@ -14,7 +14,7 @@ import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Optional, Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -151,6 +151,23 @@ def expected_split_sizes(params: Dict[str, Any]) -> Dict[str, int]:
     rest = math.ceil(held_out * total)
     test = math.ceil(params["test_fraction"] / held_out * rest)
     return {"train": total - rest, "val": rest - test, "test": test}
+
+
+def expected_class_counts(params: Dict[str, Any], split_name: str) -> Optional[Dict[str, int]]:
+    """{class: images} a split of an image folder will hold, before anything is decoded: exact for
+    the user's own split folders, proportional (the split is stratified) otherwise; None where the
+    data set's classes are not listed from files (digits is balanced; a detector has no image classes)."""
+    if params["name"] != "image_folder":
+        return None
+    from precisionflow.datasets import image_folder
+
+    root = _folder_root(params)
+    if image_folder.has_split_folders(root):
+        return {name: len(files) for name, files in image_folder.list_images(root / split_name).items()}
+    per_class = {name: len(files) for name, files in image_folder.list_images(root).items()}
+    total = sum(per_class.values())
+    share = expected_split_sizes(params)[split_name] / max(total, 1)
+    return {name: int(count * share) for name, count in per_class.items()}
 
 
 def assign(params: Dict[str, Any]) -> Tuple[Dict[str, Tuple[Source, np.ndarray]], Source]:

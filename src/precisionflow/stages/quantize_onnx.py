@@ -32,6 +32,8 @@ def reads(cfg: Dict[str, Any], precision: str, placement: str = "tensorrt") -> D
         if precision == "int8_mixed" and cfg["int8"]["mixed_max_val_drop"] is not None:
             params["int8"]["confidence"] = cfg["evaluate"]["confidence"]  # the search's intervals decide
         params["int8"]["placement"] = placement
+        # The per-tensor report's sample (int8_mixed ranks ops by it) is drawn like calibration's.
+        params["int8"]["sampling"] = {"rule": cfg["calibration"]["sampling"], "seed": cfg["calibration"]["seed"]}
     return params
 
 
@@ -81,7 +83,7 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
     if trt:
         qdq.assert_trt_legal(target, int8["keep_output_layer"])
     # The per-tensor report ranks ops for int8_mixed: a decision, so it never sees the test split.
-    images = Split(inputs["data"], int8["report_split"]).head(int8["report_samples"])
+    images, drawn = report_sample(Split(inputs["data"], int8["report_split"]), int8)
     rows = layer_error.per_tensor_error(source, target, images)
     layer_error.write_report(rows, out)
     return {
@@ -93,12 +95,22 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
         "calibration_method": lineage["method"],
         "placement": placement,
         "report_split": int8["report_split"],
+        "report_sample_per_class": drawn.get("per_class"),
         "calibration_split": lineage["settings"].get("split"),
         **qat,
         **({"mixed_search": search} if search else {}),
         "worst_tensor": rows[0]["tensor"] if rows else None,
         "worst_sqnr_db": rows[0]["sqnr_vs_fp32_db"] if rows else None,
     }
+
+
+def report_sample(split, int8: Dict[str, Any]):
+    """(images, the draw's record) of the per-tensor report's sample: drawn by calibration's rule."""
+    from precisionflow.datasets import sampling
+
+    rule = int8.get("sampling", {"rule": "first", "seed": 0})
+    drawn = sampling.sample_split(split, int8["report_samples"], rule["rule"], rule["seed"])
+    return split.images(drawn.pop("indices")), drawn
 
 
 def learned_input_ranges(model, nodes, ranges, learned):

@@ -58,6 +58,9 @@ COLUMNS = [
     "x_fp32_b1",
     "x_fp32_bmax",
     "x_fp32_streams",
+    "x_fp32_low",
+    "x_fp32_high",
+    "x_fp32_at",
     "x_tf_b1",
     "x_tf_bmax",
     "x_tf_streams",
@@ -536,33 +539,60 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> Li
 
 def trade_offs(found: List[Dict[str, Any]]) -> List[str]:
     """One plain line per target: the fastest engine within its budget (measured side by side with
-    the fp32 engine), and what it costs in accuracy."""
-    from precisionflow.reporting.budget import interval_text
+    the fp32 engine) and what it costs in accuracy -- named only when its lead is beyond the speed
+    intervals; otherwise the engines that tie."""
+    from precisionflow.reporting.verdict_rules import fastest
 
     lines = []
     for target in sorted({entry["target"] for entry in found}):
         timed = [
-            e
-            for e in found
-            if e["target"] == target and e["verdict"] == "PASS" and e["speedup_vs_fp32"] and e["precision"] != "fp32"
+            entry
+            for entry in found
+            if entry["target"] == target
+            and entry["verdict"] == "PASS"
+            and entry.get("speed")
+            and entry["precision"] != "fp32"
+            and not entry.get("ran_reference_kernels")
         ]
         if not timed:
             lines.append(f"{target}: no engine within its budget was timed against fp32 here.")
             continue
-        best = max(timed, key=lambda entry: entry["speedup_vs_fp32"])
-        against = "its fp32 twin" if best.get("vs_base_fp32") else "fp32"
-        cost = f"{best['accuracy_name']} {0.0 - best['drop_points']:+.2f}{interval_text(best.get('drop'))} points vs {against}"
-        if best["speedup_vs_fp32"] <= 1.0:
-            lines.append(
-                f"{target}: no engine within its budget is faster than fp32 (best {best['precision']}: "
-                f"{best['speedup_vs_fp32']}x at {best['speedup_at']}, {cost})."
-            )
-        else:
-            lines.append(
-                f"{target}: fastest within budget: {best['precision']} ({best['ran']}), {best['speedup_vs_fp32']}x "
-                f"fp32's throughput at {best['speedup_at']}, for {cost}."
-            )
+        ranking = fastest([{**entry["speed"], "entry": entry} for entry in timed])
+        lines.append(f"{target}: " + ranking_line(ranking))
     return lines
+
+
+def speed_cost(entry: Dict[str, Any]) -> str:
+    """'int8 (int8), 2.04x [1.80, 2.30] fp32's throughput at bmax, for top-1 -0.12 [...] points vs fp32'."""
+    from precisionflow.reporting.budget import interval_text
+
+    speed = entry["speed"]
+    against = "its fp32 twin" if entry.get("vs_base_fp32") else "fp32"
+    return (
+        f"{entry['precision']} ({entry['ran']}), {speed['median']}x [{speed['low']}, {speed['high']}] fp32's throughput "
+        f"at {entry['speedup_at']}, for {entry['accuracy_name']} {0.0 - entry['drop_points']:+.2f}"
+        f"{interval_text(entry.get('drop'))} points vs {against}"
+    )
+
+
+def headline_setting(found: List[Dict[str, Any]]) -> str:
+    """The timing setting the verdicts' speed-ups read (evaluate.budget.speedup_at): the plot uses it too."""
+    settings = sorted({entry["speedup_at"] for entry in found if entry.get("speedup_at")})
+    return settings[0] if len(settings) == 1 else "bmax"
+
+
+def ranking_line(ranking: Dict[str, Any]) -> str:
+    if "winner" in ranking:
+        best = ranking["winner"]["entry"]
+        if best["speed"]["low"] <= 1.0:
+            return f"no engine within its budget is faster than fp32 beyond doubt (best {speed_cost(best)})."
+        return f"fastest within budget: {speed_cost(best)}."
+    tied = [candidate["entry"] for candidate in ranking["tied"]]
+    return (
+        f"no single fastest engine within budget: {len(tied)} tie (their speed intervals overlap): "
+        + "; ".join(speed_cost(entry) for entry in tied)
+        + "."
+    )
 
 
 def add_verdict_columns(rows: List[Dict[str, Any]], found: List[Dict[str, Any]]) -> None:
@@ -581,6 +611,11 @@ def add_verdict_columns(rows: List[Dict[str, Any]], found: List[Dict[str, Any]])
                 "change_pts": round(0.0 - entry["drop_points"], 2),
             }
         )
+        if entry.get("speed"):  # the interval of the ratio the verdict and the headline read
+            speed = entry["speed"]
+            row.update({"x_fp32_low": speed["low"], "x_fp32_high": speed["high"], "x_fp32_at": entry["speedup_at"]})
+        if entry.get("ran_reference_kernels"):  # no speed-up to claim: the cells say what ran instead
+            row.update({column: "=fp32" for column in ("x_fp32_b1", "x_fp32_bmax", "x_fp32_streams") if row[column] != ""})
         if drop:
             row.update({"change_low": round(0.0 - drop["high"], 2), "change_high": round(0.0 - drop["low"], 2)})
             row["change_95"] = f"{0.0 - entry['drop_points']:+.2f} [{0.0 - drop['high']:+.1f},{0.0 - drop['low']:+.1f}]"
@@ -619,11 +654,11 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     pareto = []
     for target in sorted({row["target"] for row in rows}):
         pareto.append(f"{FIGURES}/pareto-{target}.png")
-        report_pages.pareto_plot(rows, target, out / pareto[-1])
+        report_pages.pareto_plot(rows, target, out / pareto[-1], headline_setting(found))
     data_cache: Dict[str, Any] = {}
     detection = [path for path in evals if metrics[path].get("task") == "detection"]
     plots = {
-        "Pareto plots (accuracy vs batch-1 latency)": pareto,
+        f"Pareto plots (accuracy vs throughput at {headline_setting(found)}; hollow: timed on a loaded machine)": pareto,
         "Per-class change against fp32 (top-1, or AP for a detector)": class_changes(evals, out),
         "Flipped samples (prediction differs from fp32)": [
             draw_flipped(path, out, data_cache) for path in evals if path not in detection and metrics[path]["flipped"]

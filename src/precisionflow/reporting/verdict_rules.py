@@ -1,0 +1,212 @@
+"""Verdict rules: numbers in, PASS / FAIL / UNDECIDED out, each with the sentence that says why.
+
+The one home of every rule that judges an engine: accuracy drops, agreements, per-class drops
+(with a multiplicity correction), spurious boxes, speed ratios, and the choice of a "fastest"
+engine. Nothing here reads a node folder or formats a table: budget.py gathers the numbers,
+report.py and the CLI print them. numpy and the standard library only (`precisionflow check` and
+the planner import it); scipy only for the speed interval's t quantile.
+
+Every verdict reads an interval, never a bare estimate:
+  PASS      the whole interval is within the budget,
+  FAIL      the whole interval is beyond it,
+  UNDECIDED the interval straddles it -- this sample cannot tell.
+"""
+
+import math
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from precisionflow.reporting import stats
+
+PASS, FAIL, UNDECIDED = stats.PASS, stats.FAIL, stats.UNDECIDED
+SPEED_METHOD = "Student t interval of the mean log per-round ratio (rounds alternate the sides), exponentiated"
+
+
+def judged(verdict: str, text: str) -> Dict[str, str]:
+    return {"verdict": verdict, "text": text}
+
+
+def overall(found: List[Dict[str, str]]) -> str:
+    """An engine's verdict from its checks: any FAIL fails it, else any UNDECIDED leaves it undecided."""
+    verdicts_found = {entry["verdict"] for entry in found}
+    return FAIL if FAIL in verdicts_found else UNDECIDED if UNDECIDED in verdicts_found else PASS
+
+
+def cannot_tell(n: int, what: str, one_unit: str, needed: Optional[int]) -> str:
+    """The UNDECIDED sentence: what this many images cannot tell, and how many would."""
+    decide = (
+        f"about {needed} images would decide" if needed else "no number of images decides an estimate that sits on its budget"
+    )
+    return f"{n} test images cannot tell: one image = {one_unit}; {what}; {decide}"
+
+
+# ---- accuracy -------------------------------------------------------------------------------
+
+
+def drop_check(drop: stats.PairedDrop, limit: float, subject: str) -> Dict[str, str]:
+    """A top-1 drop (points, paired against the reference) that may be at most `limit`."""
+    verdict = stats.verdict_at_most(drop.low, drop.high, limit)
+    text = (
+        f"{subject} {drop.drop:+.2f} points [{drop.low:+.2f}, {drop.high:+.2f}] ({100 * drop.confidence:g}% interval; "
+        f"{drop.b} image(s) lost, {drop.c} gained; max {limit})"
+    )
+    if verdict == UNDECIDED:
+        text += "; " + cannot_tell(
+            drop.n,
+            f"the drop's interval straddles the budget {limit}",
+            f"{drop.one_image:.2f} points",
+            stats.images_to_decide_drop(drop, limit),
+        )
+    return judged(verdict, text)
+
+
+def share_check(successes: int, n: int, limit: float, confidence: float, subject: str) -> Dict[str, str]:
+    """A share of the test images (agreement) that must be at least `limit`."""
+    low, high = stats.wilson(successes, n, confidence)
+    verdict = stats.verdict_at_least(low, high, limit)
+    text = f"{subject} {successes / n:.4f} [{low:.4f}, {high:.4f}] ({n - successes} of {n} differ; min {limit})"
+    if verdict == UNDECIDED:
+        text += "; " + cannot_tell(
+            n,
+            f"the interval straddles the minimum {limit}",
+            f"{1 / n:.4f} of agreement",
+            stats.images_to_decide_share(successes, n, limit, confidence),
+        )
+    return judged(verdict, text)
+
+
+def mean_check(per_image: Sequence[float], estimate: float, limit: float, confidence: float, subject: str) -> Dict[str, str]:
+    """A per-image mean (spurious boxes per image) that may be at most `limit`: bootstrap interval over images."""
+    low, high = stats.bootstrap_mean(per_image, confidence) if len(per_image) else (estimate, estimate)
+    verdict = stats.verdict_at_most(low, high, limit)
+    text = f"{subject} {estimate:.3f} [{low:.3f}, {high:.3f}] (bootstrap over images; max {limit})"
+    if verdict == UNDECIDED:
+        text += f"; {len(per_image)} test images cannot tell: the interval straddles the budget {limit}"
+    return judged(verdict, text)
+
+
+# ---- many groups at once (classes, conditions) ----------------------------------------------
+
+
+def holm(p_values: Sequence[float]) -> List[float]:
+    """Holm-Bonferroni adjusted p-values (step-down, monotone, capped at 1), in the input order."""
+    p = np.asarray(p_values, dtype=float)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty_like(p)
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p) - rank) * p[index]))
+        adjusted[index] = running
+    return adjusted.tolist()
+
+
+def p_above(drop: stats.PairedDrop, limit: float) -> float:
+    """One-sided p-value of "the drop is at most `limit`" against "it is larger", by inverting the
+    paired interval: one minus the one-sided level at which the interval's lower end reaches
+    `limit` (0.5 or more when the estimate itself is within the budget)."""
+    if drop.n == 0 or drop.drop <= limit:
+        return 1.0 if drop.n == 0 else 0.5
+    counts = (drop.both, drop.b, drop.c, drop.neither)
+    low_level, high_level = 0.5, 1 - 1e-12  # the lower bound falls as the level rises: bisect
+    for _ in range(60):
+        middle = (low_level + high_level) / 2
+        lower = 100 * stats.newcombe_interval(*counts, 2 * middle - 1)[0]
+        low_level, high_level = (middle, high_level) if lower > limit else (low_level, middle)
+    return 1.0 - low_level
+
+
+def group_drop_checks(
+    drops: Dict[str, stats.PairedDrop], limit: float, confidence: float, kind: str, kinds: str
+) -> List[Dict[str, str]]:
+    """One budget over many groups (classes, conditions): the groups that break it, else the worst.
+
+    PASS needs every group's interval within the budget: an intersection-union test, so no
+    correction is needed for it. FAIL claims that at least one group breaks it, and with many
+    groups that claim gets many chances: a group FAILs only when its one-sided p-value, Holm-adjusted
+    across the groups, is below the level its interval uses. A group neither PASSing nor FAILing
+    leaves the budget UNDECIDED."""
+    if not drops:
+        return []
+    names = list(drops)
+    alpha = (1 - confidence) / 2  # the one-sided level of a two-sided `confidence` interval
+    adjusted = dict(zip(names, holm([p_above(drops[name], limit) for name in names]), strict=True))
+    correction = f"Holm-corrected across {len(names)} {kinds}"
+    entries = {}
+    for name in names:
+        entry = drop_check(drops[name], limit, f"{kind} '{name}' top-1 drop")
+        if entry["verdict"] == FAIL and adjusted[name] >= alpha:
+            entry = judged(UNDECIDED, entry["text"] + f"; beyond the budget alone, not after the {correction} (p {adjusted[name]:.3f})")
+        elif entry["verdict"] == FAIL:
+            entry = judged(FAIL, entry["text"] + f"; {correction}: p {adjusted[name]:.4f}")
+        entries[name] = entry
+    failing = [entries[name] for name in names if entries[name]["verdict"] == FAIL]
+    if failing:
+        return failing
+    undecided = [name for name in names if entries[name]["verdict"] == UNDECIDED]
+    if undecided:  # the first group that cannot tell (not all of them)
+        return [entries[max(undecided, key=lambda name: drops[name].high)]]
+    worst = max(names, key=lambda name: drops[name].high)
+    return [judged(PASS, entries[worst]["text"] + f"; the worst of {len(names)} {kinds}")]
+
+
+def worst_group(drops: Dict[str, stats.PairedDrop]) -> Optional[tuple]:
+    """(name, drop in points) of the group that lost most, by its estimate; None without groups."""
+    if not drops:
+        return None
+    name = max(drops, key=lambda key: drops[key].drop)
+    return name, round(drops[name].drop, 2)
+
+
+# ---- speed ----------------------------------------------------------------------------------
+
+
+def speed_interval(rounds: Sequence[float], confidence: float = 0.95) -> Optional[tuple]:
+    """(low, high) of a speed ratio from its per-round ratios, or None with fewer than two rounds.
+
+    Each round timed both sides close together, so each round's ratio is one paired measurement;
+    ratios multiply, so the interval is taken on their logarithms (a t interval of the mean) and
+    exponentiated back. A bootstrap over 12 rounds would be narrower than the rounds warrant."""
+    values = np.log(np.asarray([r for r in rounds if r and r > 0], dtype=float))
+    if len(values) < 2:
+        return None
+    from scipy.stats import t
+
+    half = float(t.ppf(1 - (1 - confidence) / 2, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values)))
+    return float(math.exp(values.mean() - half)), float(math.exp(values.mean() + half))
+
+
+def speed_check(ratio: Optional[Dict[str, Any]], limit: float, at: str, confidence: float, timed: bool) -> Optional[Dict[str, str]]:
+    """A speed-up over fp32 (side by side) that must be at least `limit`; None for an untimed row
+    (a simulation has no speed to judge, which is not a failure)."""
+    if not timed:
+        return None
+    if ratio is None:
+        return judged(UNDECIDED, f"no side-by-side speed-up at {at} measured yet (min {limit}x): run its compare_speed job")
+    bounds = speed_interval(ratio.get("rounds", []), confidence)
+    if bounds is None:
+        verdict = FAIL if ratio["median"] < limit else PASS
+        return judged(verdict, f"speed-up over fp32 at {at} {ratio['median']:.2f}x (min {limit}x; one round, no interval)")
+    low, high = bounds
+    verdict = stats.verdict_at_least(low, high, limit)
+    text = (
+        f"speed-up over fp32 at {at} {ratio['median']:.2f}x [{low:.2f}, {high:.2f}] ({100 * confidence:g}% interval "
+        f"over {len(ratio['rounds'])} alternating rounds; min {limit}x)"
+    )
+    if verdict == UNDECIDED:
+        text += "; the rounds cannot tell: time more rounds (evaluate.ratio_rounds) or on a quieter machine"
+    return judged(verdict, text)
+
+
+def fastest(candidates: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Which engine is fastest, judged with the intervals.
+
+    `candidates`: {"name", "median", "low", "high"} per engine. Returns {"winner": candidate} when
+    its lower end is above every other's upper end, else {"tied": [the candidates whose interval
+    reaches the best one's lower end]}, best first."""
+    ranked = sorted(candidates, key=lambda c: c["median"], reverse=True)
+    if not ranked:
+        return {"tied": []}
+    best = ranked[0]
+    tied = [c for c in ranked[1:] if c["high"] >= best["low"]]
+    return {"winner": best} if not tied else {"tied": [best] + tied}
