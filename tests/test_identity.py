@@ -475,3 +475,51 @@ def test_editing_a_source_file_reruns_only_the_stages_that_run_it(default_point,
     after = plan_ids([default_point])
     changed = {key.split("/")[0] for key in before - after}
     assert changed == SOURCE_EDITS[edited]
+
+
+def edited_copy(tmp_path, monkeypatch, relative: str, edit):
+    """A copy of the package with one file edited by `edit(text) -> text`, made the package identity reads."""
+    import shutil
+
+    from precisionflow.pipeline import identity
+
+    copy = tmp_path / "precisionflow"
+    shutil.copytree(identity.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    path = copy / relative
+    path.write_text(edit(path.read_text()))
+    monkeypatch.setattr(identity, "PACKAGE_DIR", copy)
+    identity.clear_caches()
+
+
+def prose_only(text: str) -> str:
+    """A comment, a docstring and a blank line added, lines re-wrapped: no behaviour changed."""
+    reworded = text.replace('"""', '"""Reworded. ', 1).replace("\nclass ", "\n# a new comment\n\n\nclass ", 1)
+    return reworded.replace("\ndef ", "\n# another comment\n\n\ndef ", 1) + "\n# trailing comment\n"
+
+
+@pytest.mark.parametrize("shared", ["pipeline/nodeio.py", "pipeline/runner.py", "errors.py"])
+def test_a_comment_or_docstring_edit_in_a_shared_module_reruns_nothing(default_point, shared, tmp_path, monkeypatch):
+    from precisionflow.pipeline import identity
+
+    before = plan_ids([default_point])
+    try:
+        edited_copy(tmp_path, monkeypatch, shared, prose_only)
+        assert plan_ids([default_point]) == before
+        edited_copy(tmp_path / "code", monkeypatch, shared, lambda text: text + "\nEDITED = 1\n")
+        assert plan_ids([default_point]) != before  # a change of code still reruns
+    finally:
+        monkeypatch.undo()
+        identity.clear_caches()
+
+
+def test_editing_the_report_template_reruns_the_report(default_point, tmp_path, monkeypatch):
+    from precisionflow.pipeline import identity
+
+    before = plan_ids([default_point])
+    try:
+        edited_copy(tmp_path, monkeypatch, "reporting/templates/report.html.j2", lambda text: text + "<!-- edited -->\n")
+        changed = {key.split("/")[0] for key in before - plan_ids([default_point])}
+        assert changed == {"report", "track_mlflow"}
+    finally:
+        monkeypatch.undo()
+        identity.clear_caches()

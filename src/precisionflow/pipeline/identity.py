@@ -58,9 +58,19 @@ def _with_parents(module: str) -> List[str]:
     return [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
 
 
+def data_files(path: Path) -> List[Path]:
+    """The package's non-Python files a module reads: named, relative to the package, in its
+    module-level `DATA_FILES` tuple (a template, a table). They are part of its code."""
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DATA_FILES" for t in node.targets):
+            return [PACKAGE_DIR / value.value for value in ast.walk(node.value) if isinstance(value, ast.Constant)]
+    return []
+
+
 @lru_cache(maxsize=None)
 def import_closure(module: str) -> Tuple[str, ...]:
-    """Relative paths (inside the package) of every source file `module` may execute."""
+    """Relative paths (inside the package) of every source file `module` may execute, and the data
+    files those read."""
     seen, pending = set(), [module, RUNNER_MODULE]
     while pending:
         name = pending.pop()
@@ -69,13 +79,31 @@ def import_closure(module: str) -> Tuple[str, ...]:
             if path is None or path in seen:
                 continue
             seen.add(path)
+            seen.update(data_files(path))
             pending.extend(_imported_modules(path))
     return tuple(sorted(str(path.relative_to(PACKAGE_DIR)) for path in seen))
 
 
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    """The tree less every module, class and function docstring: prose, not behaviour."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                node.body = node.body[1:] or [ast.Pass()]
+    return tree
+
+
 @lru_cache(maxsize=None)
 def _file_digest(relative: str) -> str:
-    return hashlib.sha256((PACKAGE_DIR / relative).read_bytes()).hexdigest()
+    """A Python file's digest is that of its syntax tree without docstrings (ast.dump holds neither
+    comments nor layout): editing a comment, a docstring or the formatting reruns nothing. Any
+    other file (a template) is hashed byte for byte."""
+    path = PACKAGE_DIR / relative
+    if path.suffix != ".py":
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    tree = _without_docstrings(ast.parse(path.read_text(), filename=str(path)))
+    return hashlib.sha256(ast.dump(tree, annotate_fields=True, include_attributes=False).encode()).hexdigest()
 
 
 def backend_files() -> Dict[str, str]:

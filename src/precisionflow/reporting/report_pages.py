@@ -4,6 +4,7 @@ and report.html -- verdicts first, then the table, the plots and the galleries."
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
+DATA_FILES = ("reporting/templates/report.html.j2",)  # read by html_page: part of the report stage's code id
 RIGHT_COLOURS = {"engine": "#2e7d32", "fp32": "#c62828", "neither": "#555555"}
 
 
