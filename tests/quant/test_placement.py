@@ -44,8 +44,57 @@ def test_relu_outputs_quantize_from_zero_so_the_fused_relu_stays_exact():
     with tempfile.TemporaryDirectory() as folder:
         model = onnx.load(str(make_tiny_cnn(Path(folder) / "m.onnx")))
     ranges = {"relu": (-5.7, 5.7), "conv": (-1.0, 2.0)}  # QAT learns a symmetric range for a ReLU output
-    adjusted = qdq.non_negative_after_relu(model, ranges)
+    adjusted = qdq.ranges_within_activations(model, ranges)
     assert adjusted["relu"] == (0.0, 5.7) and adjusted["conv"] == (-1.0, 2.0)
+
+
+def conv_relu6_conv(path):
+    """Conv -> Clip(0, 6) (tf2onnx's ReLU6) -> 1x1 Conv of weight 1: the output is the Clip's, quantized."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = {
+        "w1": rng.normal(0, 1.5, (2, 1, 3, 3)).astype(np.float32),
+        "w2": np.eye(2, dtype=np.float32).reshape(2, 2, 1, 1),
+        "zero": np.array(0.0, np.float32),
+        "six": np.array(6.0, np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["image", "w1"], ["conv"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Clip", ["conv", "zero", "six"], ["relu6"], name="relu6"),
+        helper.make_node("Conv", ["relu6", "w2"], ["out"], name="conv2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "relu6",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, 6, 6])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 2, 6, 6])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def test_relu6_keeps_its_floor_in_the_cpu_placement_with_symmetric_qat_ranges(tmp_path):
+    import numpy as np
+    import onnxruntime as ort
+
+    fp32 = conv_relu6_conv(tmp_path / "fp32.onnx")
+    # QAT's symmetric ranges: [-6, 6] on the ReLU6 output, as tfmot learns them
+    ranges = {"image": (-1.0, 1.0), "conv": (-8.0, 8.0), "relu6": (-6.0, 6.0), "out": (-6.0, 6.0)}
+    qdq.quantize_int8(fp32, tmp_path / "int8.onnx", ranges, ["conv1", "conv2"], placement="onnxruntime_cpu")
+    images = np.random.default_rng(1).uniform(-1, 1, (8, 1, 6, 6)).astype(np.float32)
+    outputs = {}
+    for name in ("fp32", "int8"):
+        session = ort.InferenceSession(str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+        outputs[name] = session.run(None, {"image": images})[0]
+    zero = outputs["fp32"] == 0
+    assert zero.mean() > 0.2  # the ReLU6 zeroes a good part of the outputs
+    assert outputs["int8"][zero].min() >= 0.0  # never negative where fp32 is zero (it was down to -6.02)
+    assert np.median(np.abs(outputs["int8"] - outputs["fp32"])) < 0.05  # it was 0.38: every zero became a negative
 
 
 @pytest.mark.parametrize(

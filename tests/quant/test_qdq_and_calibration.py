@@ -70,7 +70,7 @@ def test_calibration_covers_every_quantizable_tensor(tmp_path, export_dir, data_
 def test_calibration_larger_than_its_memory_budget_runs_in_calls_that_fit(tmp_path, export_dir, data_dir):
     """Samples whose activations exceed the budget are calibrated in several calls, each reduced before
     the next: min/max ranges are exactly those of one call; within the budget nothing changes."""
-    samples = calibrate.calibration_samples(data_dir, CALIBRATION)
+    samples, _ = calibrate.calibration_samples(data_dir, CALIBRATION)
     graph = export_dir / "model.onnx"
     params = dict(CALIBRATION, method="minmax")
     whole = calibrate.measure_ranges(graph, samples, params)
@@ -83,7 +83,7 @@ def test_calibration_larger_than_its_memory_budget_runs_in_calls_that_fit(tmp_pa
 
 
 def test_samples_per_call_follows_the_activation_budget(tmp_path, export_dir, data_dir):
-    samples = calibrate.calibration_samples(data_dir, CALIBRATION)
+    samples, _ = calibrate.calibration_samples(data_dir, CALIBRATION)
     graph = export_dir / "model.onnx"
     calibrator = calibrate._calibrator(graph, dict(CALIBRATION, method="minmax"), tmp_path)
     name = calibrate.graph_input_name(graph)

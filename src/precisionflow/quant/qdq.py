@@ -95,7 +95,7 @@ def quantize_int8(
         else:  # every op ONNX Runtime can fuse, less the compute ops that stay float
             model = onnx.load(str(source))
             left_float = [name for name in quantizable_nodes(model, keep_output_layer=False) if name not in set(nodes)]
-            ranges = non_negative_after_relu(model, ranges)
+            ranges = ranges_within_activations(model, ranges)
             options = dict(nodes_to_exclude=left_float, activation_type=QuantType.QUInt8, extra_options=ORT_CPU_PLACEMENT)
         quantize_static(
             str(source),
@@ -148,16 +148,48 @@ TRT_PLACEMENT = {
 ORT_CPU_PLACEMENT = {"WeightSymmetric": True, "ActivationSymmetric": False}
 
 
-def non_negative_after_relu(model, ranges: Dict[str, Tuple[float, float]]) -> Dict[str, Tuple[float, float]]:
-    """Ranges of ReLU outputs start at 0. ONNX Runtime fuses Conv -> Relu -> Q into one integer
-    kernel by dropping the Relu, which is exact only when the Q's zero point clips negatives (range
-    minimum 0); a symmetric range (QAT learns [-a, a] for a ReLU output) would keep them and undo the
-    ReLU. [0, a] holds every value the ReLU can give, at a finer step."""
+def clip_bounds(model, node) -> Tuple[float, float]:
+    """(min, max) of a Clip node: constant inputs (opset 11 and later) or attributes (earlier)."""
+    low, high = -np.inf, np.inf
+    for position, attribute in ((1, "min"), (2, "max")):
+        if len(node.input) > position and node.input[position]:
+            value = _constant(model, node.input[position])
+            bound = float(np.asarray(value).reshape(-1)[0]) if value is not None else None
+        else:
+            bound = next((a.f for a in node.attribute if a.name == attribute), None)
+        if bound is not None:
+            low, high = (bound, high) if attribute == "min" else (low, bound)
+    return low, high
+
+
+def activation_bounds(model, node) -> Optional[Tuple[float, float]]:
+    """The values an activation can output, where it bounds them: Relu [0, inf), Clip [min, max]
+    (ReLU6 is Clip(0, 6)), Sigmoid and HardSigmoid [0, 1]; None for any other op."""
+    if node.op_type == "Relu":
+        return 0.0, np.inf
+    if node.op_type == "Clip":
+        return clip_bounds(model, node)
+    if node.op_type in ("Sigmoid", "HardSigmoid"):
+        return 0.0, 1.0
+    return None
+
+
+def ranges_within_activations(model, ranges: Dict[str, Tuple[float, float]]) -> Dict[str, Tuple[float, float]]:
+    """Each bounded activation's output range cut to what the activation can give.
+
+    ONNX Runtime's quantizer removes a Relu or Clip that feeds an asymmetric quantizer and lets the
+    Q's range do the clamping: exact only when that range starts at the activation's floor (and ends
+    at its ceiling). A symmetric range (QAT learns [-6, 6] for a ReLU6 output, [-a, a] for a ReLU's)
+    would let negatives through; [0, 6] holds every value the activation can give, at a finer step."""
     adjusted = dict(ranges)
     for node in model.graph.node:
-        if node.op_type == "Relu" and node.output[0] in adjusted:
-            low, high = adjusted[node.output[0]]
-            adjusted[node.output[0]] = (max(0.0, low), max(high, 1e-8))
+        bounds = activation_bounds(model, node)
+        if bounds is None or node.output[0] not in adjusted:
+            continue
+        low, high = adjusted[node.output[0]]
+        floor, ceiling = bounds
+        low, high = max(low, floor), min(high, ceiling)
+        adjusted[node.output[0]] = (low, max(high, low + 1e-8))
     return adjusted
 
 
