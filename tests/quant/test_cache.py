@@ -64,3 +64,14 @@ def test_a_cache_of_unknown_method_gets_no_header_it_did_not_earn(tmp_path):
     cache.write_cache(tmp_path, RANGES, {"graph_sha256": "abc", "source": "ptq", "method": "magic"})
     with pytest.raises(LineageError, match="expected a method among"):
         cache.write_trt_cache(tmp_path, tmp_path / "x.cache", "10.14.1")
+
+
+def test_onnx_runtimes_cache_holds_the_largest_absolute_value(tmp_path):
+    import json
+
+    ranges = {"logits": (-53.08, 31.03), "relu": (0.0, 6.0)}
+    cache.write_cache(tmp_path, ranges, {"source": "ptq", "method": "entropy", "graph_sha256": "x"})
+    written = dict(line.split() for line in (tmp_path / "ort" / "calibration.cache").read_text().splitlines())
+    assert float(written["logits"]) == pytest.approx(53.08) and float(written["relu"]) == pytest.approx(6.0)
+    exact = json.loads((tmp_path / "ranges.json").read_text())["ranges"]
+    assert exact["logits"] == pytest.approx([-53.08, 31.03])  # the asymmetric range is kept where quantize_onnx reads it

@@ -38,10 +38,39 @@ def visible_gpu(environ: Mapping[str, str] = os.environ) -> Optional[str]:
 
 
 def gpu_facts(selector: Optional[str] = None) -> Dict[str, str]:
-    """Name, compute capability and driver of the job's GPU (visible_gpu()); 'unknown' fields where
-    nvidia-smi is absent or the job has no GPU. `gpu` records which one was asked for."""
+    """Name, compute capability, driver, UUID and PCI bus of the job's GPU (visible_gpu()); 'unknown'
+    fields where nvidia-smi is absent or the job has no GPU. `gpu` records which one was asked for.
+
+    An index is CUDA's (fastest first, unless CUDA_DEVICE_ORDER=PCI_BUS_ID) while nvidia-smi numbers
+    GPUs by PCI bus: on a host with two GPU models the same index names two GPUs. So the job's GPU
+    is matched by UUID: CUDA's own device 0 of this process (the first visible one) is asked for it."""
     chosen = visible_gpu() if selector is None else selector
-    return {**_gpu_facts(chosen), "gpu": chosen or "none"}  # a copy: callers may add keys
+    matched = cuda_uuid_of(chosen) if selector is None and chosen is not None and chosen.isdigit() else None
+    return {**_gpu_facts(matched or chosen), "gpu": chosen or "none"}  # a copy: callers may add keys
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_uuid_of(index: str) -> Optional[str]:
+    """'GPU-xxxxxxxx-...' of the first device CUDA shows this process (CUDA_VISIBLE_DEVICES=`index`
+    makes that one the job's), from the driver library itself; None where there is no driver."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        device, raw = ctypes.c_int(), ctypes.create_string_buffer(16)
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
+            return None
+        if cuda.cuDeviceGetUuid(raw, device) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return uuid_text(raw.raw)
+
+
+def uuid_text(raw: bytes) -> str:
+    """CUDA's 16 UUID bytes as nvidia-smi writes them: GPU-8-4-4-4-12 hex digits."""
+    text = raw.hex()
+    return f"GPU-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -49,12 +78,30 @@ def _gpu_facts(selector: Optional[str]) -> Dict[str, str]:
     unknown = {"device_name": "unknown CUDA device", "compute_capability": "unknown", "driver": "unknown"}
     if selector is None:
         return unknown
-    query = ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader", "-i", selector]
+    fields = "name,compute_cap,driver_version,uuid,pci.bus_id"
+    query = ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader", "-i", selector]
     try:
-        name, capability, driver = [s.strip() for s in subprocess.check_output(query, text=True, timeout=20).split(",")]
-        return {"device_name": name, "compute_capability": capability, "driver": driver}
+        name, capability, driver, uuid, bus = [s.strip() for s in subprocess.check_output(query, text=True, timeout=20).split(",")]
+        return {"device_name": name, "compute_capability": capability, "driver": driver, "uuid": uuid, "pci_bus": bus}
     except (OSError, subprocess.SubprocessError, ValueError):
         return unknown
+
+
+# What a node id may read of a GPU: the model and software it ran with -- never which of a node's
+# GPUs it was (index, UUID, PCI bus), so an engine built on GPU 3 has the id it would have on GPU 0.
+IDENTITY_FACTS = ("device_name", "compute_capability", "driver")
+
+
+def gpu_identity() -> Dict[str, str]:
+    """The job's GPU as node ids see it (IDENTITY_FACTS)."""
+    facts = gpu_facts()
+    return {key: facts[key] for key in IDENTITY_FACTS}
+
+
+def gpu_record() -> Dict[str, str]:
+    """Which GPU a job ran on, for its node's record (not its id): index asked for, UUID, PCI bus."""
+    facts = gpu_facts()
+    return {"index": facts["gpu"], "uuid": facts.get("uuid", "unknown"), "pci_bus": facts.get("pci_bus", "unknown")}
 
 
 def local_device_name(device: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from precisionflow.backends.devices import check_device, cpu_name, gpu_facts
+from precisionflow.backends.devices import check_device, cpu_name, gpu_identity
 from precisionflow.errors import ConfigError, EngineMismatchError
 
 ENGINE_FILE = "engine.onnx"
@@ -65,7 +65,7 @@ def resolve_device(target_def: Dict[str, Any]) -> str:
 
 def describe_runtime(target_def: Dict[str, Any]) -> Dict[str, Any]:
     device = resolve_device(target_def)
-    facts = gpu_facts() if device == "cuda" else {"device_name": cpu_name(), "compute_capability": "n/a", "driver": "n/a"}
+    facts = gpu_identity() if device == "cuda" else {"device_name": cpu_name(), "compute_capability": "n/a", "driver": "n/a"}
     return {"backend": "onnxruntime", "backend_version": _ort().__version__, "device": device, **facts}
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from precisionflow.backends import executed
-from precisionflow.backends.devices import check_device, gpu_facts
+from precisionflow.backends.devices import check_device, gpu_facts, gpu_identity
 from precisionflow.errors import ConfigError, EngineMismatchError, PrecisionflowError, StageError
 
 ENGINE_FILE = "engine.plan"
@@ -543,4 +543,4 @@ def describe_runtime(target_def: Dict[str, Any]) -> Dict[str, Any]:
     _trt()
     import tensorrt as trt
 
-    return {"backend": "tensorrt", "backend_version": trt.__version__, "device": "cuda", **gpu_facts()}
+    return {"backend": "tensorrt", "backend_version": trt.__version__, "device": "cuda", **gpu_identity()}

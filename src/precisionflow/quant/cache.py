@@ -98,12 +98,20 @@ def write_trt_cache(cache_folder: Path, target: Path, tensorrt_version: str) -> 
 
 
 def _write_ort_tables(folder: Path, ranges: Ranges) -> None:
+    """ONNX Runtime's tables (calibration.json, .flatbuffers, .cache: what its TensorRT provider
+    reads as dynamic ranges). Each holds one symmetric dynamic range per tensor, and ONNX Runtime's
+    writer takes max(highest, lowest) -- for [-53.08, 31.03] that is 31.03, understating the tensor.
+    So they are written from the symmetric range [-m, m], m = the largest absolute value; the exact
+    asymmetric ranges stay in ranges.json."""
     import numpy as np
     from onnxruntime.quantization.calibrate import TensorData
     from onnxruntime.quantization.quant_utils import write_calibration_table
 
     folder.mkdir(parents=True, exist_ok=True)
-    table = {k: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for k, (lo, hi) in ranges.items()}
+    table = {}
+    for name, (low, high) in ranges.items():
+        bound = np.float32(max(abs(low), abs(high)))
+        table[name] = TensorData(lowest=-bound, highest=bound)
     write_calibration_table(table, dir=str(folder))
 
 

@@ -61,5 +61,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     description.update(
         {"target": params["target"], "precision": precision, "graph_sha256": graph_node["summary"]["graph_sha256"]}
     )
+    if description.get("device") == "cuda":  # which of the node's GPUs built it: recorded, never in the id
+        from precisionflow.backends.devices import gpu_record
+
+        description["ran_on"] = gpu_record()
     write_json_atomic(out / "engine.json", description)
     return description

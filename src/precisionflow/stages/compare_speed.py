@@ -24,6 +24,13 @@ from precisionflow.errors import PrecisionflowError, StageError
 
 PACKAGES = ("numpy",)  # the engine backend's version is in params["runtime"], TensorFlow's in params["framework"]
 FRAMEWORK_PACKAGES = ("tensorflow", "tf-keras")
+# A side's process that does not answer within these many seconds is taken as hung: the job fails,
+# naming it, instead of waiting forever. Loading covers a model's load, warm-up and cuDNN's
+# exhaustive kernel search (minutes for a large model on a GPU); a turn is one timed window plus
+# its warm-up, so its limit grows with the window.
+LOAD_TIMEOUT_S = 900
+TURN_TIMEOUT_S = 120
+JOIN_TIMEOUT_S = 30
 RATIO_KEYS = ("timing_batch_sizes", "streams", "stream_batch_size", "warmup_s", "ratio_rounds", "ratio_window_s")
 
 
@@ -176,7 +183,10 @@ def compare(sides: Dict[str, tuple], data_dir: Path, settings: Dict[str, Any]) -
             with contextlib.suppress(OSError):  # a worker that failed has closed its end
                 conn.send(None)
         for process in processes.values():
-            process.join()
+            process.join(JOIN_TIMEOUT_S)
+            if process.is_alive():  # hung: it would hold the job (and its CPUs or GPU) forever
+                process.kill()
+                process.join(5)
 
 
 def loaded_windows(loading: Dict[str, List[float]]) -> Dict[str, List[float]]:
@@ -188,6 +198,11 @@ def loaded_windows(loading: Dict[str, List[float]]) -> Dict[str, List[float]]:
 def _ready(conn, key) -> List[str]:
     """The settings a side's process can time, once it has loaded; its failure as this job's error."""
     phase, side = key
+    if not conn.poll(LOAD_TIMEOUT_S):
+        raise StageError(
+            f"The {side} side's timing process ({phase} settings) did not finish loading within {LOAD_TIMEOUT_S} s: "
+            "taken as hung and stopped. Its log lines are above; rerun the node (a fresh process)."
+        )
     try:
         message = conn.recv()
     except EOFError:
@@ -212,6 +227,14 @@ def died(side: str, setting: str, process) -> StageError:
     )
 
 
+def hung(side: str, setting: str, limit: float) -> StageError:
+    return StageError(
+        f"The {side} side's timing process did not answer a {setting} turn within {limit:.0f} s: taken as hung "
+        "(a deadlocked runtime, a stuck device); the job stops it and fails. Rerun the node; if it recurs, "
+        "time that side alone (precisionflow run --only the engine's evaluate node) to see where it stops."
+    )
+
+
 def _compare_setting(connections, setting: str, settings: Dict[str, Any]) -> Dict[str, Any]:
     """`connections`: {side: (pipe to its worker, its process)}."""
 
@@ -219,6 +242,8 @@ def _compare_setting(connections, setting: str, settings: Dict[str, Any]) -> Dic
         def timed(seconds):
             try:
                 conn.send((setting, seconds))
+                if not conn.poll(TURN_TIMEOUT_S + 10 * seconds):
+                    raise hung(side, setting, TURN_TIMEOUT_S + 10 * seconds)
                 return conn.recv()
             except (EOFError, BrokenPipeError, ConnectionResetError):
                 raise died(side, setting, process) from None
