@@ -184,3 +184,39 @@ def test_two_sibling_results_folders_run_at_the_same_time(tmp_path):
         assert "planned jobs executed" in output and "running in" not in output
     assert (tmp_path / "a" / ".snakemake").is_dir() and (tmp_path / "b" / ".snakemake").is_dir()
     assert not (tmp_path / ".snakemake").exists()
+
+
+@pytest.mark.slow
+def test_killing_only_the_run_and_snakemake_leaves_no_job_racing_the_rerun(tmp_path):
+    """kill -9 of `precisionflow run` and Snakemake alone (not their jobs): the training job lives
+    on; the next run stops it before touching its node, and completes."""
+    import psutil
+
+    results = tmp_path / "results"
+    first = start_run(results)
+    deadline = time.time() + 300
+    while time.time() < deadline and not any(
+        "Epoch 2" in log.read_text(errors="replace") for log in results.glob("logs/train_model/*.log")
+    ):
+        time.sleep(0.5)
+    parents = [first.pid] + [p.pid for p in psutil.Process(first.pid).children() if "snakemake" in " ".join(p.cmdline())]
+    assert len(parents) == 2, parents
+    for pid in parents:
+        os.kill(pid, signal.SIGKILL)
+    first.wait()
+    time.sleep(2)
+    left = runlock.orphans_of(results)
+    assert left and any("train_model" in " ".join(p.cmdline()) for p in left)  # the training job outlived them
+    print("alive before the rerun:", [(p.pid, " ".join(p.cmdline())[:80]) for p in left])
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *TINY],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    print(resumed.stdout[:2000])  # the log the closing note quotes
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "job process(es) a run that died left running" in resumed.stdout
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in left)
+    assert len(list(results.glob("train_model/*/node.json"))) == 1

@@ -196,3 +196,11 @@ def test_per_class_drops_use_the_data_nodes_class_names_not_the_metrics_key_orde
     pairs = budget.paired_drops(tmp_path / "int8", tmp_path / "fp32", 0.95, ["zebra", "apple"])
     assert pairs["per_class"]["zebra"].b == 20 and pairs["per_class"]["apple"].b == 0
     assert budget.worst_class({}, {}, pairs) == ("zebra", 50.0)
+
+
+def test_planning_warns_when_int8_mixeds_search_split_cannot_resolve_its_budget():
+    from precisionflow.pipeline.plan import mixed_search_warning
+
+    int8 = {"mixed_max_val_drop": 2.0, "confidence": 0.95, "report_split": "val"}
+    assert "its 144 images cannot resolve" in mixed_search_warning(int8, 144)
+    assert mixed_search_warning(int8, 5000) is None

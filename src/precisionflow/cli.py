@@ -213,7 +213,7 @@ def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
             )
         force = ["--forcerun", *[str(results / key / NODE_FILE) for key in missing]] if missing else []
         command = snakemake_command(plan_file, args.cores, False, [*force, "--rerun-incomplete", *extra], args.profile)
-        return subprocess.call(command, cwd=snakemake_dir(results))
+        return subprocess.call(command, cwd=snakemake_dir(results), env=runlock.run_environment(results))
 
 
 def cmd_run(args, extra: List[str]) -> int:

@@ -127,3 +127,52 @@ def test_a_sweep_over_a_cpu_and_a_tensorrt_target_plans_two_int8_graphs_over_one
         node for key, node in nodes.items() if key.startswith("evaluate_engine/int8") and node["params"]["target"] == "local"
     ]
     assert sorted(node["params"].get("simulates", "") for node in local) == ["", "tensorrt"]
+
+
+def three_convs(path):
+    """Conv -> Relu, three times, then Flatten -> Gemm: NCHW 1x6x6 input, 4 classes."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights, nodes, current = {}, [], "image"
+    for index, channels_in in enumerate((1, 3, 3)):
+        weights[f"w{index}"] = rng.normal(0, 0.5, (3, channels_in, 3, 3)).astype(np.float32)
+        nodes += [
+            helper.make_node("Conv", [current, f"w{index}"], [f"conv{index}"], pads=[1, 1, 1, 1], name=f"conv{index}"),
+            helper.make_node("Relu", [f"conv{index}"], [f"relu{index}"], name=f"relu{index}"),
+        ]
+        current = f"relu{index}"
+    weights["fc"] = rng.normal(0, 0.2, (3 * 36, 4)).astype(np.float32)
+    nodes += [
+        helper.make_node("Flatten", [current], ["flat"], axis=1, name="flatten"),
+        helper.make_node("Gemm", ["flat", "fc"], ["logits"], name="logits"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "three",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, 6, 6])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("kept", [["conv1"], ["conv0", "conv2"]])
+def test_ops_kept_in_float_run_in_float_in_the_cpu_engine(tmp_path, kept):
+    from collections import Counter
+
+    fp32 = three_convs(tmp_path / "fp32.onnx")
+    names = ["image", "flat", "logits"] + [f"{kind}{i}" for kind in ("conv", "relu") for i in range(3)]
+    ranges = {name: (0.0 if name.startswith("relu") else -4.0, 4.0) for name in names}
+    quantized = [name for name in ("conv0", "conv1", "conv2") if name not in kept]
+    (tmp_path / "graph").mkdir()
+    qdq.quantize_int8(fp32, tmp_path / "graph" / "model.onnx", ranges, quantized, placement="onnxruntime_cpu")
+    (tmp_path / "engine").mkdir()
+    ops, label = engine_ops(tmp_path / "graph", tmp_path / "engine")
+    counts = Counter(ops)
+    assert counts["QLinearConv"] == len(quantized) and counts["Conv"] + counts.get("FusedConv", 0) == len(kept)
+    assert label["executed_precision"] == f"int8 {len(quantized)}/4"  # the float classifier counts too

@@ -150,20 +150,27 @@ def build(
     }
 
 
+def _session(path: Path, options, providers):
+    """Every session of an engine: ops its graph keeps in float stay float (qdq.ORT_DISABLED_OPTIMIZERS)."""
+    from precisionflow.quant.qdq import ORT_DISABLED_OPTIMIZERS
+
+    return _ort().InferenceSession(str(path), options, providers=providers, disabled_optimizers=ORT_DISABLED_OPTIMIZERS)
+
+
 def _optimise_and_save(graph_path: Path, options, device: str, cuda: Optional[Dict[str, Any]]):
     """Let ONNX Runtime optimise the graph and save it; (the CUDA settings the engine really has,
     why CUDA graphs were refused or None). A graph with nodes left to the CPU provider (e.g. Q/DQ
     pairs the CUDA provider has no kernel for) cannot be captured: that engine is built without
     a CUDA graph and says so in engine.json and the table, instead of failing the sweep."""
     try:
-        _ort().InferenceSession(str(graph_path), options, providers=_providers(device, cuda))
+        _session(graph_path, options, _providers(device, cuda))
         return cuda, None
     except Exception as err:  # noqa: BLE001 -- onnxruntime raises its own exception types
         if not (cuda and cuda["cuda_graph"] and "graph capture" in str(err)):
             raise
         reason = str(err).split(" : ")[-1].strip()
         cuda = dict(cuda, cuda_graph=False)
-        _ort().InferenceSession(str(graph_path), options, providers=_providers(device, cuda))
+        _session(graph_path, options, _providers(device, cuda))
         return cuda, reason
 
 
@@ -174,7 +181,7 @@ def _first_inference_error(engine_path: Path, level: str, device: str, cuda) -> 
     import numpy as np
 
     try:
-        session = _ort().InferenceSession(str(engine_path), _session_options(level, 1), providers=_providers(device, cuda))
+        session = _session(engine_path, _session_options(level, 1), _providers(device, cuda))
         model_input = session.get_inputs()[0]
         shape = [dim if isinstance(dim, int) and dim > 0 else 1 for dim in model_input.shape]
         session.run(None, {model_input.name: np.zeros(shape, dtype=np.float32)})
@@ -365,10 +372,8 @@ def load(
     cuda = description.get("cuda_settings")
     if cuda and not cuda_graph:
         cuda = dict(cuda, cuda_graph=False)
-    session = _ort().InferenceSession(
-        str(Path(engine_dir) / description["engine_file"]),
-        options,
-        providers=_providers(description["device"], cuda, clock.stream_pointer if clock else 0),
+    session = _session(
+        Path(engine_dir) / description["engine_file"], options, _providers(description["device"], cuda, clock.stream_pointer if clock else 0)
     )
     reload = lambda timed=True, cuda_graph=True: load(engine_dir, description, target_def, threads, timed, cuda_graph)  # noqa: E731
     return OrtEngine(session, description, reload, clock, cuda_graph=bool(cuda and cuda["cuda_graph"]))

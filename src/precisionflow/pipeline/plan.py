@@ -127,6 +127,12 @@ class PlanBuilder:
             self.fingerprints[root] = image_folder.fingerprint(Path(root), cache)
         return {**params, "path": root, "fingerprint": self.fingerprints[root]}
 
+    def warn_once(self, warning: Optional[str]) -> None:
+        """Print a planning warning once per plan, however many nodes share its cause."""
+        if warning and warning not in self.warned:
+            self.warned.add(warning)
+            print(warning, file=sys.stderr)
+
     def split_sizes(self, data: Node) -> Dict[str, int]:
         if data.key not in self.sizes:
             self.sizes[data.key] = stage_module("prepare_dataset").expected_split_sizes(data.params)
@@ -258,10 +264,7 @@ class PlanBuilder:
                 "calibration.split=train|val)."
             )
         counts = stage_module("prepare_dataset").expected_class_counts(data.params, params["split"])
-        warning = thin_class_warning(counts, cfg["calibration"])
-        if warning and warning not in self.warned:  # once per plan, however many graphs share the sample
-            self.warned.add(warning)
-            print(warning, file=sys.stderr)
+        self.warn_once(thin_class_warning(counts, cfg["calibration"]))
         slug = f"{source}-{params['method']}-n{params['num_samples']}"
         return self.add("calibrate", slug, params, {"onnx": onnx, "data": data})
 
@@ -314,6 +317,8 @@ class PlanBuilder:
         if precision == "int8_mixed":
             drop = cfg["int8"]["mixed_max_val_drop"]
             slug += f"-keep{cfg['int8']['mixed_keep_fp']}" if drop is None else f"-drop{drop}"
+        if precision == "int8_mixed" and params["int8"].get("mixed_max_val_drop") is not None:
+            self.warn_once(mixed_search_warning(params["int8"], self.split_sizes(data)[params["int8"]["report_split"]]))
         return self.add("quantize_onnx", slug, params, inputs)
 
     def _add_engine(self, cfg, graph: Node, target: str) -> Node:
@@ -426,6 +431,25 @@ def resolution_warnings(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]
                 "more test images (dataset.test_fraction, a larger data set) or a budget of at least that."
             )
     return sorted(found)
+
+
+def mixed_search_warning(int8: Dict[str, Any], images: int) -> Optional[str]:
+    """int8_mixed's search keeps ops in float until the top-1 drop's interval on int8.report_split
+    clears int8.mixed_max_val_drop: a split too small to resolve that budget keeps nearly every op
+    float (an engine slower than fp32) whatever the graph does. None when the split can resolve it."""
+    from precisionflow.reporting import stats
+
+    budget, confidence = int8["mixed_max_val_drop"], int8.get("confidence", 0.95)
+    finest = stats.zero_flip_resolution(images, confidence)
+    if budget >= finest:
+        return None
+    return (
+        f"precisionflow: warning: int8_mixed aims for a drop within int8.mixed_max_val_drop={budget} points on the "
+        f"{int8['report_split']} split, but its {images} images cannot resolve that (even with no image flipped the "
+        f"interval reaches {finest:.2f}): the search will keep nearly every op in float. Use a budget of at least "
+        f"{finest:.2f}, a larger {int8['report_split']} split (dataset.val_fraction), or int8.mixed_max_val_drop=null "
+        "with int8.mixed_keep_fp."
+    )
 
 
 def thin_class_warning(class_counts: Optional[Dict[str, int]], calibration: Dict[str, Any]) -> Optional[str]:

@@ -9,6 +9,11 @@ there, so what a dead run left is stale and is cleared before Snakemake starts: 
 folders (never consumed: a node is published by one rename), and Snakemake's own directory lock --
 unless a Snakemake process started by hand is still running in that folder, which is respected.
 Outputs the dead run left half-made are rerun (`--rerun-incomplete`).
+
+Killing only `precisionflow run` and Snakemake leaves their jobs running (a training finishes its
+epochs with nobody to publish it). Every process of a run carries the results folder in its
+environment (RESULTS_VARIABLE), so recovery first stops those of the dead run -- SIGTERM, then
+SIGKILL after a grace period -- and waits for them to exit before it touches any folder.
 """
 
 import contextlib
@@ -21,6 +26,8 @@ from typing import Iterator, List
 
 from precisionflow.errors import PrecisionflowError
 
+RESULTS_VARIABLE = "PRECISIONFLOW_RESULTS"  # set for Snakemake and inherited by every job it starts
+GRACE_S = 10
 LOCK_NAME = ".precisionflow-run.lock"
 HOLDER_NAME = ".precisionflow-run.holder"
 
@@ -64,9 +71,49 @@ def live_snakemake_in(workdir: Path) -> List[int]:
     return found
 
 
+def run_environment(results: Path) -> dict:
+    """The environment `precisionflow run` gives Snakemake: its jobs are known as this folder's."""
+    return {**os.environ, RESULTS_VARIABLE: str(Path(results).resolve())}
+
+
+def orphans_of(results: Path) -> list:
+    """Live processes of a run on `results` (with the run lock held: of a run that died)."""
+    import psutil
+
+    wanted, found = str(Path(results).resolve()), []
+    for process in psutil.process_iter(["pid"]):
+        if process.pid == os.getpid():
+            continue
+        try:
+            if process.environ().get(RESULTS_VARIABLE) == wanted:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def stop_orphans(results: Path, grace_s: float = GRACE_S) -> List[int]:
+    """Stop the jobs a dead run left running and wait until they are gone; their PIDs."""
+    import psutil
+
+    found = orphans_of(results)
+    for process in found:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, alive = psutil.wait_procs(found, timeout=grace_s)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+    return sorted(process.pid for process in found)
+
+
 def recover(results: Path, workdir: Path) -> List[str]:
     """Clear what a dead run left (call with the run lock held); the notes say what was cleared."""
     notes = []
+    stopped = stop_orphans(results)
+    if stopped:
+        notes.append(f"stopped {len(stopped)} job process(es) a run that died left running (pids {stopped})")
     staging = [path for path in Path(results).glob("*/.*.tmp-*") if path.is_dir()]
     for path in staging:
         shutil.rmtree(path, ignore_errors=True)

@@ -20,7 +20,9 @@ from precisionflow.quant import qdq
 def _outputs(graph: Path, images: np.ndarray) -> np.ndarray:
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(graph), providers=["CPUExecutionProvider"], disabled_optimizers=qdq.ORT_DISABLED_OPTIMIZERS
+    )
     return session.run(None, {session.get_inputs()[0].name: images})[0]
 
 

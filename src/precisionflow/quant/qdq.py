@@ -147,6 +147,13 @@ TRT_PLACEMENT = {
 # at the same resolution, so QAT's (and TensorRT's) ranges feed it unchanged.
 ORT_CPU_PLACEMENT = {"WeightSymmetric": True, "ActivationSymmetric": False}
 
+# ONNX Runtime's graph optimizer "WeightBiasQuantization" quantizes the float weights of an op that
+# reads a DQ and feeds a Q, then fuses it into an integer kernel: every op int8_mixed keeps in float
+# sits between its quantized neighbours' Q/DQ, so it ran in int8 anyway (an EfficientNetB0 graph
+# "keeping 89 of 90 ops float" ran 49 QLinearConv). Every session that runs one of these graphs
+# turns it off, so an op the graph keeps in float runs in float.
+ORT_DISABLED_OPTIMIZERS = ["WeightBiasQuantization"]
+
 
 def clip_bounds(model, node) -> Tuple[float, float]:
     """(min, max) of a Clip node: constant inputs (opset 11 and later) or attributes (earlier)."""
