@@ -52,6 +52,7 @@ FLIP_VALUES = {
     "model.name": "small_cnn",
     "engine.backend": "tensorrt",
     "calibration.method": "minmax",
+    "calibration.sampling": "random",
     "calibration.split": "val",
     "int8.report_split": "train",
     "train.lr_schedule": "cosine",
@@ -136,6 +137,9 @@ EXPECTED = {
     "calibration.percentile": NOTHING,
     "calibration.num_samples": {"calibrate"} | GRAPHS,
     "calibration.batch_size": {"calibrate"} | GRAPHS,
+    "calibration.sampling": {"calibrate"} | GRAPHS,  # the calibration sample and the per-tensor report's
+    "calibration.seed": {"calibrate"} | GRAPHS,
+    "calibration.min_per_class": NOTHING,  # a planning warning's threshold
     "calibration.split": None,  # val has 179 images, fewer than the default 256 samples: see CONDITIONAL
     "calibration.tensorrt_version": {"track_mlflow"},
     "int8.exclude_nodes": GRAPHS,

@@ -44,6 +44,20 @@ def test_a_second_run_on_a_live_run_s_folder_fails_at_once(tmp_path):
         pass
 
 
+def test_recovery_stops_a_live_job_of_the_dead_run_and_leaves_others_alone(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    orphan = subprocess.Popen(["sleep", "300"], env={**os.environ, **{runlock.RESULTS_VARIABLE: str(results.resolve())}})
+    other = subprocess.Popen(["sleep", "300"], env={**os.environ, **{runlock.RESULTS_VARIABLE: str(tmp_path / "elsewhere")}})
+    try:
+        notes = runlock.recover(results, tmp_path)
+        assert notes == [f"stopped 1 job process(es) a run that died left running (pids [{orphan.pid}])"]
+        assert orphan.wait(5) is not None and other.poll() is None  # ended (psutil reaped it), the other runs on
+    finally:
+        other.kill()
+        orphan.kill()
+
+
 def test_what_a_dead_run_left_is_cleared(tmp_path):
     results, workdir = tmp_path / "results", tmp_path
     (results / "train_model" / ".small-abc.tmp-x1").mkdir(parents=True)
@@ -193,7 +207,10 @@ def test_killing_only_the_run_and_snakemake_leaves_no_job_racing_the_rerun(tmp_p
     import psutil
 
     results = tmp_path / "results"
-    first = start_run(results)
+    # the console is a file here, as a terminal would be: a job's output outlives Snakemake (no pipe to break)
+    console = open(tmp_path / "first-run.txt", "w")  # noqa: SIM115 -- held for the run's lifetime
+    command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *TINY]
+    first = subprocess.Popen(command, stdout=console, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline and not any(
         "Epoch 2" in log.read_text(errors="replace") for log in results.glob("logs/train_model/*.log")
@@ -204,7 +221,7 @@ def test_killing_only_the_run_and_snakemake_leaves_no_job_racing_the_rerun(tmp_p
     for pid in parents:
         os.kill(pid, signal.SIGKILL)
     first.wait()
-    time.sleep(2)
+    time.sleep(5)
     left = runlock.orphans_of(results)
     assert left and any("train_model" in " ".join(p.cmdline()) for p in left)  # the training job outlived them
     print("alive before the rerun:", [(p.pid, " ".join(p.cmdline())[:80]) for p in left])
@@ -215,6 +232,7 @@ def test_killing_only_the_run_and_snakemake_leaves_no_job_racing_the_rerun(tmp_p
         text=True,
         cwd=tmp_path,
     )
+    console.close()
     print(resumed.stdout[:2000])  # the log the closing note quotes
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "job process(es) a run that died left running" in resumed.stdout
