@@ -43,7 +43,8 @@ def table(results: Path):
     verdicts = json.loads((report.parent / "verdicts.json").read_text())
     headline = [line for line in report.read_text().splitlines() if line.startswith("local:")]
     speeds = {
-        f"{entry['precision']} ({entry['ran']})": entry.get("speed") or ("fp32 kernels" if entry.get("ran_reference_kernels") else None)
+        f"{entry['precision']} ({entry['ran']})": entry.get("speed")
+        or ("fp32 kernels" if entry.get("ran_reference_kernels") else None)
         for entry in verdicts
         if entry["precision"] != "fp32"
     }

@@ -20,4 +20,3 @@ def test_the_gpus_index_uuid_and_bus_stay_out_of_node_ids(monkeypatch):
     monkeypatch.setattr(devices, "gpu_facts", lambda selector=None: dict(facts))
     assert devices.gpu_identity() == {"device_name": "NVIDIA H200", "compute_capability": "9.0", "driver": "580.1"}
     assert devices.gpu_record() == {"index": "3", "uuid": "GPU-1", "pci_bus": "00000000:19:00.0"}
-

@@ -81,7 +81,9 @@ def _gpu_facts(selector: Optional[str]) -> Dict[str, str]:
     fields = "name,compute_cap,driver_version,uuid,pci.bus_id"
     query = ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader", "-i", selector]
     try:
-        name, capability, driver, uuid, bus = [s.strip() for s in subprocess.check_output(query, text=True, timeout=20).split(",")]
+        name, capability, driver, uuid, bus = [
+            s.strip() for s in subprocess.check_output(query, text=True, timeout=20).split(",")
+        ]
         return {"device_name": name, "compute_capability": capability, "driver": driver, "uuid": uuid, "pci_bus": bus}
     except (OSError, subprocess.SubprocessError, ValueError):
         return unknown

@@ -373,7 +373,9 @@ def load(
     if cuda and not cuda_graph:
         cuda = dict(cuda, cuda_graph=False)
     session = _session(
-        Path(engine_dir) / description["engine_file"], options, _providers(description["device"], cuda, clock.stream_pointer if clock else 0)
+        Path(engine_dir) / description["engine_file"],
+        options,
+        _providers(description["device"], cuda, clock.stream_pointer if clock else 0),
     )
     reload = lambda timed=True, cuda_graph=True: load(engine_dir, description, target_def, threads, timed, cuda_graph)  # noqa: E731
     return OrtEngine(session, description, reload, clock, cuda_graph=bool(cuda and cuda["cuda_graph"]))

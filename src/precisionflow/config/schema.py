@@ -55,6 +55,17 @@ class PrecisionPolicy(str, Enum):
 
 
 @dataclass
+class SceneConf:
+    """shadow_cars' generator: how long and dark shadows are, how large and bright the vehicles.
+    The defaults are the scenes every earlier run drew (same seed, same scenes)."""
+
+    shadow_reach: List[float] = field(default_factory=lambda: [0.6, 1.0])  # shadow length / vehicle length
+    shadow_darkness: List[float] = field(default_factory=lambda: [0.35, 0.55])  # ground brightness kept in shadow
+    vehicle_scale: float = 1.0  # vehicle size against the 64-pixel scene's defaults
+    vehicle_colour: List[int] = field(default_factory=lambda: [60, 256])  # body colour range (low = less contrast)
+
+
+@dataclass
 class DatasetConf:
     name: str = "digits"  # digits | image_folder
     # image_folder: the folder of class sub-folders (or of train/ val/ test/ folders of them).
@@ -73,6 +84,9 @@ class DatasetConf:
     cache: DatasetCache = DatasetCache.memory
     # shadow_cars: how many scenes to generate (split by val_fraction / test_fraction).
     num_images: Optional[int] = None
+    # image_folder: a CSV of conditions per image (header 'file,conditions'; tags separated by ';').
+    conditions: Optional[str] = None
+    scene: SceneConf = field(default_factory=SceneConf)  # shadow_cars only
 
 
 @dataclass
@@ -158,8 +172,11 @@ class CalibrationConf:
     # How the sample is drawn from the split (also int8_mixed's ranking sample, int8.report_samples).
     sampling: SamplingRule = SamplingRule.stratified
     seed: int = 0
-    # Planning warns, naming them, about classes the sample would hold fewer images of than this.
+    # Planning warns, naming them, about classes (and conditions) the sample would hold fewer images of than this.
     min_per_class: int = 8
+    # Images carrying any of these condition tags are never drawn: calibrate on, e.g., scenes without
+    # long shadows to see what an engine calibrated on daytime frames does at dusk.
+    exclude_conditions: List[str] = field(default_factory=list)
     # Header version of the TensorRT-native cache (TRT-<MMmmpp>-<calibrator>, the calibrator named after the
     # method that made the ranges: EntropyCalibration2, MinMaxCalibration, LegacyCalibration): TensorRT
     # ignores a cache whose version differs from its own, so set the version your users deploy.
@@ -281,6 +298,12 @@ class BudgetConf:
     speedup_at: str = "bmax"  # b1 | bmax | streams: which setting min_speedup reads
     max_map_drop: Optional[float] = None  # detection: mAP@[.5:.95] points (0-100 scale) below fp32
     max_spurious_per_image: Optional[float] = None  # detection: boxes matching neither truth nor fp32, per image
+    # Per condition (images tagged by the data set, datasets/conditions.py), each condition judged on its
+    # own images with a multiplicity correction across conditions:
+    max_condition_drop: Optional[float] = None  # classification: top-1 points below fp32 on any condition
+    max_condition_spurious_per_image: Optional[float] = None  # detection: spurious boxes per image on any condition
+    # A limit for one named condition (the task's figure above): e.g. {shadow_long: 0.2}.
+    condition_limits: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

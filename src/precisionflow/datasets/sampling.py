@@ -74,18 +74,33 @@ def thin_strata(found: Dict[str, int], minimum: int) -> Dict[str, int]:
     return {name: count for name, count in found.items() if count < minimum}
 
 
-def split_strata(split) -> List[Optional[str]]:
-    """One stratum key per image of a data node's split: its class name, None where images carry no class."""
-    if split.labels is None:
-        return [None] * len(split)
-    return [split.classes[label] for label in split.labels.tolist()]
+def split_strata(split, tags: Optional[List[List[str]]] = None) -> List[Optional[str]]:
+    """One stratum key per image of a data node's split: its class name and its condition tags
+    ("car|shadow_long+small_vehicle"); None where images carry neither."""
+    classes = [None] * len(split) if split.labels is None else [split.classes[label] for label in split.labels.tolist()]
+    if not tags:
+        return classes
+    return [f"{name or ''}|{'+'.join(each)}" for name, each in zip(classes, tags, strict=True)]
 
 
-def sample_split(split, count: int, rule: str, seed: int) -> Dict[str, object]:
-    """{"indices": sorted indices drawn from `split`, "per_class": {class: images drawn}, "rule", "seed"}."""
-    strata = split_strata(split)
-    indices = draw(strata, count, seed, rule)
+def sample_split(split, count: int, rule: str, seed: int, exclude: Sequence[str] = ()) -> Dict[str, object]:
+    """{"indices": sorted indices drawn from `split`, "per_class": {class: images drawn},
+    "per_condition": {tag: images drawn} (where the data set has conditions), "rule", "seed"}.
+    Images carrying a tag in `exclude` are never drawn (a calibration without, e.g., long shadows)."""
+    from precisionflow.datasets import conditions
+
+    tags = conditions.load(split.data_dir, split.name)
+    eligible = np.arange(len(split))
+    if exclude and tags:
+        eligible = np.asarray([i for i, each in enumerate(tags) if not set(each) & set(exclude)], dtype=np.int64)
+    strata = split_strata(split, tags)
+    indices = eligible[draw([strata[i] for i in eligible], count, seed, rule)]
     record: Dict[str, object] = {"indices": indices, "rule": rule, "seed": seed, "rule_version": RULE_VERSION}
     if split.labels is not None:
-        record["per_class"] = counts([strata[i] for i in indices.tolist()], list(split.classes))
+        record["per_class"] = counts([split.classes[split.labels[i]] for i in indices.tolist()], list(split.classes))
+    if tags is not None:
+        known = sorted({tag for each in tags for tag in each})
+        record["per_condition"] = counts([tag for i in indices.tolist() for tag in tags[i]], known)
+        record["excluded_conditions"] = list(exclude)
+        record["eligible"] = int(len(eligible))
     return record

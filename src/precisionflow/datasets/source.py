@@ -1,6 +1,6 @@
 """A data set's source, as the dataset stage and the detection sources both build it."""
 
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -8,7 +8,8 @@ import numpy as np
 class Source:
     """Where a data set's images come from: items (digit indices, file paths, scene numbers), their
     labels, and how to turn a list of items into uint8 pixels. A detection source has no labels:
-    objects(item) gives an image's boxes instead."""
+    objects(item) gives an image's boxes instead. conditions(item), where the data set has them, gives
+    an image's condition tags (datasets/conditions.py)."""
 
     def __init__(
         self,
@@ -22,3 +23,4 @@ class Source:
     ):
         self.items, self.labels, self.classes = items, labels, classes
         self.image_shape, self.divisor, self.pixels, self.objects = tuple(image_shape), divisor, pixels, objects
+        self.conditions: Optional[Callable[[Any], List[str]]] = None

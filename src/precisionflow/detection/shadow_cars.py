@@ -20,8 +20,18 @@ SIZES = {"car": ((15, 22), (8, 10)), "van": ((13, 17), (10, 13))}  # (length ran
 BODY_SHADE = 0.25  # windows and wheels: this fraction of the body colour
 
 
-def sample_scene(seed: int, index: int, size: int) -> Dict[str, Any]:
-    """The parameters of scene `index`: ground, light, clutter and vehicles (no pixels yet)."""
+DEFAULT_SETTINGS = {
+    "shadow_reach": (0.6, 1.0),
+    "shadow_darkness": (0.35, 0.55),
+    "vehicle_scale": 1.0,
+    "vehicle_colour": (60, 256),
+}
+
+
+def sample_scene(seed: int, index: int, size: int, settings: Dict[str, Any] = None) -> Dict[str, Any]:
+    """The parameters of scene `index`: ground, light, clutter and vehicles (no pixels yet).
+    `settings` (dataset.scene) change the ranges drawn from, never the order of the draws."""
+    settings = {**DEFAULT_SETTINGS, **(settings or {})}
     rng = np.random.default_rng([seed, index])
     scale = size / 64
     angle = rng.uniform(0, 2 * np.pi)
@@ -29,7 +39,7 @@ def sample_scene(seed: int, index: int, size: int) -> Dict[str, Any]:
         "size": size,
         "ground": rng.integers(90, 150, 3).tolist(),
         "gradient": float(rng.uniform(-0.25, 0.25)),
-        "darkness": float(rng.uniform(0.35, 0.55)),
+        "darkness": float(rng.uniform(*settings["shadow_darkness"])),
         "light": [float(np.cos(angle)), float(np.sin(angle))],
         "clutter": [],
         "vehicles": [],
@@ -42,14 +52,15 @@ def sample_scene(seed: int, index: int, size: int) -> Dict[str, Any]:
             {"box": [float(x), float(y), float(x + w), float(y + h)], "colour": rng.integers(40, 220, 3).tolist()}
         )
     for _ in range(int(rng.integers(1, 4))):
-        vehicle = _place_vehicle(rng, scene, scale)
+        vehicle = _place_vehicle(rng, scene, scale, settings)
         if vehicle:
             scene["vehicles"].append(vehicle)
     return scene
 
 
-def _place_vehicle(rng, scene, scale: float):
+def _place_vehicle(rng, scene, scale: float, settings: Dict[str, Any]):
     """A vehicle whose body and shadow overlap no earlier vehicle's (None after 20 tries)."""
+    scale = scale * settings["vehicle_scale"]
     size = scene["size"]
     for _ in range(20):
         kind = CLASSES[int(rng.integers(len(CLASSES)))]
@@ -58,7 +69,7 @@ def _place_vehicle(rng, scene, scale: float):
         w, h = (length, width) if rng.random() < 0.5 else (width, length)
         x0, y0 = rng.uniform(2, size - w - 2), rng.uniform(2, size - h - 2)
         body = [float(x0), float(y0), float(x0 + w), float(y0 + h)]
-        reach = float(rng.uniform(0.6, 1.0)) * max(w, h)
+        reach = float(rng.uniform(*settings["shadow_reach"])) * max(w, h)
         shadow = _shadow_box(body, scene["light"], reach, size)
         taken = [v["body"] for v in scene["vehicles"]] + [v["shadow_box"] for v in scene["vehicles"]]
         if all(_overlap(candidate, other) == 0 for candidate in (body, shadow) for other in taken):
@@ -67,7 +78,7 @@ def _place_vehicle(rng, scene, scale: float):
                 "body": body,
                 "reach": reach,
                 "shadow_box": shadow,
-                "colour": rng.integers(60, 256, 3).tolist(),
+                "colour": rng.integers(*settings["vehicle_colour"], 3).tolist(),
             }
     return None
 
@@ -147,6 +158,36 @@ def annotations(scene: Dict[str, Any], shadow_mask: np.ndarray) -> Dict[str, Any
             ys, xs = np.nonzero(own)
             shadows.append([float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)])
     return {"boxes": boxes, "classes": classes, "shadows": shadows, "shadow_mask": shadow_mask}
+
+
+# Conditions a scene carries, from what the generator drew (thresholds chosen so that each tag
+# covers roughly a quarter to a third of the default scenes).
+LONG_SHADOW = 0.9  # a shadow reaching at least 0.9 vehicle lengths
+DARK_SHADOW = 0.42  # shadow pixels keep at most 42% of the ground's brightness
+SMALL_VEHICLE = 16  # a vehicle shorter than 16 pixels at 64x64
+CLUTTERED = 7  # stones and road marks
+LOW_CONTRAST = 45  # a vehicle whose mean colour is within this of the ground's
+
+
+def scene_conditions(scene: Dict[str, Any]) -> List[str]:
+    """The tags of a scene (zero or more): shadow_long, shadow_dark, small_vehicle, cluttered,
+    low_contrast, and the light's side (light_left / light_right)."""
+    scale = scene["size"] / 64
+    vehicles = scene["vehicles"]
+    lengths = [max(v["body"][2] - v["body"][0], v["body"][3] - v["body"][1]) for v in vehicles]
+    tags = ["light_left" if scene["light"][0] < 0 else "light_right"]
+    if any(v["reach"] >= LONG_SHADOW * length for v, length in zip(vehicles, lengths, strict=True)):
+        tags.append("shadow_long")
+    if vehicles and scene["darkness"] <= DARK_SHADOW:
+        tags.append("shadow_dark")
+    if any(length < SMALL_VEHICLE * scale for length in lengths):
+        tags.append("small_vehicle")
+    if len(scene["clutter"]) >= CLUTTERED:
+        tags.append("cluttered")
+    ground = float(np.mean(scene["ground"]))
+    if any(abs(float(np.mean(v["colour"])) - ground) < LOW_CONTRAST for v in vehicles):
+        tags.append("low_contrast")
+    return sorted(tags)
 
 
 def generate(seed: int, count: int, size: int):

@@ -50,16 +50,39 @@ def shadow_cars_source(params: Dict[str, Any], source_class):
     if height != width:
         raise DataError(f"dataset.image_size: shadow_cars scenes are square, found {params['image_size']}.")
 
+    settings = params.get("scene")
+
+    def scene(item: int):
+        return shadow_cars.sample_scene(params["seed"], item, height, settings)
+
     def pixels(items: List[int]) -> np.ndarray:
-        return np.stack([shadow_cars.render(shadow_cars.sample_scene(params["seed"], i, height))[0] for i in items])
+        return np.stack([shadow_cars.render(scene(i))[0] for i in items])
 
     def objects(item: int) -> Dict[str, Any]:
-        scene = shadow_cars.sample_scene(params["seed"], item, height)
-        return shadow_cars.annotations(scene, shadow_cars.render(scene)[1])
+        drawn = scene(item)
+        return shadow_cars.annotations(drawn, shadow_cars.render(drawn)[1])
 
-    return source_class(
+    def conditions(item: int) -> List[str]:
+        return shadow_cars.scene_conditions(scene(item))
+
+    source = source_class(
         list(range(params["num_images"])), None, list(shadow_cars.CLASSES), (height, width, 3), 255, pixels, objects
     )
+    source.conditions = conditions
+    return source
+
+
+def expected_conditions(params: Dict[str, Any], split: str) -> List[List[str]]:
+    """The tags of a shadow_cars split's scenes, from their parameters alone (nothing rendered)."""
+    from precisionflow.detection import shadow_cars
+
+    sizes = split_sizes(params)
+    start = {"train": 0, "val": sizes["train"], "test": sizes["train"] + sizes["val"]}[split]
+    size = params["image_size"][0]
+    return [
+        shadow_cars.scene_conditions(shadow_cars.sample_scene(params["seed"], i, size, params.get("scene")))
+        for i in range(start, start + sizes[split])
+    ]
 
 
 def _read_annotations(root: Path, split: str) -> Dict[str, Any]:

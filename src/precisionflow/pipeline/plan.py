@@ -125,7 +125,12 @@ class PlanBuilder:
                 stage_module("prepare_dataset").check_folder(params)
             cache = (self.cache_dir or Path(root)) / "fingerprints.json"
             self.fingerprints[root] = image_folder.fingerprint(Path(root), cache)
-        return {**params, "path": root, "fingerprint": self.fingerprints[root]}
+        params = {**params, "path": root, "fingerprint": self.fingerprints[root]}
+        if params.get("conditions"):  # the sidecar's tags, checked against the folder; its content is in the id
+            sidecar = str(Path(params["conditions"]).expanduser().resolve())
+            stage_module("prepare_dataset").folder_conditions(params)
+            params.update({"conditions": sidecar, "conditions_sha256": identity.path_sha256(Path(sidecar))})
+        return params
 
     def warn_once(self, warning: Optional[str]) -> None:
         """Print a planning warning once per plan, however many nodes share its cause."""
@@ -263,8 +268,16 @@ class PlanBuilder:
                 f"{available} images: lower calibration.num_samples (or calibrate on a larger split, "
                 "calibration.split=train|val)."
             )
-        counts = stage_module("prepare_dataset").expected_class_counts(data.params, params["split"])
+        dataset = stage_module("prepare_dataset")
+        counts = dataset.expected_class_counts(data.params, params["split"])
         self.warn_once(thin_class_warning(counts, cfg["calibration"]))
+        calibration_tags = dataset.expected_condition_counts(data.params, params["split"])
+        if calibration_tags is not None or params["exclude_conditions"]:
+            from precisionflow.datasets import conditions
+
+            test_tags = dataset.expected_condition_counts(data.params, "test") or {}
+            conditions.check_named(params["exclude_conditions"], test_tags, "calibration.exclude_conditions")
+            self.warn_once(coverage_warning(test_tags, calibration_tags or {}, cfg["calibration"], available))
         slug = f"{source}-{params['method']}-n{params['num_samples']}"
         return self.add("calibrate", slug, params, {"onnx": onnx, "data": data})
 
@@ -371,6 +384,35 @@ class PlanBuilder:
         return self.add("compare_speed", engine.id.rsplit("-", 1)[0], params, inputs, resources=resources)
 
 
+def check_condition_budgets(builder: "PlanBuilder", cfg: Dict[str, Any], point: Dict[str, Node]) -> None:
+    """Conditions a budget names exist in the test split, and per-condition budgets meet a data set
+    that has conditions: a typo or a missing sidecar fails at planning, not as a silent PASS."""
+    from precisionflow.datasets import conditions
+
+    named = {
+        (precision, tag)
+        for precision in ["(all)"] + list(cfg["evaluate"].get("budgets", {}))
+        for tag in (budget_for(cfg["evaluate"], precision).get("condition_limits") or {})
+    }
+    wants = any(
+        budget_for(cfg["evaluate"], precision).get(key) is not None
+        for precision in ["(all)"] + list(cfg["evaluate"].get("budgets", {}))
+        for key in ("max_condition_drop", "max_condition_spurious_per_image")
+    )
+    if not named and not wants:
+        return
+    evaluation = next(node for node in point.values() if node.stage == "evaluate_engine")
+    data = builder.nodes[evaluation.inputs["data"]]
+    tags = stage_module("prepare_dataset").expected_condition_counts(data.params, "test")
+    if tags is None:
+        raise ConfigError(
+            "evaluate.budget: a per-condition budget is set, but the data set has no conditions. Tag images "
+            "with a sidecar (dataset.conditions=<file.csv>), use a data set that has them (shadow_cars), or drop it."
+        )
+    for precision, tag in sorted(named):
+        conditions.check_named([tag], tags, f"evaluate.budget(s) condition_limits ({precision})")
+
+
 def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
     """All sweep points -> {nodes, final, report}: the document the Snakefile executes."""
     builder = PlanBuilder(cache_dir=Path(results_dir) / ".cache")
@@ -380,6 +422,7 @@ def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequen
     for cfg in points:
         point = {node.key: node for node in builder.add_point(cfg)}
         measured.update(point)
+        check_condition_budgets(builder, cfg, point)
         budgets.update(
             {
                 key: budget_for(cfg["evaluate"], node.params["precision"])
@@ -431,6 +474,32 @@ def resolution_warnings(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]
                 "more test images (dataset.test_fraction, a larger data set) or a budget of at least that."
             )
     return sorted(found)
+
+
+def coverage_warning(
+    test_tags: Dict[str, int], calibration_tags: Dict[str, int], calibration: Dict[str, Any], split_images: int
+) -> Optional[str]:
+    """The warning for conditions the test split holds but the calibration sample would hold (about)
+    fewer than calibration.min_per_class images of -- absent, excluded or rare; None if none."""
+    excluded = set(calibration["exclude_conditions"])
+    kept = split_images - sum(calibration_tags.get(tag, 0) for tag in excluded)  # about: tags overlap
+    share = min(1.0, calibration["num_samples"] / max(kept, 1))
+    thin = {
+        tag: (0 if tag in excluded else int(calibration_tags.get(tag, 0) * share), count)
+        for tag, count in sorted(test_tags.items())
+        if count and (tag in excluded or calibration_tags.get(tag, 0) * share < calibration["min_per_class"])
+    }
+    if not thin:
+        return None
+    named = ", ".join(
+        f"{tag} (test {count}, calibration about {drawn}{', excluded' if tag in excluded else ''})"
+        for tag, (drawn, count) in thin.items()
+    )
+    return (
+        f"precisionflow: warning: the calibration sample would hold fewer than calibration.min_per_class="
+        f"{calibration['min_per_class']} images of condition(s) the test split holds: {named}. The int8 ranges "
+        "barely see them: read their per-condition rows beside this coverage."
+    )
 
 
 def mixed_search_warning(int8: Dict[str, Any], images: int) -> Optional[str]:

@@ -12,6 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from precisionflow.datasets import conditions
 from precisionflow.reporting import stats, verdict_rules
 from precisionflow.reporting.verdict_rules import judged, overall, share_check
 from precisionflow.reporting.compare import task_of
@@ -107,9 +108,12 @@ def per_sample(folder: Path):
         return loaded["predictions"], loaded["labels"]
 
 
-def paired_drops(engine_dir: Path, reference_dir: Path, confidence: float, classes: List[str]) -> Optional[Dict[str, Any]]:
+def paired_drops(
+    engine_dir: Path, reference_dir: Path, confidence: float, classes: List[str], tags: Optional[List[List[str]]] = None
+) -> Optional[Dict[str, Any]]:
     """The top-1 drop of an engine against its reference on the same test images, with its
-    interval, overall and per class: {"all": PairedDrop, "per_class": {name: PairedDrop}}."""
+    interval, overall, per class and per condition (`tags`: each test image's condition tags):
+    {"all": PairedDrop, "per_class": {name: PairedDrop}, "per_condition": {tag: PairedDrop}}."""
     engine, reference = per_sample(engine_dir), per_sample(reference_dir)
     if engine is None or reference is None:
         return None
@@ -127,7 +131,11 @@ def paired_drops(engine_dir: Path, reference_dir: Path, confidence: float, class
         for index, name in enumerate(classes)
         if (labels == index).any()
     }
-    return {"all": stats.paired_drop(reference_right, right, confidence), "per_class": per_class}
+    per_condition = {
+        tag: stats.paired_drop(reference_right[members], right[members], confidence)
+        for tag, members in conditions.groups(tags).items()
+    }
+    return {"all": stats.paired_drop(reference_right, right, confidence), "per_class": per_class, "per_condition": per_condition}
 
 
 def checks(
@@ -207,6 +215,30 @@ def detection_checks(metrics: Dict[str, Any], fp32: Dict[str, Any], budget: Dict
                 subject,
             )
         )
+    found += detection_condition_checks(metrics, budget)
+    return found
+
+
+def detection_condition_checks(metrics: Dict[str, Any], budget: Dict[str, Any]) -> List[Dict[str, str]]:
+    """Spurious boxes per image on each condition's images (metrics["spurious_by_condition"])."""
+    by_condition = metrics.get("spurious_by_condition") or {}
+    found = []
+    if budget.get("max_condition_spurious_per_image") is not None and by_condition:
+        found += verdict_rules.group_mean_checks(
+            by_condition,
+            budget["max_condition_spurious_per_image"],
+            budget["confidence"],
+            "spurious boxes per image",
+            "conditions",
+        )
+    for tag, limit in (budget.get("condition_limits") or {}).items():
+        if tag in by_condition:
+            values = by_condition[tag]
+            found.append(
+                verdict_rules.mean_check(
+                    values, sum(values) / max(len(values), 1), limit, budget["confidence"], f"spurious boxes per image on '{tag}'"
+                )
+            )
     return found
 
 
@@ -231,6 +263,15 @@ def classification_checks(
         found += verdict_rules.group_drop_checks(
             pairs["per_class"], budget["max_class_drop"], budget["confidence"], "class", "classes"
         )
+    if pairs and pairs.get("per_condition"):
+        by_condition = pairs["per_condition"]
+        if budget.get("max_condition_drop") is not None:
+            found += verdict_rules.group_drop_checks(
+                by_condition, budget["max_condition_drop"], budget["confidence"], "condition", "conditions"
+            )
+        for tag, limit in (budget.get("condition_limits") or {}).items():
+            if tag in by_condition:
+                found.append(verdict_rules.drop_check(by_condition[tag], limit, f"condition '{tag}' top-1 drop"))
     return found
 
 
@@ -249,6 +290,25 @@ def worst_class(metrics: Dict[str, Any], fp32: Dict[str, Any], pairs: Optional[D
     return max(drops, key=lambda item: item[1]) if drops else None
 
 
+def spurious_by_condition(eval_dir: Path, tags: List[List[str]]) -> Dict[str, List[float]]:
+    """{tag: spurious boxes of each test image carrying it} from a detection evaluation's box_changes.csv."""
+    import csv
+
+    path = eval_dir / "box_changes.csv"
+    if not path.is_file():
+        return {}
+    with open(path, newline="") as handle:
+        spurious = {int(row["test_index"]): float(row["spurious"]) for row in csv.DictReader(handle)}
+    return {tag: [spurious.get(int(i), 0.0) for i in members] for tag, members in conditions.groups(tags).items()}
+
+
+def test_tags(results: Path, key: str) -> Optional[List[List[str]]]:
+    """Each test image's condition tags, from the data node the evaluation scored (None: no conditions)."""
+    from precisionflow.pipeline.nodeio import read_node
+
+    return conditions.load(results / read_node(results / key)["inputs"]["data"], "test")
+
+
 def class_names(results: Path, key: str) -> List[str]:
     """The class names of the data node an evaluation scored, in label-index order: per-image labels
     are indices into this list (never into the order of a metrics file's keys)."""
@@ -259,7 +319,16 @@ def class_names(results: Path, key: str) -> List[str]:
 
 
 def judge(
-    results: Path, key: str, reference_key: str, metrics, reference, budget, ratios, classes: List[str], timed: bool = True
+    results: Path,
+    key: str,
+    reference_key: str,
+    metrics,
+    reference,
+    budget,
+    ratios,
+    classes: List[str],
+    timed: bool = True,
+    tags: Optional[List[List[str]]] = None,
 ) -> Dict[str, Any]:
     """One engine against one reference evaluation: checks, overall verdict and the drop's interval.
     `classes`: the data node's class names (label order)."""
@@ -267,7 +336,9 @@ def judge(
     if key == reference_key:  # the fp32 engine is the reference: nothing to cost, only whether it computed numbers
         budget = {**budget, **{name: None for name in BUDGET_KEYS if name != "speedup_at"}}
     elif task_of(metrics) == "classification":  # the per-image files are read only where a drop is judged
-        pairs = paired_drops(results / key, results / reference_key, budget["confidence"], classes)
+        pairs = paired_drops(results / key, results / reference_key, budget["confidence"], classes, tags)
+    elif tags is not None:  # detection: each condition's images' spurious boxes, for its checks and the report
+        metrics = {**metrics, "spurious_by_condition": spurious_by_condition(results / key, tags)}
     found = checks(metrics, reference, budget, ratios, pairs, timed)
     drop = pairs["all"].to_json() if pairs else None
     return {"checks": found, "verdict": overall(found), "drop": drop, "reference": reference_key, "pairs": pairs}
@@ -279,10 +350,17 @@ def speed_of(ratio: Optional[Dict[str, Any]], confidence: float) -> Optional[Dic
         return None
     bounds = verdict_rules.speed_interval(ratio.get("rounds", []), confidence)
     low, high = bounds if bounds else (ratio["median"], ratio["median"])
-    return {"median": round(ratio["median"], 2), "low": round(low, 2), "high": round(high, 2), "rounds": len(ratio.get("rounds", []))}
+    return {
+        "median": round(ratio["median"], 2),
+        "low": round(low, 2),
+        "high": round(high, 2),
+        "rounds": len(ratio.get("rounds", [])),
+    }
 
 
-def judge_entry(results: Path, key: str, spec: Dict[str, Any], plan: Dict[str, Any], baselines, ratios) -> Optional[Dict[str, Any]]:
+def judge_entry(
+    results: Path, key: str, spec: Dict[str, Any], plan: Dict[str, Any], baselines, ratios
+) -> Optional[Dict[str, Any]]:
     """The verdict of one planned evaluation, or None while it (or its fp32 baseline) is unfinished."""
     metrics = _finished(results, key)
     fp32_key = baselines.get(baseline_key(spec, spec["params"]["target"]))
@@ -297,12 +375,13 @@ def judge_entry(results: Path, key: str, spec: Dict[str, Any], plan: Dict[str, A
     timed = not spec["params"].get("simulates")  # a simulation of TensorRT on a CPU is never timed
     engine_ratios = ratios.get(spec["inputs"]["engine"], {})
     classes = class_names(results, key) if task_of(metrics) == "classification" else []
-    against_base = judge(results, key, fp32_key, metrics, fp32, budget, engine_ratios, classes, timed)
+    tags = test_tags(results, key)
+    against_base = judge(results, key, fp32_key, metrics, fp32, budget, engine_ratios, classes, timed, tags)
     judged_by, reference = against_base, fp32
     twin_key_found = baselines.get(("twin",) + twin_key(spec)) if twin_key(spec) else None
     twin = _finished(results, twin_key_found) if twin_key_found else None
     if twin is not None:  # int8_qat: the budget reads the delta against its fp32 twin
-        judged_by = judge(results, key, twin_key_found, metrics, twin, budget, engine_ratios, classes, timed)
+        judged_by = judge(results, key, twin_key_found, metrics, twin, budget, engine_ratios, classes, timed, tags)
         reference = twin
     ran = metrics["engine"].get("executed", {}).get("executed_precision", "unknown")
     entry = {
@@ -313,6 +392,7 @@ def judge_entry(results: Path, key: str, spec: Dict[str, Any], plan: Dict[str, A
         "model": named_lineage(results / key)["export_onnx"]["inputs"]["model"],
         **headline(metrics, reference),
         "worst_class": worst_class(metrics, reference, judged_by["pairs"]),
+        **condition_figures(judged_by["pairs"], results / key, tags),
         "timed": timed,
         # an fp16 or int8 graph whose backend ran fp32 kernels buys no speed of its own: no speed-up to claim
         "ran_reference_kernels": spec["params"]["precision"] not in ("fp32", TWIN) and ran == "fp32",
@@ -327,6 +407,9 @@ def judge_entry(results: Path, key: str, spec: Dict[str, Any], plan: Dict[str, A
         "undecided": [c["text"] for c in judged_by["checks"] if c["verdict"] == stats.UNDECIDED],
     }
     entry["speedup_vs_fp32"] = entry["speed"]["median"] if entry["speed"] else None
+    if tags:  # what the calibration sample held of each condition, to read beside its loss
+        calibrate = next((node for name, node in named_lineage(results / key).items() if name.endswith("calibrate")), None)
+        entry["calibration_coverage"] = (calibrate or {}).get("summary", {}).get("sample_per_condition")
     entry.update(mixed_validation(results / key))
     if twin is not None:
         entry["vs_base_fp32"] = {
@@ -336,6 +419,36 @@ def judge_entry(results: Path, key: str, spec: Dict[str, Any], plan: Dict[str, A
             **headline(metrics, fp32),
         }
     return entry
+
+
+def condition_figures(pairs: Optional[Dict[str, Any]], eval_dir: Path, tags) -> Dict[str, Any]:
+    """Per condition, for the table, the report and MLflow: the paired top-1 drop with its interval
+    (classification) or spurious boxes per image (detection), and the worst condition."""
+    if not tags:
+        return {}
+    if pairs:
+        per_condition = {
+            tag: {"drop": round(d.drop, 2), "low": round(d.low, 2), "high": round(d.high, 2), "images": d.n, "p_value": d.p_value}
+            for tag, d in pairs["per_condition"].items()
+        }
+        worst = verdict_rules.worst_group(pairs["per_condition"])
+        return {"per_condition": per_condition, "worst_condition": worst, "condition_figure": "top-1 drop (points)"}
+    spurious = spurious_by_condition(eval_dir, tags)
+    per_condition = {}
+    for tag, values in spurious.items():
+        low, high = stats.bootstrap_mean(values) if values else (0.0, 0.0)
+        per_condition[tag] = {
+            "spurious_per_image": round(sum(values) / max(len(values), 1), 3),
+            "low": round(low, 3),
+            "high": round(high, 3),
+            "images": len(values),
+        }
+    worst = max(per_condition.items(), key=lambda item: item[1]["spurious_per_image"], default=None)
+    return {
+        "per_condition": per_condition,
+        "worst_condition": (worst[0], worst[1]["spurious_per_image"]) if worst else None,
+        "condition_figure": "spurious boxes per image",
+    }
 
 
 def mixed_validation(eval_dir: Path) -> Dict[str, str]:
@@ -423,6 +536,8 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
                 f"      vs base fp32: {0.0 - base['drop_points']:+.2f}{interval_text(base['drop'])} points "
                 "(the fine-tune's extra training, not precision: the budget reads the twin)"
             )
+        if entry.get("worst_condition"):
+            lines.append("      " + worst_condition_text(entry))
         if entry.get("validation"):
             lines.append(
                 f"      int8_mixed {entry['validation']}; test: {0.0 - entry['drop_points']:+.2f}{interval_text(entry['drop'])}"
@@ -430,6 +545,23 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
         lines += [f"      broke: {reason}" for reason in entry["breaches"]]
         lines += [f"      cannot tell: {reason}" for reason in entry["undecided"]]
     return "\n".join(lines)
+
+
+def worst_condition_text(entry: Dict[str, Any]) -> str:
+    """'worst condition: shadow_long -4.20 [-9.1, -0.3] points on 48 images (calibration held 0)'."""
+    tag, _ = entry["worst_condition"]
+    figures = entry["per_condition"][tag]
+    held = (entry.get("calibration_coverage") or {}).get(tag)
+    coverage = f" (calibration held {held})" if held is not None else ""
+    if "drop" in figures:
+        return (
+            f"worst condition: {tag} {0.0 - figures['drop']:+.2f} [{0.0 - figures['high']:+.2f}, {0.0 - figures['low']:+.2f}] "
+            f"points on {figures['images']} images{coverage}"
+        )
+    return (
+        f"worst condition: {tag} {figures['spurious_per_image']:.3f} spurious boxes per image "
+        f"[{figures['low']:.3f}, {figures['high']:.3f}] on {figures['images']} images{coverage}"
+    )
 
 
 def gate_fails(entry: Dict[str, Any]) -> bool:

@@ -55,7 +55,10 @@ def pareto_plot(rows: List[Dict[str, Any]], target: str, path: Path, at: str = "
     ]  # simulations: untimed
     front = pareto_front(points)
     fig, axis = plt.subplots(figsize=(7, 4.2))
-    for loaded, style in ((False, {"color": "#4f81bd", "label": "engines"}), (True, {"facecolors": "none", "edgecolors": "#4f81bd", "label": "timed on a loaded machine"})):
+    for loaded, style in (
+        (False, {"color": "#4f81bd", "label": "engines"}),
+        (True, {"facecolors": "none", "edgecolors": "#4f81bd", "label": "timed on a loaded machine"}),
+    ):
         chosen = [p for p in points if p[3] == loaded]
         if chosen:
             axis.scatter([p[0] for p in chosen], [p[1] for p in chosen], **style)

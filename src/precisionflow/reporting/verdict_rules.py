@@ -136,7 +136,9 @@ def group_drop_checks(
     for name in names:
         entry = drop_check(drops[name], limit, f"{kind} '{name}' top-1 drop")
         if entry["verdict"] == FAIL and adjusted[name] >= alpha:
-            entry = judged(UNDECIDED, entry["text"] + f"; beyond the budget alone, not after the {correction} (p {adjusted[name]:.3f})")
+            entry = judged(
+                UNDECIDED, entry["text"] + f"; beyond the budget alone, not after the {correction} (p {adjusted[name]:.3f})"
+            )
         elif entry["verdict"] == FAIL:
             entry = judged(FAIL, entry["text"] + f"; {correction}: p {adjusted[name]:.4f}")
         entries[name] = entry
@@ -148,6 +150,44 @@ def group_drop_checks(
         return [entries[max(undecided, key=lambda name: drops[name].high)]]
     worst = max(names, key=lambda name: drops[name].high)
     return [judged(PASS, entries[worst]["text"] + f"; the worst of {len(names)} {kinds}")]
+
+
+def group_mean_checks(
+    values: Dict[str, Sequence[float]], limit: float, confidence: float, subject: str, kinds: str
+) -> List[Dict[str, str]]:
+    """One budget on a per-image mean (spurious boxes per image) over many groups. PASS needs every
+    group's interval within it (no correction needed); a group FAILs only when its interval at the
+    Bonferroni level (1 - (1 - confidence) / groups) is beyond it -- the bootstrap has no p-value
+    to step down with, so this is the plainer of the two corrections."""
+    if not values:
+        return []
+    strict = 1 - (1 - confidence) / len(values)
+    entries = {}
+    for name, per_image in values.items():
+        entry = mean_check(
+            per_image, float(np.mean(per_image)) if len(per_image) else 0.0, limit, confidence, f"{subject} on '{name}'"
+        )
+        if entry["verdict"] == FAIL:
+            low, _ = stats.bootstrap_mean(per_image, strict)
+            held = low > limit
+            entry = judged(
+                FAIL if held else UNDECIDED,
+                entry["text"]
+                + (
+                    f"; beyond it at the Bonferroni level over {len(values)} {kinds} ({100 * strict:.2f}%)"
+                    if held
+                    else f"; not beyond it at the Bonferroni level over {len(values)} {kinds}"
+                ),
+            )
+        entries[name] = entry
+    failing = [entry for entry in entries.values() if entry["verdict"] == FAIL]
+    if failing:
+        return failing
+    undecided = [entry for entry in entries.values() if entry["verdict"] == UNDECIDED]
+    if undecided:
+        return undecided[:1]
+    worst = max(values, key=lambda name: float(np.mean(values[name])) if len(values[name]) else 0.0)
+    return [judged(PASS, entries[worst]["text"] + f"; the worst of {len(values)} {kinds}")]
 
 
 def worst_group(drops: Dict[str, stats.PairedDrop]) -> Optional[tuple]:
@@ -176,7 +216,9 @@ def speed_interval(rounds: Sequence[float], confidence: float = 0.95) -> Optiona
     return float(math.exp(values.mean() - half)), float(math.exp(values.mean() + half))
 
 
-def speed_check(ratio: Optional[Dict[str, Any]], limit: float, at: str, confidence: float, timed: bool) -> Optional[Dict[str, str]]:
+def speed_check(
+    ratio: Optional[Dict[str, Any]], limit: float, at: str, confidence: float, timed: bool
+) -> Optional[Dict[str, str]]:
     """A speed-up over fp32 (side by side) that must be at least `limit`; None for an untimed row
     (a simulation has no speed to judge, which is not a failure)."""
     if not timed:

@@ -23,7 +23,7 @@ from precisionflow.quant.reader import array_reader, graph_input_name
 from precisionflow.datasets.store import Split
 
 PACKAGES = ("onnx", "onnxruntime", "numpy")
-CALIBRATION_KEYS = ("method", "num_samples", "batch_size", "split", "sampling", "seed")
+CALIBRATION_KEYS = ("method", "num_samples", "batch_size", "split", "sampling", "seed", "exclude_conditions")
 # Ranges for every tensor either placement quantizes: TensorRT's (inputs of Conv/MatMul/Gemm and of
 # residual Adds) and ONNX Runtime's CPU placement (outputs of the ops it fuses into integer kernels).
 CALIBRATED_OPS = [
@@ -92,7 +92,9 @@ def calibration_samples(data_dir: Path, params: Dict[str, Any]):
             f"calibration.num_samples={params['num_samples']} but the '{params['split']}' split holds "
             f"{len(split)} images; lower num_samples or calibrate on a larger split."
         )
-    drawn = sampling.sample_split(split, params["num_samples"], params.get("sampling", "first"), params.get("seed", 0))
+    drawn = sampling.sample_split(
+        split, params["num_samples"], params.get("sampling", "first"), params.get("seed", 0), params.get("exclude_conditions", ())
+    )
     indices = drawn.pop("indices")
     return split.images(indices), {**drawn, "indices_sha256": hashlib.sha256(indices.tobytes()).hexdigest()}
 
@@ -179,5 +181,6 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "source": params["source"],
         "sample_count": len(samples),
         "sample_per_class": drawn.get("per_class"),
+        "sample_per_condition": drawn.get("per_condition"),
         "graph_sha256": lineage["graph_sha256"],
     }

@@ -32,6 +32,7 @@ DECODE_CHUNK_PER_THREAD = 64  # images decoded per thread before they are writte
 
 SHADOW_CARS_KEYS = ("name", "num_images", "image_size", "val_fraction", "test_fraction", "seed")
 COCO_KEYS = ("name", "path", "image_size", "channels")
+DEFAULT_SCENE = {"shadow_reach": [0.6, 1.0], "shadow_darkness": [0.35, 0.55], "vehicle_scale": 1.0, "vehicle_colour": [60, 256]}
 
 
 def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
@@ -39,12 +40,15 @@ def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
     dataset = cfg["dataset"]
     keys = ("name",) + SPLIT_KEYS
     if dataset["name"] in ("shadow_cars", "coco_folder"):
-        return {key: dataset[key] for key in (SHADOW_CARS_KEYS if dataset["name"] == "shadow_cars" else COCO_KEYS)}
+        params = {key: dataset[key] for key in (SHADOW_CARS_KEYS if dataset["name"] == "shadow_cars" else COCO_KEYS)}
+        if dataset["name"] == "shadow_cars" and dict(dataset["scene"]) != DEFAULT_SCENE:
+            params["scene"] = dict(dataset["scene"])  # other scenes; the default's id stays as it was
+        return params
     if dataset["name"] != "image_folder":
         return {key: dataset[key] for key in keys}
     from precisionflow.datasets import image_folder
 
-    keys = ("name",) + FOLDER_KEYS
+    keys = ("name",) + FOLDER_KEYS + (("conditions",) if dataset.get("conditions") else ())
     if not image_folder.has_split_folders(_folder_root(dataset)):
         keys += SPLIT_KEYS
     # cache=none keeps file lists instead of pixels; memory and disk store the same node.
@@ -170,6 +174,55 @@ def expected_class_counts(params: Dict[str, Any], split_name: str) -> Optional[D
     return {name: int(count * share) for name, count in per_class.items()}
 
 
+def expected_condition_counts(params: Dict[str, Any], split_name: str) -> Optional[Dict[str, int]]:
+    """{tag: images} a split will carry, before anything is decoded: exact for shadow_cars (from
+    the scenes' parameters) and for an image folder's own split folders, proportional for a folder
+    the workflow splits; None where the data set has no conditions."""
+    from precisionflow.datasets import conditions
+
+    if params["name"] == "shadow_cars":
+        from precisionflow.detection import sources
+
+        return conditions.counts(sources.expected_conditions(params, split_name))
+    if params["name"] != "image_folder" or not params.get("conditions"):
+        return None
+    from precisionflow.datasets import image_folder
+
+    root = _folder_root(params)
+    tagged = folder_conditions(params)
+    if image_folder.has_split_folders(root):
+        prefix = str(root / split_name) + "/"
+        return conditions.counts([tags for path, tags in tagged.items() if path.startswith(prefix)])
+    share = expected_split_sizes(params)[split_name] / max(sum(len(f) for f in image_folder.list_images(root).values()), 1)
+    return {tag: int(count * share) for tag, count in conditions.counts(list(tagged.values())).items()}
+
+
+def folder_conditions(params: Dict[str, Any]) -> Dict[str, List[str]]:
+    """{absolute image path: tags} of an image folder's conditions sidecar (dataset.conditions),
+    checked against the folder: a path that is no image of it fails with the closest one."""
+    from precisionflow.datasets import conditions, image_folder
+
+    root = _folder_root(params)
+    folders = [root / name for name in SPLITS] if image_folder.has_split_folders(root) else [root]
+    known = [
+        str(Path(path).relative_to(root))
+        for folder in folders
+        for files in image_folder.list_images(folder).values()
+        for path in files
+    ]
+    tagged = conditions.read_sidecar(Path(params["conditions"]), known)
+    return {str(root / name): tags for name, tags in tagged.items()}
+
+
+def attach_conditions(params: Dict[str, Any], sources) -> None:
+    """Give an image folder's sources their images' tags, where the user wrote a sidecar."""
+    if params["name"] != "image_folder" or not params.get("conditions"):
+        return
+    tagged = folder_conditions(params)
+    for source in sources:
+        source.conditions = lambda path, tagged=tagged: tagged.get(str(path), [])
+
+
 def assign(params: Dict[str, Any]) -> Tuple[Dict[str, Tuple[Source, np.ndarray]], Source]:
     """({split: (its source, indices into that source)}, the training split's source)."""
     if params["name"] in ("shadow_cars", "coco_folder"):
@@ -186,9 +239,11 @@ def assign(params: Dict[str, Any]) -> Tuple[Dict[str, Tuple[Source, np.ndarray]]
     root = _folder_root(params)
     if not image_folder.has_split_folders(root):
         source = folder_source(params, root)
+        attach_conditions(params, [source])
         return {name: (source, indices) for name, indices in split(source, params).items()}, source
     train = folder_source(params, root / "train")  # the user's own split folders, taken whole
     sources = {"train": train, **{name: folder_source(params, root / name, train.classes) for name in ("val", "test")}}
+    attach_conditions(params, sources.values())
     return {name: (each, np.arange(len(each.items))) for name, each in sources.items()}, train
 
 
@@ -214,8 +269,15 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     started = time.perf_counter()
     splits, train = assign(params)
     digest = hashlib.sha256()
+    tags_found: set = set()
     for name in SPLITS:
         source, indices = splits[name]
+        if source.conditions is not None:  # each image's condition tags, in the split's order
+            from precisionflow.datasets import conditions
+
+            tags = [source.conditions(source.items[i]) for i in indices]
+            conditions.save(out, name, tags)
+            tags_found.update(tag for each in tags for tag in each)
         if source.objects is not None:  # detection: boxes per image instead of a label
             from precisionflow.detection.data import objects_digest, save_objects
 
@@ -243,6 +305,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "sizes": {name: int(len(splits[name][1])) for name in SPLITS},
         "pixel_divisor": train.divisor,
         "storage": params.get("storage", "pixels"),
+        "conditions": sorted(tags_found),
         # For file lists, the plan's fingerprint of the folder's files stands for their pixels.
         "fingerprint": params.get("fingerprint") if params.get("storage") == "files" else digest.hexdigest()[:16],
     }

@@ -42,6 +42,7 @@ COLUMNS = [
     "change_high",
     "vs",
     "verdict",
+    "worst_cond",
     "agreement",
     "flipped",
     *DETECTION_COLUMNS,
@@ -80,6 +81,7 @@ PRINTED = [
     "top1",
     "change_95",
     "verdict",
+    "worst_cond",
     "variant",
     "map50",
     "map",
@@ -108,6 +110,7 @@ PRINTED = [
 ]
 TERMINAL_WIDTH = 120
 HEADERS = {
+    "worst_cond": "worst condition",
     "change_95": "vs fp32 [95%]",
     "x_fp32_bmax": "x_fp32@bmax",
     "x_fp32_b1": "x_fp32@1",
@@ -136,6 +139,7 @@ HTML_COLUMNS = [
     "top5",
     "change_95",
     "verdict",
+    "worst_cond",
     "agreement",
     "flipped",
     *DETECTION_COLUMNS,
@@ -338,7 +342,7 @@ def accuracy_columns(metrics: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-TASK_COLUMNS = {"top1", "top5", "agreement", "flipped", "change_95", "verdict", *DETECTION_COLUMNS}
+TASK_COLUMNS = {"top1", "top5", "agreement", "flipped", "change_95", "verdict", "worst_cond", *DETECTION_COLUMNS}
 
 
 def filled(columns: List[str], rows: List[Dict[str, Any]]) -> List[str]:
@@ -394,6 +398,57 @@ def draw_worst_boxes(eval_dir: Path, out: Path, data_cache: Dict[str, Any]) -> s
     name = f"{FIGURES}/boxes-{eval_dir.name}.png"
     report_pages.boxes_grid(test, read_json(eval_dir / "worst_boxes.json"), classes, eval_dir.name, out / name)
     return name
+
+
+def condition_changes(found: List[Dict[str, Any]], out: Path) -> List[str]:
+    """per_condition.csv (every engine, every condition: its figure with the interval, and the
+    calibration sample's images of that condition) and one condition x engine heat map per target."""
+    rows, by_target = [], {}
+    for entry in found:
+        for tag, figures in (entry.get("per_condition") or {}).items():
+            rows.append(
+                {
+                    "engine": entry["node"],
+                    "precision": entry["precision"],
+                    "target": entry["target"],
+                    "condition": tag,
+                    "measure": entry["condition_figure"],
+                    **figures,
+                    "calibration_images": (entry.get("calibration_coverage") or {}).get(tag, ""),
+                }
+            )
+            # loss reads red: a top-1 change (points), or spurious boxes per 100 images as a negative
+            shown = -figures["drop"] if "drop" in figures else -100 * figures["spurious_per_image"]
+            by_target.setdefault(entry["target"], {}).setdefault(f"{entry['precision']} [{entry['node'][-6:]}]", {})[tag] = round(
+                shown, 2
+            )
+    if not rows:
+        return []
+    fields = [
+        "engine",
+        "precision",
+        "target",
+        "condition",
+        "measure",
+        "drop",
+        "spurious_per_image",
+        "low",
+        "high",
+        "images",
+        "p_value",
+        "calibration_images",
+    ]
+    with open(out / "per_condition.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    pictures = []
+    for target, changes in sorted(by_target.items()):
+        tags = sorted({tag for engine in changes.values() for tag in engine})
+        pictures.append(f"{FIGURES}/per-condition-{target}.png")
+        what = "top-1 change vs fp32 (points)" if "drop" in rows[0] else "spurious boxes per 100 images (negated)"
+        report_pages.per_class_changes(changes, tags, f"{what} per condition -- target {target}", out / pictures[-1])
+    return pictures
 
 
 def class_changes(eval_dirs: List[Path], out: Path) -> List[str]:
@@ -611,6 +666,10 @@ def add_verdict_columns(rows: List[Dict[str, Any]], found: List[Dict[str, Any]])
                 "change_pts": round(0.0 - entry["drop_points"], 2),
             }
         )
+        if entry.get("worst_condition"):  # where the loss concentrates: the worst condition and its figure
+            tag, value = entry["worst_condition"]
+            top1 = entry.get("condition_figure", "").startswith("top-1")  # a drop, shown as a change like change_95
+            row["worst_cond"] = f"{tag} {0.0 - value:+.2f}" if top1 else f"{tag} {value:.2f}/img"
         if entry.get("speed"):  # the interval of the ratio the verdict and the headline read
             speed = entry["speed"]
             row.update({"x_fp32_low": speed["low"], "x_fp32_high": speed["high"], "x_fp32_at": entry["speedup_at"]})
@@ -660,6 +719,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     plots = {
         f"Pareto plots (accuracy vs throughput at {headline_setting(found)}; hollow: timed on a loaded machine)": pareto,
         "Per-class change against fp32 (top-1, or AP for a detector)": class_changes(evals, out),
+        "Per condition (images the data set tags; red = loss)": condition_changes(found, out),
         "Flipped samples (prediction differs from fp32)": [
             draw_flipped(path, out, data_cache) for path in evals if path not in detection and metrics[path]["flipped"]
         ],

@@ -203,6 +203,13 @@ def verdict_metrics(verdict: Dict[str, Any]) -> Dict[str, float]:
                 "top1_drop_p_value": verdict["drop"]["p_value"],
             }
         )
+    for tag, figures in (verdict.get("per_condition") or {}).items():  # each condition's figure and interval
+        name = "drop" if "drop" in figures else "spurious_per_image"
+        found.update(
+            {f"cond.{tag}.{name}": figures[name], f"cond.{tag}.low": figures["low"], f"cond.{tag}.high": figures["high"]}
+        )
+    if verdict.get("speed"):
+        found.update({"x_fp32_low": verdict["speed"]["low"], "x_fp32_high": verdict["speed"]["high"]})
     base = verdict.get("vs_base_fp32")
     if base and base.get("drop"):
         found.update(
@@ -221,6 +228,8 @@ def verdict_tags(verdict: Dict[str, Any]) -> Dict[str, str]:
     tags = {"verdict": verdict["verdict"], "judged_against": verdict["judged_against"]}
     if verdict.get("vs_base_fp32"):
         tags["qat_twin"] = verdict["judged_against"]  # int8_qat's reference: its fine-tune run in fp32
+    if verdict.get("worst_condition"):
+        tags["worst_condition"] = str(verdict["worst_condition"][0])
     reasons = verdict["breaches"] + verdict["undecided"]
     if reasons:
         tags["verdict_reasons"] = "; ".join(reasons)[:5000]
