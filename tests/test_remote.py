@@ -147,3 +147,22 @@ class FakeSide:
 
     def recv(self):
         return 100.0
+
+
+def test_a_detection_bundle_names_the_module_its_evaluations_lack_before_anything_runs(monkeypatch):
+    import importlib.util
+
+    from precisionflow.pipeline import remote
+
+    plan = {
+        "nodes": {
+            "evaluate_engine/a": {"stage": "evaluate_engine", "params": {"task": "detection"}},
+            "evaluate_engine/b": {"stage": "evaluate_engine", "params": {"task": "classification"}},
+            "build_engine/c": {"stage": "build_engine", "params": {}},
+        }
+    }
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "pycocotools" else real(name))
+    missing = remote.missing_modules(plan, list(plan["nodes"]))
+    assert missing == {"pycocotools": ["evaluate_engine/a"]}
+    assert "pycocotools (needed by 1 evaluation(s), e.g. evaluate_engine/a): install it there" in remote.missing_text(missing)

@@ -35,6 +35,9 @@ FILES_BY_ROLE = {
     "qat_model": ("qat_logits.npy",),
     "data": ("meta.json", "x_test.npy", "y_test.npy", "objects_test.npz"),
 }
+# What the GPU stages import besides the engine runtime, by task: a detection evaluation scores
+# boxes with pycocotools. Checked by `doctor` and before `run` starts anything.
+TASK_MODULES = {"classification": ("numpy", "onnx"), "detection": ("numpy", "onnx", "pycocotools")}
 # A data node holds labels (classification) or boxes (detection): the one it has travels.
 ONE_OF = {"y_test.npy", "objects_test.npz"}
 
@@ -116,6 +119,9 @@ def run_bundle(bundle: Path, keep_going: bool = False) -> List[Dict[str, Any]]:
 
     bundle = Path(bundle)
     plan, manifest = read_json(bundle / "plan.json"), read_json(bundle / "manifest.json")
+    missing = missing_modules(plan, manifest["nodes"])
+    if missing:  # before any node runs: an hour of engine builds would end in evaluations that cannot import
+        raise StageError(f"This machine lacks what the bundle's evaluations import: {missing_text(missing)}.")
     # One run id for the figures of this invocation, as Snakemake's onstart gives a local run.
     os.environ.setdefault("PRECISIONFLOW_RUN", time.strftime("%Y-%m-%dT%H:%M:%S"))
     done, failed = [], []
@@ -178,6 +184,27 @@ def land(collected: Path, plan: Dict[str, Any]) -> List[str]:
     return landed
 
 
+def missing_modules(plan: Dict[str, Any], keys: List[str]) -> Dict[str, List[str]]:
+    """{module: the bundle's nodes that need it} for modules this machine cannot import."""
+    import importlib.util
+
+    needed: Dict[str, List[str]] = {}
+    for key in keys:
+        task = plan["nodes"][key]["params"].get("task", "classification")
+        if plan["nodes"][key]["stage"] == "evaluate_engine":
+            for module in TASK_MODULES.get(task, ()):
+                needed.setdefault(module, []).append(key)
+    return {module: nodes for module, nodes in needed.items() if importlib.util.find_spec(module) is None}
+
+
+def missing_text(missing: Dict[str, List[str]]) -> str:
+    return "; ".join(
+        f"{module} (needed by {len(nodes)} evaluation(s), e.g. {nodes[0]}): install it there (pip install {module}, "
+        "the version requirements.lock names) or unpack its wheel into the runtime folder on PYTHONPATH"
+        for module, nodes in sorted(missing.items())
+    )
+
+
 def doctor(bundle: Path) -> str:
     """This machine's devices and runtimes, and whether it can build the bundle's engines."""
     from precisionflow.backends.devices import cpu_name, gpu_facts
@@ -195,6 +222,8 @@ def doctor(bundle: Path) -> str:
             lines.append(f"  {key}: buildable ({runtime['backend']} {runtime['backend_version']} on {runtime['device_name']})")
         except (PrecisionflowError, ImportError) as err:
             lines.append(f"  {key}: NOT buildable here: {err}")
+    missing = missing_modules(plan, manifest["nodes"])
+    lines.append(f"Evaluations: CANNOT run here: missing {missing_text(missing)}" if missing else "Evaluations: every module they import is here")
     return "\n".join(lines)
 
 
