@@ -55,9 +55,10 @@ def test_shadow_cars_tags_come_from_what_the_generator_drew():
 
     tags = [shadow_cars.scene_conditions(shadow_cars.sample_scene(0, index, 64)) for index in range(200)]
     found = conditions.counts(tags)
-    for tag in ("shadow_long", "shadow_dark", "small_vehicle", "cluttered", "low_contrast"):
+    for tag in ("shadow_dark", "small_vehicle", "cluttered", "low_contrast"):
         assert 10 <= found[tag] <= 150, (tag, found[tag])  # each a minority of scenes, none empty
-    longer = {"shadow_reach": [1.2, 1.6]}
+    assert "shadow_long" not in found  # the default scenes' shadows reach at most one vehicle length
+    longer = {"shadow_reach": [1.5, 1.8]}
     assert all(
         "shadow_long" in shadow_cars.scene_conditions(shadow_cars.sample_scene(0, i, 64, longer))
         for i in range(20)
@@ -173,8 +174,8 @@ def test_a_typo_in_a_named_condition_fails_at_planning(tmp_path):
             "experiment=detection",
             "dataset.num_images=200",
             "calibration.num_samples=64",
-            "+evaluate.budget.condition_limits={shadw_long: 0.2}",
+            "+evaluate.budget.condition_limits={shadow_drk: 0.2}",
         ]
     )
-    with pytest.raises(ConfigError, match="no condition 'shadw_long'.*Did you mean 'shadow_long'"):
+    with pytest.raises(ConfigError, match="no condition 'shadow_drk'.*Did you mean 'shadow_dark'"):
         build_plan(points, str(tmp_path / "results"))

@@ -160,9 +160,9 @@ def annotations(scene: Dict[str, Any], shadow_mask: np.ndarray) -> Dict[str, Any
     return {"boxes": boxes, "classes": classes, "shadows": shadows, "shadow_mask": shadow_mask}
 
 
-# Conditions a scene carries, from what the generator drew (thresholds chosen so that each tag
-# covers roughly a quarter to a third of the default scenes).
-LONG_SHADOW = 0.9  # a shadow reaching at least 0.9 vehicle lengths
+# Conditions a scene carries, from what the generator drew (thresholds chosen so that each tag but
+# shadow_long covers roughly a quarter to a half of the default scenes; long shadows need dataset.scene).
+LONG_SHADOW = 1.4  # a shadow reaching at least 1.4 vehicle lengths (the default scenes' reach only 1.0)
 DARK_SHADOW = 0.42  # shadow pixels keep at most 42% of the ground's brightness
 SMALL_VEHICLE = 16  # a vehicle shorter than 16 pixels at 64x64
 CLUTTERED = 7  # stones and road marks
