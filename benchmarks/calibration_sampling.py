@@ -51,13 +51,15 @@ def rows(results: Path):
         if metrics["precision"] != "int8":
             continue
         node = json.loads((folder / "node.json").read_text())
-        graph = json.loads((results / node["inputs"]["graph"] / "node.json").read_text())
+        engine = json.loads((results / node["inputs"]["engine"] / "node.json").read_text())
+        graph = json.loads((results / engine["inputs"]["graph"] / "node.json").read_text())
         calibration = json.loads((results / graph["inputs"]["calibration"] / "node.json").read_text())
         found.append(
             {
                 "sampling": calibration["params"]["sampling"],
                 "method": calibration["params"]["method"],
-                "sample_per_class": calibration["summary"]["sample_per_class"],
+                "sample_per_class": calibration["summary"].get("sample_per_class"),
+                "calibration_node": graph["inputs"]["calibration"],
                 "int8_top1": round(metrics["top1"], 4),
                 "agreement_with_fp32": round(metrics["agreement"], 4),
                 "test_images": metrics["test_images"],

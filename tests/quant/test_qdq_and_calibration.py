@@ -216,3 +216,12 @@ def test_accuracy_driven_int8_mixed_keeps_the_op_that_breaks_the_budget(tmp_path
     assert kept == ["logits"] and record["budget_met"] and record["drop_interval"][1] <= 5.0, record
     assert [op for op, _ in record["sensitivity"]] == ["logits", "conv0"] and record["split"] == "val"
     assert record["trials"]["0"]["low"] > 5.0  # plain int8 broke the budget beyond doubt
+
+
+def test_entropy_calibration_clips_a_long_tail_that_minmax_keeps(tiny_onnx):
+    """The entropy calibrator searches thresholds below the maximum (TensorRT's 2048-bin histogram):
+    with ONNX Runtime's default 128 bins it had one candidate, the maximum, and equalled minmax."""
+    samples = np.random.default_rng(0).random((64, 8, 8, 1), dtype=np.float32)
+    minmax = calibrate.measure_ranges(tiny_onnx, samples, {"method": "minmax", "batch_size": 16})
+    entropy = calibrate.measure_ranges(tiny_onnx, samples, {"method": "entropy", "batch_size": 16})
+    assert entropy["relu"][1] < 0.9 * minmax["relu"][1]

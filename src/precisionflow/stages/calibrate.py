@@ -48,6 +48,12 @@ CALIBRATED_OPS = [
 ]
 
 
+# The entropy calibrator's histogram: 2048 bins searched for the 128-level threshold of least KL
+# divergence, as TensorRT's EntropyCalibration2 does. ONNX Runtime's defaults (128 bins, 128 levels)
+# leave the search a single candidate -- the full range -- so "entropy" ranges were minmax ranges.
+ENTROPY_HISTOGRAM = {"num_bins": 2048, "num_quantized_bins": 128}
+
+
 def reads(cfg: Dict[str, Any], source: str) -> Dict[str, Any]:
     """source=ptq: the configured calibrator; source=qat: learned ranges, minmax only fills
     tensors QAT has no quantizer on. The percentile is read only by the percentile method; the
@@ -72,6 +78,8 @@ def _calibrator(graph: Path, params: Dict[str, Any], scratch: Path):
     if params["method"] not in methods:
         raise ConfigError(f"calibration.method: expected one of {sorted(methods)}, found '{params['method']}'.")
     extra = {"percentile": params["percentile"]} if params["method"] == "percentile" else {}
+    if params["method"] == "entropy":
+        extra = dict(ENTROPY_HISTOGRAM)
     op_types = list(qdq.COMPUTE_OPS) + CALIBRATED_OPS
     return create_calibrator(
         str(graph),
