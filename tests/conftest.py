@@ -13,6 +13,7 @@ FAST_TIMING = [
     "evaluate.streams=[2]",
     "evaluate.ratio_rounds=2",
     "evaluate.ratio_window_s=0.03",
+    "evaluate.serving.enabled=false",  # serving has tests of its own (test_serving.py, test_end_to_end.py)
 ]
 
 

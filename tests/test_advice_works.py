@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow
 BASE = [override for override in TINY if not override.startswith("precisions=")] + [
     "precisions=[fp32,int8]",
     "evaluate.accept_undecided=true",
+    "evaluate.serving.enabled=false",
 ]
 # Measured here: 1 epoch at a learning rate of 1e-9 leaves seed 3's small_cnn at validation top-1 0.071
 # (chance 0.1; "at chance" is below 0.15).

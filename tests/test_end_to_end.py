@@ -25,6 +25,10 @@ TINY = [
     "evaluate.streams=[2]",
     "evaluate.ratio_rounds=3",
     "evaluate.ratio_window_s=0.03",
+    # serving with LoadGen runs of 0.3 s (480 queries: the fewest a p99 claim can pass with)
+    "evaluate.serving.min_duration_ms=300",
+    "evaluate.serving.min_query_count=480",
+    "evaluate.serving.search_precision=0.5",
     # 175 test images, ~17 per class: budgets they can resolve (with no image flipped the top-1
     # drop's 95% interval reaches 2.2 points, a class's 18; planning warns below that)
     "evaluate.budget.max_top1_drop=4",

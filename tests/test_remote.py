@@ -165,4 +165,4 @@ def test_a_detection_bundle_names_the_module_its_evaluations_lack_before_anythin
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "pycocotools" else real(name))
     missing = remote.missing_modules(plan, list(plan["nodes"]))
     assert missing == {"pycocotools": ["evaluate_engine/a"]}
-    assert "pycocotools (needed by 1 evaluation(s), e.g. evaluate_engine/a): install it there" in remote.missing_text(missing)
+    assert "pycocotools (needed by 1 node(s), e.g. evaluate_engine/a): install it there" in remote.missing_text(missing)

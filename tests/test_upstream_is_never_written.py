@@ -33,6 +33,7 @@ SWEEP = [
     "evaluate.streams=[2]",
     "evaluate.ratio_rounds=2",
     "evaluate.ratio_window_s=0.02",
+    "evaluate.serving.enabled=false",
     "calibration=entropy,minmax",
 ]
 

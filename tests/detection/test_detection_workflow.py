@@ -26,6 +26,7 @@ SMALL = [
     "evaluate.streams=[2]",
     "evaluate.ratio_rounds=3",
     "evaluate.ratio_window_s=0.03",
+    "evaluate.serving.enabled=false",
 ]
 
 

@@ -21,6 +21,18 @@ def get_backend(name: str):
     return importlib.import_module(BACKENDS[name])
 
 
+def engine_loader(engine_dir):
+    """A function loading a fresh instance of a built engine (timing and serving stages load several)."""
+    from pathlib import Path
+
+    from precisionflow.pipeline.nodeio import read_json, read_node
+
+    node = read_node(Path(engine_dir))
+    description = read_json(Path(engine_dir) / "engine.json")
+    backend = get_backend(description["backend"])
+    return lambda: backend.load(Path(engine_dir), description, node["params"]["target_def"])
+
+
 def check_buildable_here(params: Dict[str, Any]) -> Dict[str, Any]:
     """The runtime this machine offers a build_engine node, or why it cannot build it (device, version)."""
     from precisionflow.backends.devices import check_device

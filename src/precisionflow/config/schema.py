@@ -280,6 +280,8 @@ class TargetConf:
     # The engine backend's version on that target's machines, when they are not this one (a GPU
     # node image); empty: the version installed here. Part of engine ids; a build elsewhere refuses to run.
     backend_version: str = ""
+    # Serving settings for this target that replace evaluate.serving's (e.g. longer LoadGen runs on a GPU).
+    serving: Dict[str, Any] = field(default_factory=dict)
     # Time TensorFlow there too (benchmark_framework, and the x_tf ratios)? false for GPU nodes
     # that carry no TensorFlow: their engines are compared with their fp32 engine only.
     framework: bool = True
@@ -295,6 +297,7 @@ class BudgetConf:
     max_class_drop: Optional[float] = None  # the worst single class's top-1 drop, in points
     min_qat_agreement: Optional[float] = None  # int8_qat: agreement with the QAT model itself
     min_speedup: Optional[float] = None  # throughput over the fp32 engine, measured side by side
+    min_server_speedup: Optional[float] = None  # largest valid Server rate over the fp32 engine's, same bound
     speedup_at: str = "bmax"  # b1 | bmax | streams: which setting min_speedup reads
     max_map_drop: Optional[float] = None  # detection: mAP@[.5:.95] points (0-100 scale) below fp32
     max_spurious_per_image: Optional[float] = None  # detection: boxes matching neither truth nor fp32, per image
@@ -315,6 +318,34 @@ class DetectionEvalConf:
     nms_iou: float = 0.5  # per-class non-maximum suppression
     score_threshold: float = 0.3  # spurious/lost/shadow boxes and the picture grid count boxes above this
     match_iou: float = 0.5  # a box matches another of its class at this IoU or more
+
+
+class Scenario(str, Enum):
+    SingleStream = "SingleStream"
+    MultiStream = "MultiStream"
+    Server = "Server"
+    Offline = "Offline"
+
+
+@dataclass
+class ServingConf:
+    """Serving under a latency bound (the serve_engine stage, MLPerf LoadGen): per engine and the fp32
+    engine of its target, in one job. Durations here are shorter than MLPerf's 600 s: a run is
+    labelled "not MLPerf-valid" unless min_duration_ms >= 600000."""
+
+    enabled: bool = True
+    scenarios: List[Scenario] = field(default_factory=lambda: [Scenario.SingleStream, Scenario.Server])
+    # null: 15 ms on a GPU (MLPerf's ResNet-50 datacenter Server bound), 33 ms on a CPU (one frame
+    # at 30 fps: a camera's answer due before its next frame).
+    latency_bound_ms: Optional[float] = None
+    percentile: float = 0.99
+    min_duration_ms: int = 1000
+    min_query_count: int = 500  # with no query over the bound, a p99 claim needs ~459 (LoadGen's early stopping)
+    max_batch: int = 8  # the SUT's batching: up to this many queries per engine call ...
+    max_wait_ms: float = 1.0  # ... waiting at most this long for a batch to fill
+    workers: int = 1  # threads calling the engine (1 on a GPU: a captured CUDA graph is one thread's)
+    search_precision: float = 0.1  # the Server rate is bisected until its bracket is within 10%
+    seed: int = 1
 
 
 @dataclass
@@ -343,6 +374,7 @@ class EvaluateConf:
     # it, UNDECIDED = it straddles it; `check` fails on UNDECIDED unless accept_undecided.
     confidence: float = 0.95
     accept_undecided: bool = False
+    serving: ServingConf = field(default_factory=ServingConf)
 
 
 @dataclass

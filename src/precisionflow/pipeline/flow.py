@@ -110,6 +110,13 @@ STAGES: Tuple[Stage, ...] = (
         timing=True,
     ),
     Stage(
+        "serve_engine",
+        "requests per second within a latency bound (MLPerf LoadGen), the engine and its fp32 engine",
+        {"engine": ENGINE, "fp32_engine": ENGINE, "data": DATA},
+        mem_mb=3000,
+        timing=True,
+    ),
+    Stage(
         "benchmark_framework",
         "the TensorFlow model's own speed (the x_tf baseline)",
         {"model": MODEL, "data": DATA},
@@ -119,13 +126,24 @@ STAGES: Tuple[Stage, ...] = (
     Stage(
         "report",
         "the sweep's table, verdicts, figures and page",
-        {"eval": ("evaluate_engine",), "speed": ("compare_speed",), "framework": ("benchmark_framework",)},
+        {
+            "eval": ("evaluate_engine",),
+            "speed": ("compare_speed",),
+            "framework": ("benchmark_framework",),
+            "serve": ("serve_engine",),
+        },
         mem_mb=2000,
     ),
     Stage(
         "track_mlflow",
         "one MLflow parent run per sweep, a child per engine",
-        {"eval": ("evaluate_engine",), "speed": ("compare_speed",), "framework": ("benchmark_framework",), "report": ("report",)},
+        {
+            "eval": ("evaluate_engine",),
+            "speed": ("compare_speed",),
+            "framework": ("benchmark_framework",),
+            "serve": ("serve_engine",),
+            "report": ("report",),
+        },
         local=True,
     ),
 )

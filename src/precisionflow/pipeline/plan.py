@@ -32,7 +32,7 @@ from precisionflow.pipeline import flow
 from precisionflow.errors import ConfigError
 
 STAGES = tuple(stage.name for stage in flow.STAGES)  # in the order of the stage graph
-MEASURED_STAGES = ("evaluate_engine", "compare_speed", "benchmark_framework")
+MEASURED_STAGES = ("evaluate_engine", "compare_speed", "benchmark_framework", "serve_engine")
 
 
 @dataclass
@@ -222,6 +222,8 @@ class PlanBuilder:
             # Every engine is compared with the same fp32 reference: the main path's exported model.
             measured.append(self._add_evaluation(cfg, precision, target, engine, graph_of[(precision, target)], onnx, data))
             measured.append(self._add_comparison(cfg, target, engine, engines[("fp32", target)], model, data))
+            if cfg["evaluate"]["serving"]["enabled"]:
+                measured.append(self._add_serving(cfg, target, engine, engines[("fp32", target)], data))
             if precision.startswith("int8") and placements[target] != "tensorrt" and cfg["int8"]["simulate_tensorrt"]:
                 measured.append(self._add_tensorrt_simulation(cfg, precision, target, onnx, data, graphs, trained))
         measured += [
@@ -372,6 +374,14 @@ class PlanBuilder:
                 )
             )
         return evaluations
+
+    def _add_serving(self, cfg, target: str, engine: Node, fp32_engine: Node, data: Node) -> Node:
+        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
+        params = stage_module("serve_engine").reads(cfg, target, runtime)
+        inputs = {"engine": engine, "data": data}
+        if fp32_engine.key != engine.key:
+            inputs["fp32_engine"] = fp32_engine
+        return self.add("serve_engine", engine.id.rsplit("-", 1)[0], params, inputs, resources=resources)
 
     def _add_comparison(self, cfg, target: str, engine: Node, fp32_engine: Node, model: Node, data: Node) -> Node:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
@@ -560,7 +570,7 @@ def warn_unresolvable(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) 
 def _add_aggregate(builder: PlanBuilder, stage: str, slug: str, params, measured: Dict[str, Node], extra=None) -> Node:
     # Inputs are numbered in a sorted order so the same set of nodes gives the same node id.
     inputs = dict(extra or {})
-    for measured_stage, role in zip(MEASURED_STAGES, ("eval", "speed", "framework"), strict=True):
+    for measured_stage, role in zip(MEASURED_STAGES, ("eval", "speed", "framework", "serve"), strict=True):
         keys = sorted(key for key in measured if key.startswith(measured_stage + "/"))
         inputs.update({f"{role}{i:05d}": measured[key] for i, key in enumerate(keys)})
     engines = sum(1 for key in measured if key.startswith("evaluate_engine/"))

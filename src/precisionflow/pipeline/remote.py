@@ -24,7 +24,7 @@ from typing import Any, Dict, List
 from precisionflow.errors import LineageError, PrecisionflowError, StageError
 from precisionflow.pipeline.nodeio import NODE_FILE, PACKED_FILE, read_json, write_json_atomic
 
-GPU_STAGES = ("build_engine", "evaluate_engine", "compare_speed")
+GPU_STAGES = ("build_engine", "evaluate_engine", "compare_speed", "serve_engine")
 # What the GPU stages open of each upstream node, by the role the node plays for them. The data
 # node travels with its test split only: no GPU stage reads another split (copied verbatim, so its
 # recorded hashes still hold for the files that travel).
@@ -38,6 +38,7 @@ FILES_BY_ROLE = {
 # What the GPU stages import besides the engine runtime, by task: a detection evaluation scores
 # boxes with pycocotools. Checked by `doctor` and before `run` starts anything.
 TASK_MODULES = {"classification": ("numpy", "onnx"), "detection": ("numpy", "onnx", "pycocotools")}
+STAGE_MODULES = {"serve_engine": ("mlperf_loadgen",)}  # LoadGen travels with the runtime packages
 # A data node holds labels (classification) or boxes (detection): the one it has travels.
 ONE_OF = {"y_test.npy", "objects_test.npz"}
 
@@ -191,15 +192,16 @@ def missing_modules(plan: Dict[str, Any], keys: List[str]) -> Dict[str, List[str
     needed: Dict[str, List[str]] = {}
     for key in keys:
         task = plan["nodes"][key]["params"].get("task", "classification")
-        if plan["nodes"][key]["stage"] == "evaluate_engine":
-            for module in TASK_MODULES.get(task, ()):
-                needed.setdefault(module, []).append(key)
+        stage = plan["nodes"][key]["stage"]
+        modules = TASK_MODULES.get(task, ()) if stage == "evaluate_engine" else STAGE_MODULES.get(stage, ())
+        for module in modules:
+            needed.setdefault(module, []).append(key)
     return {module: nodes for module, nodes in needed.items() if importlib.util.find_spec(module) is None}
 
 
 def missing_text(missing: Dict[str, List[str]]) -> str:
     return "; ".join(
-        f"{module} (needed by {len(nodes)} evaluation(s), e.g. {nodes[0]}): install it there (pip install {module}, "
+        f"{module} (needed by {len(nodes)} node(s), e.g. {nodes[0]}): install it there (pip install {module}, "
         "the version requirements.lock names) or unpack its wheel into the runtime folder on PYTHONPATH"
         for module, nodes in sorted(missing.items())
     )
@@ -223,7 +225,11 @@ def doctor(bundle: Path) -> str:
         except (PrecisionflowError, ImportError) as err:
             lines.append(f"  {key}: NOT buildable here: {err}")
     missing = missing_modules(plan, manifest["nodes"])
-    lines.append(f"Evaluations: CANNOT run here: missing {missing_text(missing)}" if missing else "Evaluations: every module they import is here")
+    lines.append(
+        f"Evaluations: CANNOT run here: missing {missing_text(missing)}"
+        if missing
+        else "Evaluations: every module they import is here"
+    )
     return "\n".join(lines)
 
 

@@ -84,14 +84,17 @@ def _fp32_of(plan: Dict[str, Any]) -> Dict[tuple, str]:
 
 
 def _speedups(plan: Dict[str, Any], results: Path) -> Dict[str, Dict[str, Any]]:
-    """{engine key: ratio columns} from the finished side-by-side ratio jobs."""
+    """{engine key: ratio columns, and "served": its serving job's metrics} from the finished
+    side-by-side ratio and serving jobs."""
     from precisionflow.reporting.compare import ratio_values
 
-    found = {}
+    found: Dict[str, Dict[str, Any]] = {}
     for key, spec in plan["nodes"].items():
-        metrics = _finished(results, key) if spec["stage"] == "compare_speed" else None
-        if metrics:
-            found[spec["inputs"]["engine"]] = ratio_values(metrics)
+        metrics = _finished(results, key) if spec["stage"] in ("compare_speed", "serve_engine") else None
+        if metrics and spec["stage"] == "compare_speed":
+            found.setdefault(spec["inputs"]["engine"], {}).update(ratio_values(metrics))
+        elif metrics:
+            found.setdefault(spec["inputs"]["engine"], {})["served"] = metrics
     return found
 
 
@@ -173,6 +176,9 @@ def checks(
         at = budget["speedup_at"]
         speed = verdict_rules.speed_check(ratios.get(f"x_fp32_{at}"), budget["min_speedup"], at, budget["confidence"], timed)
         found += [speed] if speed else []
+    if budget.get("min_server_speedup") is not None:
+        server = verdict_rules.server_check(ratios.get("served"), budget["min_server_speedup"], timed)
+        found += [server] if server else []
     return found
 
 
@@ -407,6 +413,9 @@ def judge_entry(
         "undecided": [c["text"] for c in judged_by["checks"] if c["verdict"] == stats.UNDECIDED],
     }
     entry["speedup_vs_fp32"] = entry["speed"]["median"] if entry["speed"] else None
+    served = engine_ratios.get("served") if timed else None
+    if served and served.get("server_ratio"):
+        entry["server"] = {**served["server_ratio"], "bound_ms": served["settings"]["latency_bound_ms"]}
     if tags:  # what the calibration sample held of each condition, to read beside its loss
         calibrate = next((node for name, node in named_lineage(results / key).items() if name.endswith("calibrate")), None)
         entry["calibration_coverage"] = (calibrate or {}).get("summary", {}).get("sample_per_condition")

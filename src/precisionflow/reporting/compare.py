@@ -23,12 +23,21 @@ def task_of(metrics: Dict[str, Any]) -> str:
 
 
 def split_inputs(inputs: Dict[str, Path]) -> Tuple[List[Path], List[Path], List[Path]]:
-    """(evaluation, ratio, framework-baseline) node folders of an aggregate stage."""
+    """(evaluation, ratio, framework-baseline) node folders of an aggregate stage (serving_inputs: the serving ones)."""
     picked = {
         prefix: [path for role, path in sorted(inputs.items()) if role.startswith(prefix)]
         for prefix in ("eval", "speed", "framework")
     }
     return picked["eval"], picked["speed"], picked["framework"]
+
+
+def serving_inputs(inputs: Dict[str, Path]) -> List[Path]:
+    return [path for role, path in sorted(inputs.items()) if role.startswith("serve")]
+
+
+def serving_by_engine(serve_dirs: List[Path]) -> Dict[str, Dict[str, Any]]:
+    """{engine node key: serve_engine metrics}."""
+    return {read_node(folder)["inputs"]["engine"]: read_json(folder / "metrics.json") for folder in serve_dirs}
 
 
 def ratios_by_engine(speed_dirs: List[Path]) -> Dict[str, Dict[str, Any]]:

@@ -77,6 +77,33 @@ def pareto_plot(rows: List[Dict[str, Any]], target: str, path: Path, at: str = "
     plt.close(fig)
 
 
+def serving_plot(engines: Dict[str, Dict[str, Any]], target: str, path: Path) -> None:
+    """p99 latency (ms) against offered Server rate, one line per engine; filled markers = VALID runs."""
+    plt = _pyplot()
+    fig, axis = plt.subplots(figsize=(7, 4.2))
+    bound = None
+    for label, served in engines.items():
+        curve = sorted((served["results"]["engine"].get("Server") or {}).get("curve", []), key=lambda p: p["target_qps"])
+        points = [(p["target_qps"], p["p99_ns"] / 1e6, p["valid"]) for p in curve if p.get("p99_ns")]
+        if not points:
+            continue
+        line = axis.plot([p[0] for p in points], [p[1] for p in points], marker="", label=label)[0]
+        for rate, p99, valid in points:
+            axis.scatter([rate], [p99], color=line.get_color(), facecolors=line.get_color() if valid else "none")
+        bound = served["settings"]["latency_bound_ms"]
+    if bound:
+        axis.axhline(bound, color="#c0504d", linestyle="--", label=f"bound {bound:g} ms")
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlabel("offered rate (queries/s, Poisson)")
+    axis.set_ylabel("p99 latency (ms)")
+    axis.set_title(f"serving within the bound -- target {target} (filled: VALID)")
+    axis.legend(loc="best", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def per_class_changes(changes: Dict[str, Dict[str, float]], classes: Sequence[str], title: str, path: Path) -> None:
     """One row per engine, one column per class: top-1 change against fp32 in points."""
     import numpy as np

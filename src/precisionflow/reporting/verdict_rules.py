@@ -252,3 +252,27 @@ def fastest(candidates: List[Dict[str, Any]]) -> Dict[str, Any]:
     best = ranked[0]
     tied = [c for c in ranked[1:] if c["high"] >= best["low"]]
     return {"winner": best} if not tied else {"tied": [best] + tied}
+
+
+def server_check(served: Optional[Dict[str, Any]], limit: float, timed: bool) -> Optional[Dict[str, str]]:
+    """The largest valid Server rate over the fp32 engine's under the same bound, which must be at
+    least `limit`: judged by the interval the two search brackets allow. None for an untimed row."""
+    if not timed:
+        return None
+    if not served:
+        return judged(
+            UNDECIDED, f"no serving run measured yet (min {limit}x the fp32 engine's Server rate): run its serve_engine job"
+        )
+    bound = served["settings"]["latency_bound_ms"]
+    engine = (served["results"].get("engine") or {}).get("Server") or {}
+    if engine.get("rate") is None:
+        return judged(FAIL, engine.get("why") or f"no Server rate met p99 <= {bound:g} ms at any rate tried")
+    ratio = served.get("server_ratio")
+    if ratio is None:
+        return judged(UNDECIDED, f"the fp32 engine has no valid Server rate within {bound:g} ms to compare with")
+    verdict = stats.verdict_at_least(ratio["low"], ratio["high"], limit)
+    return judged(
+        verdict,
+        f"Server rate within p99 <= {bound:g} ms {engine['rate']:g}/s, {ratio['median']:.2f}x fp32's "
+        f"[{ratio['low']:.2f}, {ratio['high']:.2f}] (the search brackets' bounds; min {limit}x)",
+    )

@@ -17,8 +17,8 @@ import numpy as np
 from precisionflow import errors
 
 from precisionflow.measure import speed, timing
-from precisionflow.backends import get_backend
-from precisionflow.pipeline.nodeio import read_json, read_node, write_json_atomic
+from precisionflow.backends import engine_loader
+from precisionflow.pipeline.nodeio import write_json_atomic
 from precisionflow.datasets.store import Split
 from precisionflow.errors import PrecisionflowError, StageError
 
@@ -60,14 +60,6 @@ def check_framework(planned: Dict[str, str]) -> None:
             f"compare_speed was planned with {planned}, this machine has {found}. Plan again here, or "
             "set the target's framework=false where TensorFlow is not installed."
         )
-
-
-def engine_loader(engine_dir: Path) -> Callable[[], Any]:
-    """A function loading a fresh instance of a built engine (one per extra stream)."""
-    node = read_node(engine_dir)
-    description = read_json(engine_dir / "engine.json")
-    backend = get_backend(description["backend"])
-    return lambda: backend.load(engine_dir, description, node["params"]["target_def"])
 
 
 def keras_loader(model_dir: Path, threads: int) -> Callable[[], Any]:

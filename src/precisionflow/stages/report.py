@@ -16,7 +16,14 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from precisionflow.reporting.compare import engine_key, ratio_values, ratios_by_engine, split_inputs
+from precisionflow.reporting.compare import (
+    engine_key,
+    ratio_values,
+    ratios_by_engine,
+    serving_by_engine,
+    serving_inputs,
+    split_inputs,
+)
 from precisionflow.pipeline.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
 from precisionflow.reporting import report_pages
 
@@ -65,6 +72,13 @@ COLUMNS = [
     "x_tf_b1",
     "x_tf_bmax",
     "x_tf_streams",
+    "qps_server",
+    "p99_ms_server",
+    "x_server",
+    "x_server_low",
+    "x_server_high",
+    "p90_ms_single",
+    "bound_ms",
     "engine_kb",
     "noisy",
     "loaded",
@@ -88,6 +102,7 @@ PRINTED = [
     "spurious_100",
     "shadow_100",
     "x_fp32_bmax",
+    "x_server",
     "p50_ms_b1",
     "sps_bmax",
     "agreement",
@@ -111,6 +126,8 @@ PRINTED = [
 TERMINAL_WIDTH = 120
 HEADERS = {
     "worst_cond": "worst condition",
+    "x_server": "x_fp32@server",
+    "qps_server": "qps@bound",
     "change_95": "vs fp32 [95%]",
     "x_fp32_bmax": "x_fp32@bmax",
     "x_fp32_b1": "x_fp32@1",
@@ -171,6 +188,13 @@ SPEED_COLUMNS = [
     "x_tf_b1",
     "x_tf_bmax",
     "x_tf_streams",
+    "qps_server",
+    "p99_ms_server",
+    "x_server",
+    "x_server_low",
+    "x_server_high",
+    "p90_ms_single",
+    "bound_ms",
     "noisy",
     "loaded",
 ]
@@ -256,6 +280,26 @@ def engine_options(description: Dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def serving_columns(served: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The largest valid Server rate within the bound, its p99 there, its ratio to the fp32 engine's
+    (with the interval of the two search brackets), and SingleStream's p90."""
+    if not served:
+        return {}
+    engine = served["results"]["engine"]
+    server, single = engine.get("Server") or {}, engine.get("SingleStream") or {}
+    at_rate = server.get("at_rate") or {}
+    found = {
+        "qps_server": server.get("rate") if server.get("rate") is not None else ("none" if server else ""),
+        "p99_ms_server": round(at_rate["p99_ns"] / 1e6, 3) if at_rate.get("p99_ns") else "",
+        "p90_ms_single": round(single["p90_ns"] / 1e6, 3) if single.get("p90_ns") else "",
+        "bound_ms": served["settings"]["latency_bound_ms"],
+    }
+    ratio = served.get("server_ratio")
+    if ratio:
+        found.update({"x_server": ratio["median"], "x_server_low": ratio["low"], "x_server_high": ratio["high"]})
+    return found
+
+
 def ratio_columns(ratio_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     if not ratio_metrics:
         return {}
@@ -292,7 +336,7 @@ def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
-def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[str, Any]], served=None) -> Dict[str, Any]:
     lineage = named_lineage(eval_dir)
     executed = metrics["engine"].get("executed", {})
     graph = lineage["quantize_onnx"]["summary"]
@@ -311,6 +355,7 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
             "int8_frac": graph.get("quantized_fraction", ""),
             **speed_columns(metrics["speed"]),
             **ratio_columns(ratios.get(engine_key(eval_dir))),
+            **serving_columns((served or {}).get(engine_key(eval_dir))),
             "engine_kb": round(metrics["engine"]["engine_bytes"] / 1024, 1),
             "node": eval_dir.name,
         }
@@ -398,6 +443,21 @@ def draw_worst_boxes(eval_dir: Path, out: Path, data_cache: Dict[str, Any]) -> s
     name = f"{FIGURES}/boxes-{eval_dir.name}.png"
     report_pages.boxes_grid(test, read_json(eval_dir / "worst_boxes.json"), classes, eval_dir.name, out / name)
     return name
+
+
+def serving_curves(served: Dict[str, Any], metrics, evals: List[Path], out: Path) -> List[str]:
+    """One picture per target: each engine's Server runs, p99 latency against the offered rate,
+    valid runs filled, with the bound as a line."""
+    by_target: Dict[str, Dict[str, Any]] = {}
+    for path in evals:
+        entry = served.get(engine_key(path))
+        if entry:
+            by_target.setdefault(metrics[path]["target"], {})[f"{metrics[path]['precision']} [{path.name[-6:]}]"] = entry
+    pictures = []
+    for target, engines in sorted(by_target.items()):
+        pictures.append(f"{FIGURES}/serving-{target}.png")
+        report_pages.serving_plot(engines, target, out / pictures[-1])
+    return pictures
 
 
 def condition_changes(found: List[Dict[str, Any]], out: Path) -> List[str]:
@@ -694,14 +754,15 @@ def verdicts_of(params: Dict[str, Any], evals: List[Path], speeds: List[Path]) -
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
     started = time.perf_counter()
     evals, speeds, frameworks = split_inputs(inputs)
+    serves = serving_inputs(inputs)
     (out / FIGURES).mkdir()
-    ratios = ratios_by_engine(speeds)
+    ratios, served = ratios_by_engine(speeds), serving_by_engine(serves)
     metrics = {path: read_json(path / "metrics.json") for path in evals}
-    rows = [engine_row(path, metrics[path], ratios) for path in evals] + [framework_row(path) for path in frameworks]
+    rows = [engine_row(path, metrics[path], ratios, served) for path in evals] + [framework_row(path) for path in frameworks]
     rows.sort(
         key=lambda r: (r["model"], str(r["pruned"]), r["target"], r["precision"] == "tensorflow", r["precision"], r["variant"])
     )
-    found = verdicts_of(params, evals, speeds)
+    found = verdicts_of(params, evals, speeds + serves)
     add_verdict_columns(rows, found)
     with open(out / "summary.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
@@ -720,6 +781,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         f"Pareto plots (accuracy vs throughput at {headline_setting(found)}; hollow: timed on a loaded machine)": pareto,
         "Per-class change against fp32 (top-1, or AP for a detector)": class_changes(evals, out),
         "Per condition (images the data set tags; red = loss)": condition_changes(found, out),
+        "Serving: latency percentile against offered rate (MLPerf LoadGen Server runs)": serving_curves(
+            served, metrics, evals, out
+        ),
         "Flipped samples (prediction differs from fp32)": [
             draw_flipped(path, out, data_cache) for path in evals if path not in detection and metrics[path]["flipped"]
         ],

@@ -210,6 +210,9 @@ def verdict_metrics(verdict: Dict[str, Any]) -> Dict[str, float]:
         )
     if verdict.get("speed"):
         found.update({"x_fp32_low": verdict["speed"]["low"], "x_fp32_high": verdict["speed"]["high"]})
+    if verdict.get("server"):  # the Server rate within the latency bound over the fp32 engine's
+        server = verdict["server"]
+        found.update({"x_server": server["median"], "x_server_low": server["low"], "x_server_high": server["high"]})
     base = verdict.get("vs_base_fp32")
     if base and base.get("drop"):
         found.update(

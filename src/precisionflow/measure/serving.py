@@ -1,0 +1,222 @@
+"""Serving under a latency bound: MLPerf LoadGen drives the scenarios, this module is the system
+under test (SUT) and the search for the largest valid Server rate.
+
+The SUT: LoadGen's callback only queues the queries (it runs on LoadGen's thread); worker threads
+take batches -- as many queries as are waiting, up to max_batch, waiting at most max_wait for the
+first one's batch to fill -- and run the engine's prepared callable of the smallest prepared batch
+size that holds them (powers of two; on a GPU these are device buffers bound once, with a captured
+CUDA graph where the engine has them). Inputs are the test images loaded once, as LoadGen's
+"performance samples" are. The queue is bounded: when more queries wait than the SUT could serve
+within the bound, the run is marked overloaded, every waiting and later query is answered at once,
+and the run is INVALID whatever LoadGen's figures say -- it ends, it does not hang.
+
+Scenarios (MLPerf's rules, as LoadGen implements them): SingleStream (one query after another: its
+90th percentile latency), Server (Poisson arrivals at a target rate, latency from the scheduled
+arrival; VALID when the chosen percentile is within the bound), Offline (everything at once:
+throughput), MultiStream (8 samples per query, its 99th percentile).
+"""
+
+import collections
+import math
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
+SUMMARY = "mlperf_log_summary.txt"
+
+
+class BatchingSUT:
+    """Queries in, batches out: `runners` maps a batch size to a no-argument callable running one batch."""
+
+    def __init__(
+        self, runners: Dict[int, Callable[[], object]], max_batch: int, max_wait_s: float, workers: int, queue_limit: int
+    ):
+        import mlperf_loadgen as lg
+
+        self.lg, self.runners, self.sizes = lg, runners, sorted(runners)
+        self.max_batch, self.max_wait_s, self.queue_limit = min(max_batch, self.sizes[-1]), max_wait_s, queue_limit
+        self.waiting: collections.deque = collections.deque()
+        self.ready = threading.Condition()
+        self.overloaded, self.stopping = False, False
+        self.batches: collections.Counter = collections.Counter()
+        self.threads = [threading.Thread(target=self._work, daemon=True) for _ in range(max(1, workers))]
+        for thread in self.threads:
+            thread.start()
+        self.handle = lg.ConstructSUT(self.issue, self.flush)
+
+    def issue(self, queries) -> None:
+        """LoadGen's callback: queue and return at once (an overloaded run answers at once instead)."""
+        with self.ready:
+            if self.overloaded or len(self.waiting) + len(queries) > self.queue_limit:
+                self.overloaded = True
+                dropped = list(self.waiting) + [(query, 0.0) for query in queries]
+                self.waiting.clear()
+                self._complete([query for query, _ in dropped])
+                return
+            now = time.perf_counter()
+            self.waiting.extend((query, now) for query in queries)
+            self.ready.notify()
+
+    def flush(self) -> None:
+        pass
+
+    def _take(self) -> Optional[List[Any]]:
+        """The next batch: wait for a first query, then until max_batch wait or max_wait has passed since it came."""
+        with self.ready:
+            while not self.waiting and not self.stopping:
+                self.ready.wait(0.05)
+            if self.stopping and not self.waiting:
+                return None
+            first_arrival = self.waiting[0][1]
+            while len(self.waiting) < self.max_batch and not self.stopping:
+                left = first_arrival + self.max_wait_s - time.perf_counter()
+                if left <= 0:
+                    break
+                self.ready.wait(left)
+            count = min(len(self.waiting), self.max_batch)
+            return [self.waiting.popleft()[0] for _ in range(count)]
+
+    def _work(self) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            if not batch:
+                continue
+            size = next(size for size in self.sizes if size >= len(batch))
+            self.runners[size]()
+            self.batches[size] += 1
+            self._complete(batch)
+
+    def _complete(self, queries) -> None:
+        self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(query.id, 0, 0) for query in queries])
+
+    def close(self) -> None:
+        with self.ready:
+            self.stopping = True
+            self.ready.notify_all()
+        for thread in self.threads:
+            thread.join(5)
+        self.lg.DestroySUT(self.handle)
+
+
+def powers_of_two(max_batch: int) -> List[int]:
+    return [2**k for k in range(int(math.log2(max(1, max_batch))) + 1)]
+
+
+def queue_limit(bound_s: float, largest_batch_s: float, max_batch: int, workers: int) -> int:
+    """How many queries may wait before the run is overloaded: twice what the workers can serve
+    within the bound at their largest batch (beyond that, queries answer late whatever happens)."""
+    return max(4 * max_batch, 2 * math.ceil(bound_s / max(largest_batch_s, 1e-6)) * max_batch * max(1, workers))
+
+
+def run_scenario(
+    make_sut: Callable[[str], BatchingSUT], scenario: str, settings: Dict[str, Any], outdir: Path, rate: float = 0.0
+) -> Dict[str, Any]:
+    """One LoadGen run; its summary parsed, its logs left in `outdir`."""
+    import mlperf_loadgen as lg
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    test = lg.TestSettings()
+    test.scenario = getattr(lg.TestScenario, scenario)
+    test.mode = lg.TestMode.PerformanceOnly
+    bound_ns = int(settings["latency_bound_ms"] * 1e6)
+    test.min_duration_ms = int(settings["min_duration_ms"])
+    test.min_query_count = int(settings["min_query_count"])
+    for seed in ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed"):
+        setattr(test, seed, int(settings["seed"]))
+    if scenario == "Server":
+        test.server_target_qps = float(rate)
+        test.server_target_latency_ns = bound_ns
+        test.server_target_latency_percentile = float(settings["percentile"])
+    elif scenario == "Offline":
+        test.offline_expected_qps = float(rate or 1000)
+    elif scenario == "SingleStream":
+        test.single_stream_expected_latency_ns = bound_ns // 10
+    else:
+        test.multi_stream_expected_latency_ns = bound_ns
+        test.multi_stream_target_latency_percentile = float(settings["percentile"])
+    log = lg.LogSettings()
+    log.log_output.outdir = str(outdir)
+    log.log_output.copy_summary_to_stdout = False
+    samples = int(settings["samples"])
+    qsl = lg.ConstructQSL(samples, samples, lambda indices: None, lambda indices: None)
+    sut = make_sut(scenario)
+    try:
+        lg.StartTestWithLogSettings(sut.handle, qsl, test, log)
+    finally:
+        sut.close()
+        lg.DestroyQSL(qsl)
+    found = parse_summary((outdir / SUMMARY).read_text())
+    found.update({"scenario": scenario, "target_qps": rate, "batches": dict(sut.batches), "overloaded": sut.overloaded})
+    if sut.overloaded:  # answered at once to end the run: its latencies are not the engine's
+        found["valid"] = False
+        found["why_invalid"] = f"overloaded: more than {sut.queue_limit} queries waited; the queue was cut, not served"
+    return found
+
+
+SUMMARY_FIELDS = {
+    "result": r"Result is\s*:\s*(\w+)",
+    "scheduled_sps": r"Scheduled samples per second\s*:\s*([\d.eE+-]+)",
+    "completed_sps": r"Completed samples per second\s*:\s*([\d.eE+-]+)",
+    "samples_per_second": r"Samples per second\s*:\s*([\d.eE+-]+)",
+    "min_ns": r"Min latency \(ns\)\s*:\s*(\d+)",
+    "max_ns": r"Max latency \(ns\)\s*:\s*(\d+)",
+    "mean_ns": r"Mean latency \(ns\)\s*:\s*(\d+)",
+    "p50_ns": r"50\.00 percentile latency \(ns\)\s*:\s*(\d+)",
+    "p90_ns": r"90\.00 percentile latency \(ns\)\s*:\s*(\d+)",
+    "p99_ns": r"99\.00 percentile latency \(ns\)\s*:\s*(\d+)",
+    "early_stopping_p90_ns": r"90th percentile latency \(ns\)\s*:\s*(\d+)",
+    "early_stopping_p99_ns": r"99\.00th percentile (?:server )?latency \(ns\)\s*:\s*(\d+)",
+}
+
+
+def parse_summary(text: str) -> Dict[str, Any]:
+    """The figures of LoadGen's mlperf_log_summary.txt that a row shows; `valid` from its result line."""
+    found: Dict[str, Any] = {}
+    for key, pattern in SUMMARY_FIELDS.items():
+        match = re.search(pattern, text)
+        if match:
+            found[key] = match.group(1) if key == "result" else float(match.group(1))
+    found["valid"] = found.get("result") == "VALID"
+    lines = text.splitlines()
+    if "Early Stopping Result:" in text:  # the block up to the next blank line: LoadGen's own words
+        start = next(i for i, line in enumerate(lines) if line.startswith("Early Stopping Result:")) + 1
+        block = []
+        for line in lines[start:]:
+            if not line.strip():
+                break
+            block.append(line.strip(" *"))
+        found["early_stopping"] = " ".join(block)
+    return found
+
+
+def max_server_rate(valid_at: Callable[[float], bool], start: float, precision: float, max_runs: int = 14) -> Dict[str, Any]:
+    """The largest rate `valid_at` accepts, by search: verify a lower bound (halving from `start`
+    until one is valid), double until a run fails, bisect (geometrically) until the bracket is within
+    `precision`, then re-verify the answer -- results are not monotonic in the rate, so a rate that
+    fails on re-verification is stepped down. {"rate": highest valid or None, "bracket": [valid,
+    failed], "runs": [(rate, valid), ...]}."""
+    runs: List[tuple] = []
+
+    def check(rate: float) -> bool:
+        runs.append((round(rate, 3), valid_at(rate)))
+        return runs[-1][1]
+
+    low = start
+    while not check(low):
+        low /= 2
+        if len(runs) >= max_runs // 2 or low < 1e-3:
+            return {"rate": None, "bracket": [None, runs[-1][0]], "runs": runs}
+    high = low * 2
+    while len(runs) < max_runs and check(high):
+        low, high = high, high * 2
+    while high / low > 1 + precision and len(runs) < max_runs:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if check(middle) else (low, middle)
+    while not check(low) and len(runs) < max_runs + 3:  # re-verification failed: step down
+        high, low = low, low / (1 + precision)
+    return {"rate": round(low, 3), "bracket": [round(low, 3), round(high, 3)], "runs": runs}

@@ -1,0 +1,114 @@
+"""Serving under a latency bound (measure/serving.py, stages/serve_engine.py): the real MLPerf
+LoadGen drives a system under test whose service time is known, on this CPU."""
+
+import time
+
+import pytest
+
+from precisionflow.measure import serving
+from precisionflow.reporting import stats, verdict_rules
+
+SETTINGS = {"latency_bound_ms": 20, "percentile": 0.99, "min_duration_ms": 300, "min_query_count": 480, "seed": 1, "samples": 64}
+
+
+def known_service(per_batch_s: float, per_image_s: float):
+    """Runners that take a known time: per_batch_s + per_image_s x the batch size."""
+    return {size: (lambda size=size: time.sleep(per_batch_s + per_image_s * size)) for size in serving.powers_of_two(8)}
+
+
+def make_sut(runners, limit=400):
+    return lambda scenario: serving.BatchingSUT(runners, 8, 0.001, 1, 10**9 if scenario == "Offline" else limit)
+
+
+def test_loadgen_single_stream_measures_the_known_service_time(tmp_path):
+    found = serving.run_scenario(make_sut(known_service(0.002, 0.0)), "SingleStream", SETTINGS, tmp_path / "ss")
+    assert found["valid"] and 2.0 <= found["p50_ns"] / 1e6 < 4.0  # 2 ms of sleep, plus Python's overhead
+    assert (tmp_path / "ss" / serving.SUMMARY).is_file() and (tmp_path / "ss" / "mlperf_log_detail.txt").is_file()
+
+
+def test_an_overloaded_server_run_ends_and_is_invalid(tmp_path):
+    started = time.perf_counter()
+    found = serving.run_scenario(make_sut(known_service(0.002, 0.0005), limit=64), "Server", SETTINGS, tmp_path / "s", rate=20000)
+    assert found["overloaded"] and not found["valid"] and "overloaded" in found["why_invalid"]
+    assert time.perf_counter() - started < 10  # cut, not served: it did not hang
+
+
+def test_the_search_finds_the_largest_valid_rate_within_its_precision():
+    capacity = 1234.0  # a server valid exactly up to this rate
+    found = serving.max_server_rate(lambda rate: rate <= capacity, start=50.0, precision=0.05)
+    low, high = found["bracket"]
+    assert low <= capacity < high and high / low <= 1.05 + 1e-9 and found["rate"] == low
+    assert found["runs"][-1] == (low, True)  # the answer re-verified
+    never = serving.max_server_rate(lambda rate: False, start=50.0, precision=0.05)
+    assert never["rate"] is None
+
+
+def test_the_search_steps_down_when_the_answer_fails_its_re_verification():
+    calls = {}
+
+    def flaky(rate):  # valid below 1000, except the first re-check of the answer fails once
+        calls[rate] = calls.get(rate, 0) + 1
+        return rate <= 1000 and not (calls[rate] == 2 and rate > 900)
+
+    found = serving.max_server_rate(flaky, start=100.0, precision=0.05)
+    assert found["rate"] < 1000 and found["runs"][-1][1]
+
+
+def test_the_real_search_on_a_known_engine(tmp_path):
+    """2 ms per batch + 0.5 ms per image, batches up to 8: at most ~1,300 images/s; a 20 ms p99 bound."""
+    from precisionflow.stages.serve_engine import server_search
+
+    runners = known_service(0.002, 0.0005)
+    counter = iter(range(100))
+    run = lambda scenario, rate=0.0: serving.run_scenario(  # noqa: E731
+        make_sut(runners), scenario, SETTINGS, tmp_path / f"{next(counter)}", rate
+    )
+    single = run("SingleStream")
+    found = server_search(run, single, dict(SETTINGS, search_precision=0.25))
+    assert found["rate"] is not None and 100 < found["rate"] < 1600, found
+    assert all(point["p99_ns"] for point in found["curve"])
+
+
+def test_a_bound_below_batch_one_latency_gets_a_verdict_not_an_error():
+    from precisionflow.stages.serve_engine import server_search
+
+    single = {"p99_ns": 3.4e6, "mean_ns": 3.0e6}
+    found = server_search(lambda *a: pytest.fail("no run is needed"), single, dict(SETTINGS, latency_bound_ms=2))
+    assert found["rate"] is None and found["why"] == "no rate meets p99 <= 2 ms: batch-1 p99 is 3.40 ms"
+
+
+def served(engine_rate, engine_bracket, fp32_rate, fp32_bracket, why=None):
+    from precisionflow.stages.serve_engine import server_ratio
+
+    results = {
+        "engine": {"Server": {"rate": engine_rate, "bracket": engine_bracket, "why": why}},
+        "fp32": {"Server": {"rate": fp32_rate, "bracket": fp32_bracket}},
+    }
+    return {"settings": {"latency_bound_ms": 15}, "results": results, "server_ratio": server_ratio(results)}
+
+
+def test_the_server_ratio_and_its_verdict():
+    clear = served(3000, [3000, 3300], 1000, [1000, 1100])
+    assert clear["server_ratio"] == {"median": 3.0, "low": 2.727, "high": 3.3}
+    assert verdict_rules.server_check(clear, 2.0, True)["verdict"] == stats.PASS
+    assert verdict_rules.server_check(clear, 3.0, True)["verdict"] == stats.UNDECIDED
+    assert verdict_rules.server_check(clear, 4.0, True)["verdict"] == stats.FAIL
+    none = served(None, [None, 100], 1000, [1000, 1100], why="no rate meets p99 <= 15 ms: batch-1 p99 is 20.00 ms")
+    assert verdict_rules.server_check(none, 1.0, True) == {
+        "verdict": stats.FAIL,
+        "text": none["results"]["engine"]["Server"]["why"],
+    }
+    assert verdict_rules.server_check(None, 1.0, False) is None
+
+
+def test_the_serving_stage_id_covers_its_settings():
+    from precisionflow.config.compose import expand
+    from precisionflow.pipeline.plan import build_plan
+
+    def serve_ids(*overrides):
+        plan = build_plan(expand(list(overrides)), "/tmp/precisionflow-serving-ids")
+        return {key for key in plan["nodes"] if key.startswith("serve_engine/")}
+
+    base = serve_ids()
+    assert len(base) == 4 and serve_ids("evaluate.serving.latency_bound_ms=5").isdisjoint(base)
+    assert serve_ids("evaluate.serving.enabled=false") == set()
