@@ -72,6 +72,11 @@ def _compose(group_overrides: Tuple[str, ...]):
 
     from precisionflow.pipeline.assets import builtin_conf_dir
 
+    from precisionflow.config import user_files
+
+    folder = user_files.user_folder()
+    if folder is not None and folder.is_dir():  # its files checked key by key, with file and line
+        user_files.check_folder(folder)
     register()
     # A user's folder (--config-dir) is put ahead of this one by the search-path plugin in
     # src/hydra_plugins/precisionflow_searchpath.
