@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import subprocess
+import time
 import sys
 from pathlib import Path
 from typing import Dict, List
@@ -56,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-n", "--dry-run", action="store_true", help="show which jobs would run and why; run nothing")
     run.add_argument("--cores", default="all", help="cores Snakemake may use (default: all; on SLURM: per job group)")
     run.add_argument("--profile", default="local", help="Snakemake profile: local (default), slurm, or a folder")
+    run.add_argument(
+        "--verbose", action="store_true", help="Snakemake's full output and TensorFlow's own messages on the console"
+    )
     plan = commands.add_parser("plan", help="list the content-addressed nodes of a (swept) configuration")
     _add_config_args(plan)
     plan.add_argument("--why", action="store_true", help="for every node that would run, the key, file or version that changed")
@@ -195,6 +199,9 @@ def check_targets_buildable_here(plan: Dict) -> None:
             ) from err
 
 
+VERBOSE_ENV = "PRECISIONFLOW_VERBOSE"  # modeling/tfenv.py reads it: TensorFlow's messages stay on
+
+
 def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
     """Snakemake under precisionflow's run lock: a second run on this results folder fails at once,
     and what a run that died left (its lock, staging folders, half-made outputs) is cleared first."""
@@ -213,7 +220,13 @@ def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
             )
         force = ["--forcerun", *[str(results / key / NODE_FILE) for key in missing]] if missing else []
         command = snakemake_command(plan_file, args.cores, False, [*force, "--rerun-incomplete", *extra], args.profile)
-        return subprocess.call(command, cwd=snakemake_dir(results), env=runlock.run_environment(results))
+        env = runlock.run_environment(results)
+        if getattr(args, "verbose", False):
+            return subprocess.call(command, cwd=snakemake_dir(results), env={**env, VERBOSE_ENV: "1"})
+        from precisionflow.pipeline.console import run_quietly
+
+        log = results / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        return run_quietly(command, snakemake_dir(results), env, log)
 
 
 def cmd_run(args, extra: List[str]) -> int:

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Iterable, List, Tuple
 
-TIMING_RULES = ("evaluate_engine", "compare_speed", "benchmark_framework")
+TIMING_RULES = ("evaluate_engine", "compare_speed", "benchmark_framework", "serve_engine")
 _START = re.compile(r"^(?:local)?rule (\w+):$")
 _JOBID = re.compile(r"^\s+jobid: (\d+)$")
 _FINISH = re.compile(r"^Finished jobid: (\d+)")

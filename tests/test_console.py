@@ -1,0 +1,64 @@
+"""The console of `precisionflow run` (pipeline/console.py): a line per finished job, a stage's
+own lines and every error in full; Snakemake's job blocks only in the log file."""
+
+import io
+
+from precisionflow.pipeline.console import QuietConsole
+
+SNAKEMAKE_OUTPUT = """Assuming unrestricted shared filesystem usage.
+Building DAG of jobs...
+Using shell: /usr/bin/bash
+Provided cores: 2
+Job stats:
+job                count
+---------------  -------
+train_model            1
+total                  2
+
+Select jobs to execute...
+Execute 1 jobs...
+[Tue Dec  1 17:45:12 2026]
+localrule train_model:
+    input: /r/prepare_dataset/digits-1/node.json
+    output: /r/train_model/resnet_mini-abc123/node.json
+    log: /r/logs/train_model/resnet_mini-abc123.log
+    jobid: 3
+    reason: Missing output files
+    resources: tmpdir=/tmp, mem_mb=4000
+Epoch 1/2
+5/5 - 0s - loss: 2.1 - accuracy: 0.3
+epoch 1: validation top-1 in inference mode 0.41 (train, batch statistics: 0.30; chance 0.1000)
+WARNING: validation top-1 0.071 is at chance
+[Tue Dec  1 17:45:20 2026]
+Finished jobid: 3 (Rule: train_model)
+1 of 2 steps (50%) done
+Select jobs to execute...
+[Tue Dec  1 17:45:20 2026]
+localrule export_onnx:
+    output: /r/export_onnx/resnet_mini-opset17-d4e5/node.json
+    jobid: 1
+[Tue Dec  1 17:45:21 2026]
+Error in rule export_onnx:
+    message: None
+    jobid: 1
+    log: /r/logs/export_onnx/resnet_mini-opset17-d4e5.log (check log file(s) for error details)
+
+Exiting because a job execution failed. Look below for error messages
+Elapsed time: 0:00:09
+"""
+
+
+def test_the_console_shows_finished_jobs_stage_lines_and_errors_and_logs_everything():
+    log, out = io.StringIO(), io.StringIO()
+    console = QuietConsole(log, out)
+    for line in io.StringIO(SNAKEMAKE_OUTPUT):
+        console.feed(line)
+    shown = out.getvalue().splitlines()
+    assert log.getvalue() == SNAKEMAKE_OUTPUT
+    assert any(line.startswith("[  1/2] train_model/resnet_mini-abc123  ") for line in shown)
+    assert "epoch 1: validation top-1 in inference mode 0.41 (train, batch statistics: 0.30; chance 0.1000)" in shown
+    assert "WARNING: validation top-1 0.071 is at chance" in shown
+    assert "Error in rule export_onnx:" in shown and any("resnet_mini-opset17-d4e5.log" in line for line in shown)
+    assert "Exiting because a job execution failed. Look below for error messages" in shown
+    assert not any(line.startswith(("Epoch 1/2", "5/5", "localrule", "Job stats", "Building DAG")) for line in shown)
+    assert len(shown) <= 11, shown  # of 44 lines
