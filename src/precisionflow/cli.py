@@ -331,8 +331,16 @@ def print_summary(plan: Dict) -> None:
     print(f"Per-engine:     {results / 'evaluate_engine'}/<node>/metrics.json and flipped.csv")
     tracked = [key for key in plan["final"] if key.startswith("track_mlflow/")]
     for key in tracked:
-        uri = plan["nodes"][key]["params"]["uri"] or f"sqlite:///{results / 'mlflow.db'}"
-        print(f"MLflow UI:      mlflow ui --backend-store-uri {uri}")
+        from precisionflow.pipeline.nodeio import read_json
+        from precisionflow.reporting.tracking import ui_links
+
+        summary = read_json(results / key / NODE_FILE)["summary"]
+        uri = plan["nodes"][key]["params"]["uri"]
+        base = uri if uri and uri.startswith("http") else "http://127.0.0.1:5000"
+        links = ui_links(base, summary["experiment_id"], summary.get("engine_runs", []))
+        start = "" if uri and uri.startswith("http") else f"  (after: precisionflow ui --results {results})"
+        print(f"MLflow runs:    {links['runs']}{start}")
+        print(f"MLflow compare: {links['compare']}")
 
 
 def print_why(plan: Dict) -> None:

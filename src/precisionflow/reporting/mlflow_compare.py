@@ -105,12 +105,35 @@ def compare(uri: str, experiment: str, sweeps: List[str], where: Optional[str], 
 
 
 def ui(uri: str, port: int) -> int:
-    """MLflow's UI on the project's store (blocks until interrupted)."""
-    print(
-        f"MLflow UI for {uri}: http://127.0.0.1:{port}  (open the experiment, select the engine runs, "
-        "and compare precision, target, top1, agreement and x_fp32_* / x_tf_* columns; Ctrl-C stops it)",
-        flush=True,
-    )
-    return subprocess.call(
-        [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port)]
-    )
+    """MLflow's UI on the project's store, quiet, until Ctrl-C (which stops the server and its workers)."""
+    import os
+    import signal
+
+    base = f"http://127.0.0.1:{port}"
+    print(f"MLflow UI for {uri}: {base}  (Ctrl-C stops it)", flush=True)
+    print(f"  runs, with precisionflow's columns: {runs_link(uri, base)}", flush=True)
+    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "GUNICORN_CMD_ARGS": "--log-level warning", "UVICORN_LOG_LEVEL": "warning"}
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        code = server.wait()
+        if code:
+            print(f"The MLflow server exited with {code}; run `{' '.join(command)}` to see its messages.", file=sys.stderr)
+        return code
+    except KeyboardInterrupt:  # the server and every worker it started: its own process group
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+        print("MLflow UI stopped.")
+        return 0
+
+
+def runs_link(uri: str, base: str) -> str:
+    """The runs page of the precisionflow experiment in the store, or the plain UI if there is none yet."""
+    from precisionflow.reporting import tracking
+
+    client = tracking.client_for(uri)
+    found = client.get_experiment_by_name("precisionflow")
+    return tracking.ui_links(base, found.experiment_id, [])["runs"] if found else base

@@ -102,3 +102,52 @@ def flatten(tree: Any, prefix: str = "") -> Iterator[Tuple[str, Any]]:
             yield from flatten(value, f"{prefix}.{key}" if prefix else str(key))
     else:
         yield prefix, tree
+
+
+# The runs page as precisionflow opens it (MLflow 3.15-3.18: an experiment tag
+# mlflow.sharedViewState.<key> holds the runs page's state as JSON, applied by
+# .../runs?viewStateShareKey=<key>; the format is MLflow's internal ExperimentPageUIState, so
+# requirements.lock pins MLflow and tests/test_mlflow_ui.py checks the page in Chromium).
+VIEW_KEY = "precisionflow"
+VIEW_COLUMNS = (
+    "tags.`precision`",
+    "tags.`executed`",
+    "tags.`verdict`",
+    "metrics.`top1`",
+    "metrics.`top1_drop_points`",
+    "metrics.`top1_drop_low`",
+    "metrics.`top1_drop_high`",
+    "metrics.`x_fp32_bmax`",
+    "metrics.`x_server`",
+    "metrics.`map`",
+    "metrics.`spurious_per_100`",
+    "tags.`target`",
+    "tags.`worst_condition`",
+)
+
+
+def share_view(client, experiment_id: str, parent_run_ids) -> None:
+    """The runs page's columns (precision, what ran, verdict, top-1 and its change with the interval,
+    speed ratios), newest first, every sweep expanded so the engine runs show without clicking."""
+    import json
+
+    state = {
+        "selectedColumns": list(VIEW_COLUMNS),
+        "runsExpanded": {run_id: True for run_id in parent_run_ids},
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": False,
+        "groupBy": None,
+    }
+    client.set_experiment_tag(experiment_id, f"mlflow.sharedViewState.{VIEW_KEY}", json.dumps(state))
+
+
+def ui_links(base: str, experiment_id: str, run_ids) -> dict:
+    """The runs page in model-training mode with precisionflow's view, and the comparison page of the runs."""
+    import json
+    from urllib.parse import quote
+
+    runs = quote(json.dumps(list(run_ids)))
+    return {
+        "runs": f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}",
+        "compare": f"{base}/#/compare-runs?runs={runs}&experiments={quote(json.dumps([experiment_id]))}",
+    }

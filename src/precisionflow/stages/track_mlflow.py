@@ -274,6 +274,10 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     }
     logged = sum(log_child(client, context, path) for path in eval_dirs)
     client.set_terminated(parent.info.run_id)
+    parents = [run.info.run_id for run in client.search_runs([experiment_id], filter_string=f"tags.`{tracking.SWEEP_TAG}` != ''")]
+    tracking.share_view(client, experiment_id, parents + [parent.info.run_id])
+    marked = f"tags.`{tracking.SWEEP_TAG}.{sweep_id}` = '1' and tags.`{tracking.NODE_TAG}` LIKE 'evaluate_engine/%'"
+    children = [run.info.run_id for run in client.search_runs([experiment_id], filter_string=marked, max_results=50)]
     return {
         "tracking_uri": uri,
         "experiment_id": experiment_id,
@@ -281,4 +285,5 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "sweep_id": sweep_id,
         "children": len(eval_dirs),
         "children_logged_now": logged,
+        "engine_runs": children,  # the comparison link's runs
     }
