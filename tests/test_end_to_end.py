@@ -244,6 +244,70 @@ def test_report_page_renders_in_a_real_browser(first_run, tmp_path):
     assert shot.stat().st_size > 10_000
 
 
+def chromium_flags(tmp_path, budget_ms: int):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Chromium is not installed (.ci/run installs Debian's chromium)")
+    return [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=1600,900",
+        f"--virtual-time-budget={budget_ms}",
+    ]
+
+
+def test_the_printed_mlflow_link_opens_the_runs_page_with_the_trade_off_columns(first_run, tmp_path):
+    """A real `mlflow server` on the run's store, the runs link the run printed, in headless Chromium:
+    model-training mode, the engine runs listed without expanding their sweep, precisionflow's columns."""
+    import os
+    import socket
+    import time
+    import urllib.request
+
+    flags = chromium_flags(tmp_path, 25000)
+    results, output = first_run
+    link = re.search(r"^MLflow runs:\s+(\S+)", output, re.MULTILINE).group(1)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    link = link.replace("http://127.0.0.1:5000", f"http://127.0.0.1:{port}")
+    command = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{results / 'mlflow.db'}",
+        "--port",
+        str(port),
+    ]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)  # noqa: S310 -- a local test server
+                break
+            except OSError:
+                time.sleep(0.5)
+        dom = subprocess.run(flags + ["--dump-dom", link], capture_output=True, text=True, timeout=180).stdout
+        artifacts = Path(os.environ.get("PRECISIONFLOW_TEST_ARTIFACTS", results.parent / "artifacts"))
+        artifacts.mkdir(parents=True, exist_ok=True)
+        subprocess.run(flags + [f"--screenshot={artifacts / 'mlflow-runs.png'}", link], capture_output=True, timeout=180)
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(30)
+    for column in ("top1", "top1_drop_low", "x_fp32_bmax", "verdict", "precision"):
+        assert column in dom, column
+    assert "int8" in dom and "fp16" in dom  # the engine runs, not only their collapsed sweep
+
+
 def test_report_files_hold_every_table_and_picture(first_run):
     from html.parser import HTMLParser
 

@@ -369,6 +369,10 @@ def validate(cfg: Dict[str, Any]) -> None:
         if cfg[section][leaf] < minimum:
             raise ConfigError(f"{key}: expected an integer >= {minimum}, found {cfg[section][leaf]}.")
     check_finetune(cfg)
+    if cfg["model"]["name"] == "keras_file":  # before pruning reads the file's layer graph
+        from precisionflow.modeling.models import check_user_model_file
+
+        check_user_model_file(cfg["model"])
     check_pruning(cfg)
     if any(b < 1 for b in cfg["evaluate"]["timing_batch_sizes"]):
         raise ConfigError(f"evaluate.timing_batch_sizes: expected positive sizes, found {cfg['evaluate']['timing_batch_sizes']}.")
@@ -376,10 +380,6 @@ def validate(cfg: Dict[str, Any]) -> None:
         raise ConfigError(
             f"dataset.path: dataset={cfg['dataset']['name']} needs the folder of your images; add dataset.path=/path/to/images."
         )
-    if cfg["model"]["name"] == "keras_file":
-        from precisionflow.modeling.models import check_user_model_file
-
-        check_user_model_file(cfg["model"])
     if cfg["dataset"]["channels"] not in (1, 3):
         raise ConfigError(f"dataset.channels: expected 1 (grey) or 3 (RGB), found {cfg['dataset']['channels']}.")
     engine = cfg["engine"]

@@ -156,6 +156,7 @@ def check_user_model_file(params: Dict[str, Any]) -> None:
     if path.suffix == ".keras":
         try:
             with zipfile.ZipFile(path) as archive:
+                refuse_keras3(path, archive)
                 text = archive.read("config.json").decode(errors="replace")
                 code = '"Lambda"' in text
             warn_softmax_head(path, text)
@@ -172,6 +173,31 @@ def check_user_model_file(params: Dict[str, Any]) -> None:
         raise ConfigError(
             f"model.path: {path} contains a Lambda layer (arbitrary Python code), refused in Keras safe "
             "mode. If you trust this file, set model.trust=true."
+        )
+
+
+def keras_version_of(archive) -> str:
+    """The Keras version a .keras archive says wrote it (metadata.json), or '' if it does not say."""
+    import json
+
+    try:
+        return str(json.loads(archive.read("metadata.json")).get("keras_version", ""))
+    except (KeyError, ValueError):
+        return ""
+
+
+def refuse_keras3(path: Path, archive) -> None:
+    """precisionflow trains with tf_keras (Keras 2: QAT and tf2onnx need it); a file Keras 3 wrote
+    (today's tf.keras) does not load there. Refused at planning, with the fix."""
+    version = keras_version_of(archive)
+    if version.split(".")[0].isdigit() and int(version.split(".")[0]) >= 3:
+        raise ConfigError(
+            f"model.path: {path} was saved by Keras {version} (Keras 3: tf.keras since TensorFlow 2.16); "
+            "precisionflow trains and exports with tf_keras (Keras 2), which cannot load it. Re-save it with "
+            "tf_keras: build the same architecture with `import tf_keras as keras` (keras.applications has "
+            "the standard ones), copy the weights (`new.set_weights(old.get_weights())`, loading the old "
+            "model with Keras 3), and `new.save('model.keras')`; or save weights only and use a built-in "
+            "model name with model.weights=<file>."
         )
 
 

@@ -1,0 +1,102 @@
+"""Write docs/reference/config.md from the configuration schema (config/schema.py) and the built-in
+defaults: every key, its type, its default and the comment beside it in the schema. Generated, so
+it cannot drift; `make docs` runs it, and tests/test_docs.py checks the committed page is current.
+
+    .venv/bin/python tools/config_reference.py [--check]
+"""
+
+import ast
+import dataclasses
+import sys
+import typing
+from enum import Enum
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "src" / "precisionflow" / "config" / "schema.py"
+PAGE = ROOT / "docs" / "reference" / "config.md"
+
+
+def comments() -> dict:
+    """{(class name, field name): the comment on the field's line or the lines just above it}."""
+    lines = SCHEMA.read_text().splitlines()
+    found = {}
+    for node in ast.walk(ast.parse(SCHEMA.read_text())):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                line = lines[item.lineno - 1]
+                text = [line.split("#", 1)[1].strip()] if "#" in line else []
+                above = item.lineno - 2
+                while above >= 0 and lines[above].strip().startswith("#"):
+                    text.insert(0, lines[above].strip().lstrip("#").strip())
+                    above -= 1
+                found[(node.name, item.target.id)] = " ".join(text)
+    return found
+
+
+def type_name(kind) -> str:
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is typing.Union:
+        inner = [type_name(arg) for arg in args if arg is not type(None)]
+        return " or ".join(inner) + " or null"
+    if origin in (list, typing.List):
+        return f"list of {type_name(args[0])}"
+    if origin in (dict, typing.Dict):
+        return f"mapping of {type_name(args[1])}"
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return " \\| ".join(f"`{member.value}`" for member in kind)
+    return getattr(kind, "__name__", str(kind))
+
+
+def rows(schema, prefix: str, notes: dict):
+    hints = typing.get_type_hints(schema)
+    for field in dataclasses.fields(schema):
+        key, kind = f"{prefix}{field.name}", hints[field.name]
+        inner = typing.get_args(kind)[0] if typing.get_origin(kind) is typing.Union else kind
+        if dataclasses.is_dataclass(inner):
+            yield from rows(inner, key + ".", notes)
+            continue
+        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+        default = default.value if isinstance(default, Enum) else default
+        shown = "null" if default is None else repr(default).replace("|", "\\|")
+        yield key, type_name(kind), shown, notes.get((schema.__name__, field.name), "").replace("|", "\\|")
+
+
+def page() -> str:
+    sys.path.insert(0, str(ROOT / "src"))
+    from precisionflow.config.schema import Config
+
+    notes = comments()
+    lines = [
+        "# Configuration reference",
+        "",
+        "Every key precisionflow reads, generated from `src/precisionflow/config/schema.py` by",
+        "`tools/config_reference.py` (`make docs`): the key, its type, the schema's default and its comment.",
+        "The built-in groups (`conf/`) and presets set other values: `precisionflow config [overrides]`",
+        "prints what a run would use. Unknown keys, wrong types and bad choices are refused before anything runs.",
+        "",
+        "| key | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| `{key}` | {kind} | `{default}` | {note} |" for key, kind, default, note in rows(Config, "", notes)]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    text = page()
+    if "--check" in sys.argv:
+        current = PAGE.read_text() if PAGE.is_file() else ""
+        if current != text:
+            print(f"{PAGE} is out of date: run `.venv/bin/python tools/config_reference.py`", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.parent.mkdir(parents=True, exist_ok=True)
+    PAGE.write_text(text)
+    print(f"wrote {PAGE} ({text.count(chr(10)) - 9} keys)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
