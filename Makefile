@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test test-fast lint format lock clean-results typecheck-tensorrt
+.PHONY: setup run test test-fast lint format lock clean-results typecheck-tensorrt docs
 
 setup: $(VENV)/.installed
 
@@ -40,6 +40,12 @@ lock:
 	.lock-venv/bin/pip install --quiet -e '.[test]'
 	.lock-venv/bin/pip freeze --exclude-editable > requirements.lock
 	rm -rf .lock-venv
+
+# The documentation site (MkDocs, Material theme) into site/; the configuration reference is
+# generated from the schema first. Strict: a broken link or a warning fails the build.
+docs: setup
+	$(BIN)/python tools/config_reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 clean-results:
 	rm -rf results/*

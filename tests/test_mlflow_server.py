@@ -109,9 +109,12 @@ def test_compare_lines_up_sweeps_logged_from_two_machines(server, tmp_path):
     both = compare(server, "--format", "csv")
     assert both.returncode == 0, both.stderr
     lines = both.stdout.strip().splitlines()
-    assert lines[0].startswith("precision,model,target") and len(lines) == 1 + 6  # 3 engines from each machine
+    assert (
+        lines[0].startswith("precision,calibration,verdict,model,target") and len(lines) == 1 + 6
+    )  # 3 engines from each machine
     only_a = compare(server, "--sweep", sweep_id(machine_a), "--format", "markdown")
     assert only_a.returncode == 0 and only_a.stdout.count("\n") == 2 + 3
+    assert max(len(line) for line in only_a.stdout.splitlines()) <= 120 and "| verdict" in only_a.stdout
     int8 = compare(server, "--where", "tags.precision = 'int8'", "--format", "csv")
     assert int8.stdout.strip().count("\n") == 2 and all(row.startswith("int8,") for row in int8.stdout.splitlines()[1:])
     missing = compare(server, "--experiment", "nothing")

@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--sweep", action="append", default=[], help="a sweep id (tag precisionflow.sweep.<id>); repeatable")
     compare.add_argument("--where", help="an MLflow filter, e.g. \"tags.precision = 'int8'\"")
     compare.add_argument("--format", default="markdown", choices=["markdown", "csv"])
+    compare.add_argument("--all-columns", action="store_true", help="every column (the table otherwise fits 120 columns)")
     report = commands.add_parser(
         "report", help="Snakemake's self-contained report of a finished run (report items: table, page, figures)"
     )
@@ -404,7 +405,10 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     from precisionflow.reporting.mlflow_compare import compare, default_uri
 
-    print(compare(args.uri or default_uri(args.results), args.experiment, args.sweep, args.where, args.format), end="")
+    print(
+        compare(args.uri or default_uri(args.results), args.experiment, args.sweep, args.where, args.format, args.all_columns),
+        end="",
+    )
     return 0
 
 

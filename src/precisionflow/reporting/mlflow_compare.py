@@ -16,11 +16,16 @@ from precisionflow.reporting.tracking import SWEEP_TAG
 
 COLUMNS = [
     ("precision", "tags.precision"),
+    ("calibration", "params.calibrate.method"),
+    ("verdict", "tags.verdict"),
     ("model", "tags.node.train_model"),
     ("target", "tags.target"),
     ("device", "tags.device_name"),
     ("executed", "tags.executed"),
     ("top1", "metrics.top1"),
+    ("change", "metrics.top1_drop_points"),
+    ("worst_condition", "tags.worst_condition"),
+    ("x_server", "metrics.x_server"),
     ("agreement", "metrics.agreement"),
     ("flipped", "metrics.flipped"),
     ("map50", "metrics.map50"),
@@ -63,6 +68,11 @@ def engine_runs(uri: str, experiment: str, sweeps: List[str], where: Optional[st
     return runs
 
 
+def model_name(node: str) -> str:
+    """'train_model/resnet_mini-fp32-e12-1090633d2503' -> 'resnet_mini-fp32-e12' (the id's hash left off)."""
+    return node.split("/", 1)[-1].rsplit("-", 1)[0] if node else node
+
+
 def table(runs) -> List[dict]:
     rows = []
     for _, run in runs.iterrows():
@@ -70,12 +80,34 @@ def table(runs) -> List[dict]:
         for name, column in COLUMNS:
             value = run.get(column)
             row[name] = "" if value is None or value != value else (round(value, 4) if isinstance(value, float) else str(value))
+        if row["change"] != "":  # the budget's figure: the change in points (a drop is negative)
+            row["change"] = round(0.0 - float(row["change"]), 2)
+        row["model"] = model_name(row["model"])
         rows.append(row)
     return sorted(rows, key=lambda r: (r["model"], r["target"], r["precision"]))
 
 
-def render(rows: List[dict], fmt: str) -> str:
+# The markdown table fits this many columns (like the run's table): the first columns that fit,
+# less those no row fills; --all-columns keeps every column (csv always does).
+WIDTH = 120
+
+
+def shown_columns(rows: List[dict], all_columns: bool) -> List[str]:
     names = [name for name, _ in COLUMNS]
+    if all_columns:
+        return names
+    filled = [name for name in names if any(row[name] != "" for row in rows)]
+    chosen, width = [], 1
+    for name in filled:
+        cell = max([len(name)] + [len(str(row[name])) for row in rows]) + 3
+        if width + cell <= WIDTH:
+            chosen.append(name)
+            width += cell
+    return chosen
+
+
+def render(rows: List[dict], fmt: str, all_columns: bool = False) -> str:
+    names = [name for name, _ in COLUMNS] if fmt == "csv" else shown_columns(rows, all_columns)
     if fmt == "csv":
         import csv
         import io
@@ -92,7 +124,7 @@ def render(rows: List[dict], fmt: str) -> str:
     raise ConfigError(f"compare --format: expected csv or markdown, found '{fmt}'.")
 
 
-def compare(uri: str, experiment: str, sweeps: List[str], where: Optional[str], fmt: str) -> str:
+def compare(uri: str, experiment: str, sweeps: List[str], where: Optional[str], fmt: str, all_columns: bool = False) -> str:
     rows = table(engine_runs(uri, experiment, sweeps, where))
     if not rows:
         raise ConfigError(
@@ -101,7 +133,7 @@ def compare(uri: str, experiment: str, sweeps: List[str], where: Optional[str], 
             + (f" matching {where!r}" if where else "")
             + "."
         )
-    return render(rows, fmt)
+    return render(rows, fmt, all_columns)
 
 
 def ui(uri: str, port: int) -> int:
