@@ -169,3 +169,23 @@ def test_real_gpu_targets_time_with_trtexec_windows():
     nodes, evals = _plan(["targets=[local,h200]"])
     windows = {ev.params["target"]: ev.params["evaluate"]["duration_s"] for ev in evals}
     assert windows == {"local": 0.5, "h200": 3.0}
+
+
+def test_why_gives_each_reason_its_own_line_and_calls_only_missing_nodes_new(tmp_path):
+    import json
+
+    from precisionflow.config.compose import expand
+    from precisionflow.pipeline.plan import build_plan
+    from precisionflow.pipeline.why import WIDTH, explain
+
+    results = tmp_path / "results"
+    first = build_plan(expand(["train.epochs=2"]), str(results))
+    for key, spec in first["nodes"].items():  # every node of the first plan finished
+        (results / key).mkdir(parents=True)
+        (results / key / "node.json").write_text(json.dumps({**spec, "stage": spec["stage"]}))
+    second = build_plan(expand(["train.epochs=3"]), str(results))
+    lines = explain(second)
+    train = next(i for i, line in enumerate(lines) if line.startswith("train_model/"))
+    assert lines[train + 1] == "    train.epochs: 2 -> 3"
+    assert all(len(line) <= WIDTH + 4 for line in lines)
+    assert not any("prepare_dataset/" in line and "(new)" in line for line in lines)  # it exists: not new

@@ -348,7 +348,8 @@ def print_why(plan: Dict) -> None:
     from precisionflow.pipeline.why import explain
 
     lines = explain(plan)
-    print(f"\nprecisionflow: {len(lines)} of {len(plan['nodes'])} planned nodes would run" + (":" if lines else "."))
+    nodes = sum(1 for line in lines if not line.startswith(" "))  # a node's line, then its reasons indented
+    print(f"\nprecisionflow: {nodes} of {len(plan['nodes'])} planned nodes would run" + (":" if lines else "."))
     for line in lines:
         print(f"  {line}")
 

@@ -11,8 +11,9 @@ from precisionflow.pipeline.nodeio import NODE_FILE, read_json
 from precisionflow.reporting.tracking import flatten
 
 
-def differences(planned: Dict[str, Any], existing: Dict[str, Any]) -> List[str]:
-    """Human-readable differences between a planned node and an existing node.json."""
+def differences(planned: Dict[str, Any], existing: Dict[str, Any], results: Optional[Path] = None) -> List[str]:
+    """Human-readable differences between a planned node and an existing node.json. An upstream is
+    "(new)" only when no node folder of it exists yet (`results` given), else "(another node)"."""
     found = []
     new, old = dict(flatten(planned["params"], "params")), dict(flatten(existing.get("params", {}), "params"))
     for key in sorted(set(new) | set(old)):
@@ -20,7 +21,9 @@ def differences(planned: Dict[str, Any], existing: Dict[str, Any]) -> List[str]:
             found.append(f"{key[len('params.') :]}: {old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r}")
     for role in sorted(set(planned["inputs"]) | set(existing.get("inputs", {}))):
         if planned["inputs"].get(role) != existing.get("inputs", {}).get(role):
-            found.append(f"upstream {role}: {planned['inputs'].get(role, '<none>')} (new)")
+            upstream = planned["inputs"].get(role, "<none>")
+            exists = results is not None and (results / upstream / NODE_FILE).is_file()
+            found.append(f"upstream {role}: {upstream} ({'another node' if exists else 'new'})")
     old_identity = existing.get("identity", {})
     for package, version in planned.get("identity", {}).get("packages", {}).items():
         if old_identity.get("packages", {}).get(package, version) != version:
@@ -45,7 +48,7 @@ def closest(planned: Dict[str, Any], stage_dir: Path, limit: int = 300) -> Tuple
     best: Tuple[Optional[str], List[str]] = (None, [])
     markers = sorted(stage_dir.glob(f"*/{NODE_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
     for marker in markers:
-        found = differences(planned, read_json(marker))
+        found = differences(planned, read_json(marker), stage_dir.parent)
         if best[0] is None or len(found) < len(best[1]):
             best = (marker.parent.name, found)
     return best
@@ -59,6 +62,18 @@ def explain(plan: Dict[str, Any]) -> List[str]:
         if (results / key / NODE_FILE).is_file():
             continue
         name, found = closest(spec, results / spec["stage"])
-        reason = "; ".join(found) if name else "no earlier node of this stage"
-        lines.append(f"{key}: {reason}" + (f"  [vs {name}]" if name else ""))
+        lines.append(f"{key}" + (f"  [vs {name}]" if name else ""))
+        # one reason per line, each cut to fit a terminal: a report node has hundreds of upstream roles
+        reasons = found if name else ["no earlier node of this stage"]
+        lines += [f"    {shorten(reason)}" for reason in reasons[:MAX_REASONS]]
+        if len(reasons) > MAX_REASONS:
+            lines.append(f"    ... and {len(reasons) - MAX_REASONS} more")
     return lines
+
+
+MAX_REASONS = 12
+WIDTH = 116
+
+
+def shorten(text: str) -> str:
+    return text if len(text) <= WIDTH else text[: WIDTH - 3] + "..."
