@@ -252,7 +252,7 @@ def table_rows(rows: List[Dict[str, Any]], columns: List[str], failed: set) -> L
     """The comparison table's rows: models show by their hash (the full id and the node are tooltips)."""
     shaped = []
     for row in rows:
-        shown = dict(row, model=str(row.get("model", "")).rsplit("-", 1)[-1][:8])
+        shown = dict(row, model=str(row.get("model", "")).rsplit("-", 1)[0])  # resnet_mini-fp32-e12: the hash is the tip
         tips = {"precision": row["node"], "model": row.get("model", "")}
         cells = [{"text": str(shown[c]), "noisy": str(shown[c]).endswith("*"), "tip": tips.get(c, "")} for c in columns]
         shaped.append({"css": "ref" if row["precision"] == "fp32" else "fail" if row["node"] in failed else "", "cells": cells})

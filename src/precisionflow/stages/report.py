@@ -390,6 +390,11 @@ def accuracy_columns(metrics: Dict[str, Any]) -> Dict[str, Any]:
 TASK_COLUMNS = {"top1", "top5", "agreement", "flipped", "change_95", "verdict", "worst_cond", *DETECTION_COLUMNS}
 
 
+def every_filled(columns: List[str], rows: List[Dict[str, Any]]) -> List[str]:
+    """The page's columns: those some row fills (an unpruned sweep has no pruned/params/mflops)."""
+    return [column for column in columns if column == "precision" or any(str(row.get(column, "")) != "" for row in rows)]
+
+
 def filled(columns: List[str], rows: List[Dict[str, Any]]) -> List[str]:
     """The columns to show: every column, less the accuracy columns of a task no row has (a
     detection sweep has no top-1, a classification sweep no mAP)."""
@@ -572,18 +577,24 @@ def fitted(rows: List[Dict[str, Any]], width: int = TERMINAL_WIDTH) -> List[str]
 
 
 def short_model(model_id: str) -> str:
-    """'small_cnn-fp32-e12-fee2a144cb4e' -> 'small_cnn-fee2a1' (the full id is in summary.csv)."""
-    return f"{model_id.split('-')[0]}-{model_id.rsplit('-', 1)[-1][:6]}" if "-" in model_id else model_id
+    """'small_cnn-fp32-e12-fee2a144cb4e' -> 'small_cnn-fp32-e12' (the full id is in summary.csv)."""
+    return model_id.rsplit("-", 1)[0] if "-" in model_id else model_id
 
 
 def printed_table(rows: List[Dict[str, Any]]) -> str:
+    """One block per (model, target), each headed by what it is; the same columns in every block."""
     shown = [dict(row, model=short_model(str(row["model"]))) for row in displayed(rows)]
-    columns = fitted(shown)
-    models = sorted({str(row["model"]) for row in rows})
-    head = [f"model: {models[0]}"] if len(models) == 1 else []
-    left_out = [c for c in PRINTED if c not in columns and c != "model" and any(str(r.get(c, "")) != "" for r in rows)]
+    columns = [c for c in fitted(shown) if c not in ("model", "target")]
+    blocks = []
+    for model, target in sorted({(row["model"], row["target"]) for row in shown}):
+        block = [row for row in shown if (row["model"], row["target"]) == (model, target)]
+        full = next(str(row["model"]) for row in rows if short_model(str(row["model"])) == model)
+        blocks += [f"model: {model} ({full.rsplit('-', 1)[-1]})   target: {target}", format_table(block, columns), ""]
+    left_out = [
+        c for c in PRINTED if c not in columns and c not in ("model", "target") and any(str(r.get(c, "")) != "" for r in rows)
+    ]
     tail = [f"(more columns in summary.csv and report.html: {', '.join(left_out)})"] if left_out else []
-    return "\n".join(head + [format_table(shown, columns)] + tail)
+    return "\n".join(blocks[:-1] + tail)
 
 
 def load_notes(rows: List[Dict[str, Any]]) -> List[str]:
@@ -793,7 +804,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     }
     write_json_atomic(out / "verdicts.json", found)
     (out / "report.html").write_text(
-        report_pages.html_page(displayed(rows), filled(HTML_COLUMNS, rows), plots, reading_notes, found)
+        report_pages.html_page(displayed(rows), every_filled(HTML_COLUMNS, rows), plots, reading_notes, found)
     )
     print(table)
     return {
