@@ -98,6 +98,15 @@ def test_first_run_produces_sane_table(first_run):
     assert (page.parent / "figures" / "pareto-local.png").stat().st_size > 0 and "figures/pareto-local.png" in page.read_text()
 
 
+def test_the_console_is_quiet_before_the_table(first_run):
+    """A line per finished job, no TensorFlow CUDA probe, no Snakemake job block (the full log is a file)."""
+    _, output = first_run
+    before_table = output.split("planned jobs executed")[0]
+    assert "cuda drivers" not in output and "cuInit" not in output and "localrule" not in output
+    assert len(before_table.splitlines()) < 80, before_table[-3000:]  # 20 jobs and 4 epochs of training
+    assert re.search(r"Snakemake's full output: (\S+run-\d+-\d+\.log)", output)
+
+
 def test_mlflow_holds_one_parent_and_one_child_per_engine(first_run):
     results, _ = first_run
     runs = mlflow_runs(results)

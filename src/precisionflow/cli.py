@@ -175,6 +175,12 @@ def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[st
         "--config",
         f"plan={plan_file}",
     ]
+    if profile == "local":  # one GPU job per GPU the run may use: the runner gives each its own (gpuslots.py)
+        from precisionflow.pipeline.gpuslots import allowed_devices
+
+        gpus = len(allowed_devices())
+        # given here, --resources replaces the profile's list: host_share (timing jobs' exclusivity) goes too
+        command += ["--resources", "host_share=1000", f"gpu={gpus}"] if gpus else []
     return command + (["--dry-run"] if dry_run else []) + extra
 
 

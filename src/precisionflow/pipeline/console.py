@@ -27,7 +27,7 @@ ERROR_START = re.compile(
 NOISE = re.compile(
     r"^(\s|$|\[\w{3} \w{3} +\d+ [\d:]+ \d{4}\]|Select jobs to execute|Execute \d+ jobs|Building DAG|Using shell|"
     r"Provided (cores|resources)|Rules claiming|Job stats|job +count|-+ +-+|[\w-]+ +\d+$|Assuming unrestricted|SNAKEMAKE|=+$|"
-    r"Complete log|Elapsed time|Epoch \d+/\d+|\d+/\d+ - |WARNING: All log messages before absl|Nothing to be done|Waiting for)"
+    r"Complete log|Elapsed time|Using workflow specific profile|[IWE]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] |\d{4}/\d\d/\d\d [\d:]+ INFO |Epoch \d+/\d+|\d+/\d+ - |WARNING: All log messages before absl|Nothing to be done|Waiting for)"
 )
 
 

@@ -125,6 +125,11 @@ def run_bundle(bundle: Path, keep_going: bool = False) -> List[Dict[str, Any]]:
         raise StageError(f"This machine lacks what the bundle's evaluations import: {missing_text(missing)}.")
     # One run id for the figures of this invocation, as Snakemake's onstart gives a local run.
     os.environ.setdefault("PRECISIONFLOW_RUN", time.strftime("%Y-%m-%dT%H:%M:%S"))
+    from precisionflow.pipeline.gpuslots import allowed_devices
+
+    gpus = len(allowed_devices())
+    if gpus > 1:  # a job per GPU at once, each in a process of its own (its CUDA_VISIBLE_DEVICES is its own)
+        return run_spread(bundle, plan, manifest["nodes"], gpus, keep_going)
     done, failed = [], []
     for key in manifest["nodes"]:
         if (bundle / "results" / key / NODE_FILE).is_file():
@@ -139,6 +144,48 @@ def run_bundle(bundle: Path, keep_going: bool = False) -> List[Dict[str, Any]]:
             continue
         print(f"{key}: done in {record['timings']['seconds']} s", flush=True)
         done.append(record)
+    if failed:
+        raise StageError(f"{len(failed)} nodes failed: {failed}")
+    return done
+
+
+def run_spread(bundle: Path, plan: Dict[str, Any], keys: List[str], workers: int, keep_going: bool) -> List[Dict[str, Any]]:
+    """The bundle's nodes over `workers` processes: a node starts once its upstream nodes in the
+    bundle are finished; each process takes a GPU slot through the runner (gpuslots.py). A CUDA
+    fault fails that node's process only; with keep_going the rest run."""
+    import subprocess
+    import sys
+    import time
+
+    results = bundle / "results"
+    finished = lambda key: (results / key / NODE_FILE).is_file()  # noqa: E731
+    waiting = [key for key in keys if not finished(key)]
+    running: Dict[str, Any] = {}
+    done, failed = [], []
+    flags = ["-S"] if sys.flags.no_site else []
+    while waiting or running:
+        for key in [k for k in waiting if len(running) < workers]:
+            upstream = [u for u in plan["nodes"][key]["inputs"].values() if u in keys]
+            if any(u in failed for u in upstream):
+                waiting.remove(key)
+                failed.append(key)
+                print(f"{key}: FAILED: an upstream node failed", flush=True)
+            elif all(finished(u) for u in upstream):
+                waiting.remove(key)
+                command = [sys.executable, *flags, "-m", "precisionflow.pipeline.runner", "--plan", str(bundle / "plan.json")]
+                running[key] = subprocess.Popen([*command, "--node", key, "--results", str(results)])
+        for key, process in list(running.items()):
+            if process.poll() is None:
+                continue
+            del running[key]
+            if process.returncode == 0:
+                done.append(read_json(results / key / NODE_FILE))
+                continue
+            failed.append(key)
+            print(f"{key}: FAILED (exit {process.returncode}); its messages are above", flush=True)
+            if not keep_going:
+                waiting.clear()
+        time.sleep(0.2)
     if failed:
         raise StageError(f"{len(failed)} nodes failed: {failed}")
     return done

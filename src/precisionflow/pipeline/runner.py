@@ -75,7 +75,9 @@ def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[s
     stage = importlib.import_module(f"precisionflow.stages.{spec['stage']}")
     sources = check_identity(spec, stage)
     started = time.time()
-    with staged_node_dir(results / key) as out:
+    from precisionflow.pipeline import gpuslots
+
+    with staged_node_dir(results / key) as out, gpuslots.for_node(spec, results) as gpu:
         summary = stage.run(spec["params"], inputs, out) or {}
         if spec.get("checks"):
             stage.check(spec["checks"], summary)  # a failed check publishes nothing
@@ -93,6 +95,7 @@ def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[s
                 "children_peak_rss_mb": peak_rss_mb(resource.RUSAGE_CHILDREN),
             },
             "summary": summary,
+            **({"gpu_slot": gpu} if gpu else {}),  # which GPU of the node ran it, and what ran beside it
             "files": content_hashes(out),
             "file_stats": file_stats(out),
         }

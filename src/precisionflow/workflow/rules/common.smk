@@ -50,8 +50,23 @@ def job_resources(stage, mem_mb=1000, runtime=60, timing=False):
     resources = {key: node_resource(stage, key, default) for key, default in
                  (("gpu", 0), ("gpu_model", ""), ("slurm_partition", ""), ("mem_mb", mem_mb), ("runtime", runtime))}
     if timing:
-        resources.update(host_share=WHOLE_HOST, slurm_extra="--exclusive")
+        resources.update(host_share=timing_share(stage), slurm_extra="--exclusive")
     return resources
+
+
+# A timing job on a CPU target holds the whole host. One on a GPU holds its GPU (a slot, taken by
+# the runner: pipeline/gpuslots.py) and the CPU cores that feed it (GPU_TIMING_CORES of the host's
+# share), so the node's other GPUs keep working; what ran beside it is recorded in its node.
+GPU_TIMING_CORES = 2
+
+
+def timing_share(stage):
+    def value(wildcards):
+        spec = PLAN["nodes"][f"{stage}/{wildcards.node}"]
+        on_gpu = (spec["params"].get("target_def") or {}).get("device") == "cuda"
+        cores = os.cpu_count() or 1
+        return max(1, WHOLE_HOST * GPU_TIMING_CORES // cores) if on_gpu and cores > GPU_TIMING_CORES else WHOLE_HOST
+    return value
 
 
 # Timing jobs have the machine to themselves. Every job holds `host_share` units (1 by default,
