@@ -22,11 +22,14 @@ done
 rm /root/payload
 LIBS=$(find /opt /usr/local /usr/lib -xdev \( -name 'libcudart.so.1*' -o -name 'libcudnn.so.9*' -o -name 'libcublasLt.so.1*' \
        -o -name 'libcufft.so.1*' -o -name 'libcurand.so.1*' -o -name 'libnvrtc.so.1*' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
-export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}" PYTHONPATH="/root/lean:$PWD/src" PYTHONUNBUFFERED=1
+# The code the bundles were planned with travels as the bundle named "code" (its src/): node ids name it.
+CODE=$([ -d /root/code/src ] && echo /root/code/src || echo "$PWD/src")
+export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}" PYTHONPATH="/root/lean:$CODE" PYTHONUNBUFFERED=1
 PY="python3 -S"
 nvidia-smi --query-gpu=name,uuid,index,pci.bus_id,driver_version --format=csv | tee "$OUT/gpus.txt"
 for spec in "$@"; do
   name=${spec%%:*}
+  [ "$name" = code ] && continue
   $PY -m precisionflow.pipeline.remote doctor "/root/$name" 2>&1 | tee "/root/$name.log"
   started=$(date +%s)
   set +e
