@@ -142,6 +142,7 @@ def run_scenario(
     log = lg.LogSettings()
     log.log_output.outdir = str(outdir)
     log.log_output.copy_summary_to_stdout = False
+    log.enable_trace = False  # a trace of every query: 14 MB per run, nothing a row reads
     samples = int(settings["samples"])
     qsl = lg.ConstructQSL(samples, samples, lambda indices: None, lambda indices: None)
     sut = make_sut(scenario)

@@ -745,7 +745,9 @@ def add_verdict_columns(rows: List[Dict[str, Any]], found: List[Dict[str, Any]])
             speed = entry["speed"]
             row.update({"x_fp32_low": speed["low"], "x_fp32_high": speed["high"], "x_fp32_at": entry["speedup_at"]})
         if entry.get("ran_reference_kernels"):  # no speed-up to claim: the cells say what ran instead
-            row.update({column: "=fp32" for column in ("x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_server") if row[column] != ""})
+            row.update(
+                {column: "=fp32" for column in ("x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_server") if row[column] != ""}
+            )
         if drop:
             row.update({"change_low": round(0.0 - drop["high"], 2), "change_high": round(0.0 - drop["low"], 2)})
             row["change_95"] = f"{0.0 - entry['drop_points']:+.2f} [{0.0 - drop['high']:+.1f},{0.0 - drop['low']:+.1f}]"
