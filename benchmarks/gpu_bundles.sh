@@ -11,12 +11,13 @@ set -euo pipefail
 STAGE=$1; LEAN_BYTES=$2; shift 2
 mkdir -p /root/lean
 cat "$STAGE"/part?? > /root/payload
-head -c "$LEAN_BYTES" /root/payload | xz -d | tar x -C /root/lean
+[ -d /root/lean/onnxruntime ] || dd if=/root/payload iflag=count_bytes count="$LEAN_BYTES" status=none | xz -d | tar x -C /root/lean
 offset=$LEAN_BYTES
 for spec in "$@"; do
   name=${spec%%:*}; bytes=${spec##*:}
   mkdir -p "/root/$name"
-  tail -c +$((offset + 1)) /root/payload | head -c "$bytes" | xz -d | tar x -C "/root/$name"
+  # dd reads exactly the bundle's bytes (tail | head would end in SIGPIPE, fatal under pipefail)
+  dd if=/root/payload iflag=skip_bytes,count_bytes skip="$offset" count="$bytes" status=none | xz -d | tar x -C "/root/$name"
   offset=$((offset + bytes))
 done
 rm /root/payload
