@@ -103,7 +103,23 @@ def _file_digest(relative: str) -> str:
     if path.suffix != ".py":
         return hashlib.sha256(path.read_bytes()).hexdigest()
     tree = _without_docstrings(ast.parse(path.read_text(), filename=str(path)))
-    return hashlib.sha256(ast.dump(tree, annotate_fields=True, include_attributes=False).encode()).hexdigest()
+    return hashlib.sha256(stable_dump(tree).encode()).hexdigest()
+
+
+def stable_dump(node) -> str:
+    """The syntax tree as text, the same on every Python version that parses the file alike:
+    fields that are empty or None are left out (Python 3.12 added FunctionDef.type_params, always
+    [] here; ast.dump would give the same code another id on a GPU node's newer Python)."""
+    if isinstance(node, ast.AST):
+        parts = []
+        for name, value in ast.iter_fields(node):
+            if value is None or value == []:
+                continue
+            parts.append(f"{name}={stable_dump(value)}")
+        return f"{type(node).__name__}({', '.join(parts)})"
+    if isinstance(node, list):
+        return "[" + ", ".join(stable_dump(item) for item in node) + "]"
+    return repr(node)
 
 
 def backend_files() -> Dict[str, str]:
