@@ -26,7 +26,7 @@ LIBS=$(find /opt /usr/local /usr/lib -xdev \( -name 'libcudart.so.1*' -o -name '
 # The code the bundles were planned with travels as the bundle named "code" (its src/): node ids name it.
 CODE=$([ -d /root/code/src ] && echo /root/code/src || echo "$PWD/src")
 export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}" PYTHONPATH="/root/lean:$CODE" PYTHONUNBUFFERED=1
-PY="python3 -S"
+PY="python3"  # the image gives protobuf and ml_dtypes; the lean folder comes first on PYTHONPATH
 nvidia-smi --query-gpu=name,uuid,index,pci.bus_id,driver_version --format=csv | tee "$OUT/gpus.txt"
 for spec in "$@"; do
   name=${spec%%:*}

@@ -39,8 +39,9 @@ QAT_BRANCH = {
     "report",
     "track_mlflow",
 }
-GRAPHS = {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"}
-ENGINES = {"build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"}
+GRAPHS = {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed", "serve_engine", "report", "track_mlflow"}
+ENGINES = {"build_engine", "evaluate_engine", "compare_speed", "serve_engine", "report", "track_mlflow"}
+SERVING = {"serve_engine", "report", "track_mlflow"}
 TIMED_WINDOWS = {"evaluate_engine", "benchmark_framework", "report", "track_mlflow"}
 ALL_TIMING = TIMED_WINDOWS | {"compare_speed"}
 NOTHING = set()
@@ -53,6 +54,9 @@ FLIP_VALUES = {
     "engine.backend": "tensorrt",
     "calibration.method": "minmax",
     "calibration.sampling": "random",
+    "evaluate.serving.scenarios": ["SingleStream", "Server", "Offline"],
+    "evaluate.serving.latency_bound_ms": 20.0,
+    "target_defs.local.serving": {"min_duration_ms": 500},
     "calibration.split": "val",
     "int8.report_split": "train",
     "train.lr_schedule": "cosine",
@@ -168,6 +172,34 @@ EXPECTED = {
         )
     },
     "targets": {"report", "track_mlflow"},  # the cpu target's nodes join; local's keep their ids
+    # conditions: the default data (digits) has none, so these are refused at planning (see test_conditions.py)
+    "dataset.conditions": None,
+    **{f"dataset.scene.{key}": NOTHING for key in ("shadow_reach", "shadow_darkness", "vehicle_scale", "vehicle_colour")},
+    "calibration.exclude_conditions": None,
+    "evaluate.budget.max_condition_drop": None,
+    "evaluate.budget.max_condition_spurious_per_image": None,
+    "evaluate.budget.condition_limits": None,
+    "evaluate.budget.min_server_speedup": {"report", "track_mlflow"},
+    # serving: the serve_engine jobs' own settings; switched off, they leave the plan (the report's inputs change)
+    "evaluate.serving.enabled": {"report", "track_mlflow"},
+    **{
+        f"evaluate.serving.{key}": SERVING
+        for key in (
+            "scenarios",
+            "latency_bound_ms",
+            "percentile",
+            "min_duration_ms",
+            "min_query_count",
+            "max_batch",
+            "max_wait_ms",
+            "workers",
+            "search_precision",
+            "seed",
+        )
+    },
+    "target_defs.local.serving": SERVING,
+    "target_defs.cpu.serving": NOTHING,
+    **{f"target_defs.{name}.serving.min_duration_ms": NOTHING for name in ("a100", "h100", "h200")},
     "target_defs.local.device": ENGINES | {"benchmark_framework"},
     "target_defs.local.expect_device": ENGINES | {"benchmark_framework"},
     "target_defs.local.resources": NOTHING,
@@ -452,7 +484,7 @@ def test_the_runner_refuses_a_node_planned_with_other_code(tmp_path):
 # machine). A stage's id covers its import closure; engine stages cover only the backend they use.
 SOURCE_EDITS = {
     "backends/tensorrt_backend.py": set(),  # no ONNX Runtime engine, TensorFlow baseline or training reruns
-    "backends/onnxruntime_backend.py": {"build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"},
+    "backends/onnxruntime_backend.py": {"build_engine", "evaluate_engine", "compare_speed", "serve_engine", "report", "track_mlflow"},
     "stages/report.py": {"report", "track_mlflow"},  # MLflow logs the report it reads
     # the TensorFlow baseline's timing stage; the Keras runner it shares with compare_speed is a library module
     "stages/benchmark_framework.py": {"benchmark_framework", "report", "track_mlflow"},
@@ -462,7 +494,7 @@ SOURCE_EDITS = {
     "reporting/report_pages.py": {"report", "track_mlflow"},
     # verdicts are drawn by the report; int8_mixed's search decides by the same intervals, and a
     # stage's closure is its module's (quantize_onnx imports the search for every precision)
-    "reporting/stats.py": {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed", "report", "track_mlflow"},
+    "reporting/stats.py": {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed", "serve_engine", "report", "track_mlflow"},
 }
 
 

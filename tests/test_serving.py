@@ -112,3 +112,14 @@ def test_the_serving_stage_id_covers_its_settings():
     base = serve_ids()
     assert len(base) == 4 and serve_ids("evaluate.serving.latency_bound_ms=5").isdisjoint(base)
     assert serve_ids("evaluate.serving.enabled=false") == set()
+
+
+def test_one_transient_failure_does_not_trap_the_search_low():
+    seen = []
+
+    def once_flaky(rate):  # valid up to 3,000/s, but the first run at 531/s fails (as one did on the H200)
+        seen.append(rate)
+        return rate <= 3000 and not (round(rate) == 532 and seen.count(rate) == 1)
+
+    found = serving.max_server_rate(once_flaky, start=266.0, precision=0.1)
+    assert found["rate"] > 2500, found

@@ -197,7 +197,7 @@ def parse_summary(text: str) -> Dict[str, Any]:
 
 def max_server_rate(valid_at: Callable[[float], bool], start: float, precision: float, max_runs: int = 14) -> Dict[str, Any]:
     """The largest rate `valid_at` accepts, by search: verify a lower bound (halving from `start`
-    until one is valid), double until a run fails, bisect (geometrically) until the bracket is within
+    until one is valid), double until a run fails twice in a row, bisect (geometrically) until the bracket is within
     `precision`, then re-verify the answer -- results are not monotonic in the rate, so a rate that
     fails on re-verification is stepped down. {"rate": highest valid or None, "bracket": [valid,
     failed], "runs": [(rate, valid), ...]}."""
@@ -213,7 +213,9 @@ def max_server_rate(valid_at: Callable[[float], bool], start: float, precision: 
         if len(runs) >= max_runs // 2 or low < 1e-3:
             return {"rate": None, "bracket": [None, runs[-1][0]], "runs": runs}
     high = low * 2
-    while len(runs) < max_runs and check(high):
+    # A failure stops the widening only when it repeats: one transient failure (a warm-up, a hiccup
+    # of the host) at a low rate once trapped a search at a tenth of the engine's rate.
+    while len(runs) < max_runs and (check(high) or check(high)):
         low, high = high, high * 2
     while high / low > 1 + precision and len(runs) < max_runs:
         middle = math.sqrt(low * high)
