@@ -12,6 +12,21 @@ OUT = ROOT / "benchmarks" / "out"
 RESULTS = ROOT / "benchmarks" / "results"
 
 
+# The shortest timing a benchmark about accuracy or graphs can use: its speed figures are not the point.
+QUICK_TIMING = [
+    "evaluate.duration_s=0.05",
+    "evaluate.warmup_s=0.01",
+    "evaluate.repeats=2",
+    "evaluate.ratio_rounds=2",
+    "evaluate.ratio_window_s=0.02",
+    "evaluate.timing_batch_sizes=[1]",
+    "evaluate.streams=[]",
+    "evaluate.serving.enabled=false",
+    "evaluate.accept_undecided=true",
+    "tracking.enabled=false",
+]
+
+
 def run_sweep(results: Path, overrides: List[str]) -> float:
     """Run `precisionflow run -m` into `results`; return its wall time in seconds."""
     command = [sys.executable, "-m", "precisionflow.cli", "run", "-m", f"results_dir={results}", *overrides]

@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import OUT, ROOT, run_sweep, save  # noqa: E402
+from _common import OUT, QUICK_TIMING, ROOT, run_sweep, save  # noqa: E402
 
 DIM_SHARE, DIM_FACTOR = 0.15, 0.25
 COMMON = [
@@ -25,14 +25,8 @@ COMMON = [
     "train.epochs=10",
     "precisions=[fp32,int8,int8_qat]",
     "int8.simulate_tensorrt=false",
-    "evaluate.timing_batch_sizes=[1]",
-    "evaluate.streams=[]",
-    "evaluate.ratio_rounds=2",
-    "evaluate.ratio_window_s=0.05",
-    "evaluate.serving.enabled=false",
     "evaluate.budget.max_condition_drop=5.0",
-    "evaluate.accept_undecided=true",
-    "tracking.enabled=false",
+    *QUICK_TIMING,
 ]
 
 

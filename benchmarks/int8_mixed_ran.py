@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import OUT, ROOT, run_sweep, save  # noqa: E402
+from _common import OUT, QUICK_TIMING, ROOT, run_sweep, save  # noqa: E402
 
 COMMON = [
     "precisions=[fp32,int8_mixed]",
@@ -26,13 +26,7 @@ COMMON = [
     "dataset=image_folder",
     "dataset.image_size=[64,64]",
     "train.epochs=3",
-    "evaluate.timing_batch_sizes=[1]",
-    "evaluate.streams=[]",
-    "evaluate.ratio_rounds=2",
-    "evaluate.ratio_window_s=0.05",
-    "evaluate.serving.enabled=false",
-    "evaluate.accept_undecided=true",
-    "tracking.enabled=false",
+    *QUICK_TIMING,
 ]
 KEEP = {"mobilenet_v2": 20, "resnet_mini": 3}
 

@@ -14,22 +14,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import OUT, ROOT, run_sweep, save  # noqa: E402
+from _common import OUT, QUICK_TIMING, ROOT, run_sweep, save  # noqa: E402
 
-QUICK = [
-    "precisions=[fp32,int8_qat]",
-    "int8.simulate_tensorrt=true",
-    "evaluate.duration_s=0.05",
-    "evaluate.warmup_s=0.01",
-    "evaluate.repeats=2",
-    "evaluate.ratio_rounds=2",
-    "evaluate.ratio_window_s=0.02",
-    "evaluate.timing_batch_sizes=[1]",
-    "evaluate.streams=[]",
-    "evaluate.serving.enabled=false",
-    "evaluate.accept_undecided=true",
-    "tracking.enabled=false",
-]
+QUICK = ["precisions=[fp32,int8_qat]", "int8.simulate_tensorrt=true", *QUICK_TIMING]
 MODELS = {
     "resnet_mini": [],  # the default data: digits
     "mobilenet_v2": ["dataset=image_folder", "dataset.image_size=[64,64]", "train.epochs=6", "finetune.epochs=1"],

@@ -108,3 +108,18 @@ def keras():
     from precisionflow.modeling.tfenv import import_tensorflow
 
     return import_tensorflow()[1]
+
+
+def wait_for_mlflow(uri: str, seconds: float = 60) -> None:
+    """Until a local `mlflow server` answers /health (a RuntimeError after `seconds`)."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{uri}/health", timeout=1)  # noqa: S310 -- the local test server
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"mlflow server did not answer {uri}/health within {seconds:g} s")

@@ -277,8 +277,8 @@ def test_the_printed_mlflow_link_opens_the_runs_page_with_the_trade_off_columns(
     model-training mode, the engine runs listed without expanding their sweep, precisionflow's columns."""
     import os
     import socket
-    import time
-    import urllib.request
+
+    from tests.conftest import wait_for_mlflow
 
     flags = chromium_flags(tmp_path, 25000)
     results, output = first_run
@@ -299,12 +299,7 @@ def test_the_printed_mlflow_link_opens_the_runs_page_with_the_trade_off_columns(
     ]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)  # noqa: S310 -- a local test server
-                break
-            except OSError:
-                time.sleep(0.5)
+        wait_for_mlflow(f"http://127.0.0.1:{port}")
         dom = subprocess.run(flags + ["--dump-dom", link], capture_output=True, text=True, timeout=180).stdout
         artifacts = Path(os.environ.get("PRECISIONFLOW_TEST_ARTIFACTS", results.parent / "artifacts"))
         artifacts.mkdir(parents=True, exist_ok=True)

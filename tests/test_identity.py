@@ -23,6 +23,7 @@ TRAINED = {
     "build_engine",
     "evaluate_engine",
     "compare_speed",
+    "serve_engine",
     "benchmark_framework",
     "report",
     "track_mlflow",
@@ -36,6 +37,7 @@ QAT_BRANCH = {
     "build_engine",
     "evaluate_engine",
     "compare_speed",
+    "serve_engine",
     "report",
     "track_mlflow",
 }
@@ -484,7 +486,14 @@ def test_the_runner_refuses_a_node_planned_with_other_code(tmp_path):
 # machine). A stage's id covers its import closure; engine stages cover only the backend they use.
 SOURCE_EDITS = {
     "backends/tensorrt_backend.py": set(),  # no ONNX Runtime engine, TensorFlow baseline or training reruns
-    "backends/onnxruntime_backend.py": {"build_engine", "evaluate_engine", "compare_speed", "serve_engine", "report", "track_mlflow"},
+    "backends/onnxruntime_backend.py": {
+        "build_engine",
+        "evaluate_engine",
+        "compare_speed",
+        "serve_engine",
+        "report",
+        "track_mlflow",
+    },
     "stages/report.py": {"report", "track_mlflow"},  # MLflow logs the report it reads
     # the TensorFlow baseline's timing stage; the Keras runner it shares with compare_speed is a library module
     "stages/benchmark_framework.py": {"benchmark_framework", "report", "track_mlflow"},
@@ -494,7 +503,15 @@ SOURCE_EDITS = {
     "reporting/report_pages.py": {"report", "track_mlflow"},
     # verdicts are drawn by the report; int8_mixed's search decides by the same intervals, and a
     # stage's closure is its module's (quantize_onnx imports the search for every precision)
-    "reporting/stats.py": {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed", "serve_engine", "report", "track_mlflow"},
+    "reporting/stats.py": {
+        "quantize_onnx",
+        "build_engine",
+        "evaluate_engine",
+        "compare_speed",
+        "serve_engine",
+        "report",
+        "track_mlflow",
+    },
 }
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import wait_for_mlflow
 from tests.test_end_to_end import TINY, executed
 
 pytestmark = pytest.mark.slow
@@ -56,14 +57,7 @@ def server(tmp_path_factory):
     )
     uri = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(f"{uri}/health", timeout=1)  # noqa: S310 -- the local test server
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            raise RuntimeError("mlflow server did not answer /health within 60 s")
+        wait_for_mlflow(uri)
         yield uri
     finally:
         os.killpg(process.pid, signal.SIGTERM)
