@@ -30,7 +30,9 @@ BASE = [override for override in TINY if not override.startswith("precisions=")]
 ]
 # Measured here: 1 epoch at a learning rate of 1e-9 leaves seed 3's small_cnn at validation top-1 0.071
 # (chance 0.1; "at chance" is below 0.15).
-LEARNED_NOTHING = ["train.learning_rate=1e-9", "train.epochs=1", "train.seed=3"]
+# (its engines' agreement compares noise -- entropy-calibrated int8 flips a quarter of it -- so no
+# agreement budget: this test is about the at-chance flag, not a verdict)
+LEARNED_NOTHING = ["train.learning_rate=1e-9", "train.epochs=1", "train.seed=3", "evaluate.budget.min_agreement=null"]
 UNTIL_TRAINING = ["--", "--until", "train_model"]
 
 
