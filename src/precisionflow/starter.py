@@ -59,12 +59,13 @@ train:
 evaluate:
   duration_s: 0.3
   warmup_s: 0.05
-  # Budgets this data set can decide: with 450 test images an engine that flips none has a top-1
-  # interval of about +-0.9 points, with 45 per class about +-8 (precisionflow warns when a budget is finer).
+  # A first look's budgets, loose enough for this data to decide them: with 450 test images an
+  # int8 engine that loses a few images has a top-1 interval about 2 points wide each side, with 45
+  # per class about 8 (precisionflow warns when a budget is finer). Tighten them for a release gate.
   budget:
-    max_top1_drop: 3.0
-    min_agreement: 0.95
-    max_class_drop: 20.0
+    max_top1_drop: 5.0
+    min_agreement: 0.90
+    max_class_drop: 25.0
   serving:  # short LoadGen runs for a first look: not MLPerf-valid (the output says so)
     min_duration_ms: 500
     search_precision: 0.25
