@@ -39,6 +39,7 @@ def test_sweep_nodes_are_deduplicated():
         "build_engine": 4,
         "evaluate_engine": 4,
         "compare_speed": 4,
+        "serve_engine": 4,
         "benchmark_framework": 2,
     }
     assert len(evals) == 4
@@ -64,7 +65,13 @@ def test_changing_mixed_count_does_not_requantize_int8():
     before, _ = _plan(["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=null"])
     after, _ = _plan(["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=null", "int8.mixed_keep_fp=3"])
     changed = {key for key in set(after) - set(before)}
-    assert {key.split("/")[0] for key in changed} == {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed"}
+    assert {key.split("/")[0] for key in changed} == {
+        "quantize_onnx",
+        "build_engine",
+        "evaluate_engine",
+        "compare_speed",
+        "serve_engine",
+    }
     assert all("int8_mixed" in key for key in changed)
 
 
@@ -78,7 +85,15 @@ def test_code_version_change_renames_the_stage_and_its_downstream():
     before, _ = _plan([], versions=versions)
     after, _ = _plan([], versions=dict(versions, export_onnx="edited"))
     changed = {key.split("/")[0] for key in set(after) - set(before)}
-    assert changed == {"export_onnx", "calibrate", "quantize_onnx", "build_engine", "evaluate_engine", "compare_speed"}
+    assert changed == {
+        "export_onnx",
+        "calibrate",
+        "quantize_onnx",
+        "build_engine",
+        "evaluate_engine",
+        "compare_speed",
+        "serve_engine",
+    }
 
 
 def test_build_plan_has_one_report_and_one_tracking_node(tmp_path):
@@ -89,8 +104,8 @@ def test_build_plan_has_one_report_and_one_tracking_node(tmp_path):
     report = built["nodes"][built["report"]]
     # 2 trainings x (fp32, fp16, int8, int8_qat, int8_qat's fp32 twin, and int8 and int8_qat with
     # TensorRT's placement simulated on this CPU) evaluations, 2 x 4 ratio jobs (the twin and the
-    # simulations are judged, not timed) + 2 framework baselines
-    assert len(report["inputs"]) == 24
+    # simulations are judged, not timed) + 2 framework baselines + 2 x 4 serving jobs
+    assert len(report["inputs"]) == 32
 
 
 def test_plan_file_is_content_addressed(tmp_path):
@@ -139,7 +154,12 @@ def test_a_new_runtime_version_builds_new_engines_and_keeps_the_rest(monkeypatch
 
     monkeypatch.setattr(planning.PlanBuilder, "runtime", upgraded)
     after, _ = _plan([])
-    assert {key.split("/")[0] for key in set(after) - set(before)} == {"build_engine", "evaluate_engine", "compare_speed"}
+    assert {key.split("/")[0] for key in set(after) - set(before)} == {
+        "build_engine",
+        "evaluate_engine",
+        "compare_speed",
+        "serve_engine",
+    }
 
 
 def test_every_ratio_job_pairs_its_engine_with_the_fp32_engine_of_its_target():
