@@ -18,6 +18,9 @@ TINY = [
     "train.epochs=4",
     "precisions=[fp32,fp16,int8]",
     "calibration.num_samples=128",
+    # minmax: entropy's clipped ranges make this 4-epoch small_cnn's int8 flip ~5% of 175 images,
+    # which its budgets cannot decide; the workflow, not a calibration method, is what is tested here
+    "calibration=minmax",
     "evaluate.duration_s=0.05",
     "evaluate.warmup_s=0.01",
     "evaluate.timing_batch_sizes=[1,8]",
