@@ -238,8 +238,8 @@ def missing_modules(plan: Dict[str, Any], keys: List[str]) -> Dict[str, List[str
 
     needed: Dict[str, List[str]] = {}
     for key in keys:
-        task = plan["nodes"][key]["params"].get("task", "classification")
-        stage = plan["nodes"][key]["stage"]
+        task = plan["nodes"][key].get("params", {}).get("task", "classification")
+        stage = key.split("/")[0]  # a node key is STAGE/ID
         modules = TASK_MODULES.get(task, ()) if stage == "evaluate_engine" else STAGE_MODULES.get(stage, ())
         for module in modules:
             needed.setdefault(module, []).append(key)
