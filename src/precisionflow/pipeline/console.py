@@ -72,7 +72,7 @@ class QuietConsole:
             if name != "all":  # Snakemake's target rule: nothing ran
                 self.show(f"[{progress.group(1):>3}/{progress.group(2)}] {name}  {seconds:.0f} s")
             self.finished = None
-        elif not NOISE.match(text):
+        elif not NOISE.match(text) or "submitted with SLURM jobid" in text:  # where a cluster job's log is
             self.show(text)
 
     def show(self, text: str) -> None:
