@@ -221,9 +221,10 @@ def test_killing_only_the_run_and_snakemake_leaves_no_job_racing_the_rerun(tmp_p
     for pid in parents:
         os.kill(pid, signal.SIGKILL)
     first.wait()
-    time.sleep(5)
+    time.sleep(2)
+    # The jobs may outlive them (until their next line of output breaks the pipe to the dead run):
+    # whatever is left, the rerun must stop before it touches a folder.
     left = runlock.orphans_of(results)
-    assert left and any("train_model" in " ".join(p.cmdline()) for p in left)  # the training job outlived them
     print("alive before the rerun:", [(p.pid, " ".join(p.cmdline())[:80]) for p in left])
 
     resumed = subprocess.run(
