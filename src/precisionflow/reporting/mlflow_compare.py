@@ -93,16 +93,18 @@ WIDTH = 120
 
 
 def shown_columns(rows: List[dict], all_columns: bool) -> List[str]:
+    """The columns, most important first, that keep the rendered markdown table within WIDTH."""
+    from tabulate import tabulate
+
     names = [name for name, _ in COLUMNS]
     if all_columns:
         return names
-    filled = [name for name in names if any(row[name] != "" for row in rows)]
-    chosen, width = [], 1
-    for name in filled:
-        cell = max([len(name)] + [len(str(row[name])) for row in rows]) + 3
-        if width + cell <= WIDTH:
-            chosen.append(name)
-            width += cell
+    chosen: List[str] = []
+    for name in [name for name in names if any(row[name] != "" for row in rows)]:
+        trial = chosen + [name]
+        text = tabulate([[row[n] for n in trial] for row in rows], headers=trial, tablefmt="github", disable_numparse=True)
+        if max(len(line) for line in text.splitlines()) <= WIDTH:
+            chosen = trial
     return chosen
 
 
