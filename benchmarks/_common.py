@@ -27,6 +27,15 @@ QUICK_TIMING = [
 ]
 
 
+def shapes_folder(name: str = "shapes64", per_class: int = 150, size: int = 64) -> Path:
+    """A generated shapes image folder under benchmarks/out (benchmarks/make_shapes.py), made once."""
+    folder = OUT / name
+    if not folder.exists():
+        command = [sys.executable, str(ROOT / "benchmarks" / "make_shapes.py"), str(folder)]
+        subprocess.run([*command, "--per-class", str(per_class), "--size", str(size)], check=True)
+    return folder
+
+
 def run_sweep(results: Path, overrides: List[str]) -> float:
     """Run `precisionflow run -m` into `results`; return its wall time in seconds."""
     command = [sys.executable, "-m", "precisionflow.cli", "run", "-m", f"results_dir={results}", *overrides]

@@ -11,13 +11,12 @@ them into integer kernels ("before").
 """
 
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import OUT, QUICK_TIMING, ROOT, run_sweep, save  # noqa: E402
+from _common import OUT, QUICK_TIMING, run_sweep, save, shapes_folder  # noqa: E402
 
 COMMON = [
     "precisions=[fp32,int8_mixed]",
@@ -45,10 +44,7 @@ def counts(graph: Path, disabled) -> dict:
 
 
 def main() -> None:
-    shapes = OUT / "shapes64"
-    if not shapes.exists():
-        command = [sys.executable, str(ROOT / "benchmarks" / "make_shapes.py"), str(shapes), "--per-class", "150", "--size", "64"]
-        subprocess.run(command, check=True)
+    shapes = shapes_folder()
     rows = []
     for model in sys.argv[1:] or list(KEEP):
         results = OUT / "int8_mixed_ran" / model

@@ -9,12 +9,11 @@ numerics); each is compared image by image with its QAT model in TensorFlow (fak
 """
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import OUT, QUICK_TIMING, ROOT, run_sweep, save  # noqa: E402
+from _common import OUT, QUICK_TIMING, run_sweep, save, shapes_folder  # noqa: E402
 
 QUICK = ["precisions=[fp32,int8_qat]", "int8.simulate_tensorrt=true", *QUICK_TIMING]
 MODELS = {
@@ -32,10 +31,7 @@ def evaluations(results: Path):
 
 
 def main() -> None:
-    shapes = OUT / "shapes64"
-    if not shapes.exists():
-        command = [sys.executable, str(ROOT / "benchmarks" / "make_shapes.py"), str(shapes), "--per-class", "150", "--size", "64"]
-        subprocess.run(command, check=True)
+    shapes = shapes_folder()
     rows = []
     for model in sys.argv[1:] or list(MODELS):
         overrides = [f"model={model}", *QUICK, *MODELS[model]] + ([f"dataset.path={shapes}"] if MODELS[model] else [])
