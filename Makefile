@@ -18,9 +18,11 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 run: setup
 	$(BIN)/precisionflow run $(ARGS)
 
-# All tests, the slow end-to-end ones included (plain `pytest` skips those).
+# All tests, the slow end-to-end ones included (plain `pytest` skips those), in two worker processes
+# (pytest-xdist; a test file stays in one worker, so its module fixtures run once). Most tests wait
+# on a workflow's subprocesses with a core idle: two workers halve the wall time on a 2-core machine.
 test: setup
-	$(BIN)/python -m pytest -m "slow or not slow" --durations=15 $(ARGS)
+	$(BIN)/python -m pytest -m "slow or not slow" -n 2 --dist loadfile --durations=25 $(ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest $(ARGS)

@@ -79,27 +79,44 @@ def release_tensorflow_models():
         gc.collect()
 
 
-PEAKS = {}  # test id -> this process's peak RSS (MB) after it, where the test raised the peak
+PEAKS = {}  # test id -> its process's peak RSS (MB) after it, where the test raised that process's peak
+LAST_PEAK = {}  # test process (pid) -> its peak so far
 
 
 def pytest_runtest_teardown(item):
+    """The peak travels in the test's report: under pytest-xdist the tests run in worker processes and
+    only their reports reach the process that prints the summary."""
+    import os
     import resource
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if peak > max(PEAKS.values(), default=0) + 50:
-        PEAKS[item.nodeid] = peak
+    item.user_properties.append(("peak_rss_mb", (os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "teardown":
+        return
+    for name, value in report.user_properties:
+        if name == "peak_rss_mb":
+            pid, peak = value
+            if peak > LAST_PEAK.get(pid, 0) + 50:
+                PEAKS[report.nodeid] = peak
+            LAST_PEAK[pid] = max(peak, LAST_PEAK.get(pid, 0))
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The suite's memory, in the output CI keeps: this process's peak, and the largest child's
+    """The suite's memory, in the output CI keeps: the test processes' peaks, and the largest child's
     (the workflow runs, Snakemake jobs and TensorFlow subprocesses the tests start)."""
     import resource
 
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    own = max([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, *LAST_PEAK.values()])
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    terminalreporter.write_line(f"memory: pytest process peak RSS {own:.0f} MB; largest child process peak RSS {children:.0f} MB")
+    workers = len(LAST_PEAK)
+    terminalreporter.write_line(
+        f"memory: largest test process peak RSS {own:.0f} MB ({workers} test process(es) at once); "
+        f"largest child process peak RSS {children:.0f} MB"
+    )
     for nodeid, peak in sorted(PEAKS.items(), key=lambda item: -item[1])[:5]:
-        terminalreporter.write_line(f"memory: the peak reached {peak:.0f} MB in {nodeid}")
+        terminalreporter.write_line(f"memory: a test process's peak reached {peak:.0f} MB in {nodeid}")
 
 
 @pytest.fixture(scope="module")

@@ -126,15 +126,20 @@ VIEW_COLUMNS = (
 )
 
 
-def share_view(client, experiment_id: str, parent_run_ids) -> None:
+def share_view(client, experiment_id: str, sort_metric: str = "top1") -> None:
     """The runs page's columns (precision, what ran, verdict, top-1 and its change with the interval,
-    speed ratios), newest first, every sweep expanded so the engine runs show without clicking."""
+    speed ratios) in that order, best first by `sort_metric`.
+
+    Sorting by a metric is what shows the engine runs without clicking: MLflow nests child runs under
+    their collapsed sweep only while the page is sorted by creation time, and a shared view cannot
+    expand them (MLflow 3.17 drops `runsExpanded` from shared state). `columnOrder` puts the tag
+    columns first: the grid renders only the columns inside the window."""
     import json
 
     state = {
         "selectedColumns": list(VIEW_COLUMNS),
-        "runsExpanded": {run_id: True for run_id in parent_run_ids},
-        "orderByKey": "attributes.start_time",
+        "columnOrder": list(VIEW_COLUMNS),
+        "orderByKey": f"metrics.`{sort_metric}`",
         "orderByAsc": False,
         "groupBy": None,
     }

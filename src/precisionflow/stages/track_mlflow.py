@@ -274,8 +274,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     }
     logged = sum(log_child(client, context, path) for path in eval_dirs)
     client.set_terminated(parent.info.run_id)
-    parents = [run.info.run_id for run in client.search_runs([experiment_id], filter_string=f"tags.`{tracking.SWEEP_TAG}` != ''")]
-    tracking.share_view(client, experiment_id, parents + [parent.info.run_id])
+    # the view sorts by top-1 while the store holds classification runs, by mAP when only detection
+    classifies = client.search_runs([experiment_id], filter_string="metrics.top1 >= 0", max_results=1)
+    tracking.share_view(client, experiment_id, sort_metric="top1" if classifies else "map")
     marked = f"tags.`{tracking.SWEEP_TAG}.{sweep_id}` = '1' and tags.`{tracking.NODE_TAG}` LIKE 'evaluate_engine/%'"
     children = [run.info.run_id for run in client.search_runs([experiment_id], filter_string=marked, max_results=50)]
     return {
