@@ -1,6 +1,8 @@
-"""task=detection end to end (slow): shadow_cars -> detector training -> QAT fine-tune -> export ->
-fp32, fp16, int8 (entropy) and int8_qat graphs and engines -> mAP, spurious/lost/shadow boxes ->
-table, report pictures, budgets and MLflow. Real Snakemake, TensorFlow, ONNX Runtime, MLflow."""
+"""task=detection end to end (slow), as the shadow_shift preset runs it at small sizes: shadow_cars
+with conditions -> detector training -> QAT fine-tune -> export -> calibration without long-shadow
+scenes -> fp32, fp16, int8 (entropy) and int8_qat graphs and engines -> mAP, spurious/lost/shadow
+boxes, overall and per condition -> table, report pictures, budgets and MLflow. Real Snakemake,
+TensorFlow, ONNX Runtime, MLflow."""
 
 import csv
 import json
@@ -14,7 +16,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 SMALL = [
-    "experiment=detection",
+    "experiment=shadow_shift",
     "dataset.num_images=400",
     "train.epochs=12",
     "finetune.epochs=1",
@@ -87,3 +89,23 @@ def test_verdicts_report_and_mlflow_speak_detection(detection_run):
     assert len(engines) == 7 and set(engines["tags.precision"]) == {"fp32", "fp16", "int8", "int8_qat", "fp32_twin"}
     assert (engines["tags.simulates"] == "tensorrt").sum() == 2
     assert engines["metrics.map50"].notna().all() and engines["metrics.shadow_per_100"].notna().all()
+
+
+def test_the_preset_reports_every_condition_with_its_calibration_coverage(detection_run):
+    """shadow_shift calibrates without long-shadow scenes: the calibration node records none, every
+    engine has a figure per condition with its interval, and the report carries the coverage beside it."""
+    results, output = detection_run
+    samples = [json.loads(p.read_text())["summary"] for p in results.glob("calibrate/*/node.json")]
+    post_training = [summary for summary in samples if summary["source"] == "ptq"]
+    report = Path(re.search(r"^Summary table:\s+(\S+)/summary.csv$", output, re.MULTILINE).group(1))
+    with open(report / "per_condition.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    conditions = {row["condition"] for row in rows}
+    assert {"shadow_long", "small_vehicle"} <= conditions, conditions
+    long_rows = [row for row in rows if row["condition"] == "shadow_long"]
+    assert long_rows and all(row["calibration_images"] in ("0", "") for row in long_rows)
+    assert all(float(row["low"]) <= float(row["spurious_per_image"]) <= float(row["high"]) for row in long_rows)
+    assert post_training and all((s["sample_per_condition"] or {}).get("shadow_long", 0) == 0 for s in post_training)
+    assert any((s["sample_per_condition"] or {}).get("small_vehicle", 0) > 0 for s in post_training)
+    assert "worst_cond" in (report / "summary.txt").read_text()
+    assert "per-condition-local.png" in (report / "report.html").read_text()
