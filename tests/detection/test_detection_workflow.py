@@ -107,5 +107,6 @@ def test_the_preset_reports_every_condition_with_its_calibration_coverage(detect
     assert all(float(row["low"]) <= float(row["spurious_per_image"]) <= float(row["high"]) for row in long_rows)
     assert post_training and all((s["sample_per_condition"] or {}).get("shadow_long", 0) == 0 for s in post_training)
     assert any((s["sample_per_condition"] or {}).get("small_vehicle", 0) > 0 for s in post_training)
-    assert "worst_cond" in (report / "summary.txt").read_text()
+    assert "worst_cond" in (report / "summary.csv").read_text().splitlines()[0]
+    assert "worst condition" in (report / "summary.txt").read_text()
     assert "per-condition-local.png" in (report / "report.html").read_text()
