@@ -32,6 +32,19 @@ NOISY_MARK = "*"
 # Accuracy columns by task: a classifier's rows fill top1..flipped, a detector's map50..shadow_100;
 # the printed and HTML tables leave out columns no row fills.
 DETECTION_COLUMNS = ["map50", "map", "box_agreement", "spurious_100", "lost_100", "shadow_100"]
+# speed against the TensorFlow model, then serving under the latency bound (serve_engine)
+FRAMEWORK_AND_SERVING_COLUMNS = [
+    "x_tf_b1",
+    "x_tf_bmax",
+    "x_tf_streams",
+    "qps_server",
+    "p99_ms_server",
+    "x_server",
+    "x_server_low",
+    "x_server_high",
+    "p90_ms_single",
+    "bound_ms",
+]
 COLUMNS = [
     "model",
     "pruned",
@@ -69,16 +82,7 @@ COLUMNS = [
     "x_fp32_low",
     "x_fp32_high",
     "x_fp32_at",
-    "x_tf_b1",
-    "x_tf_bmax",
-    "x_tf_streams",
-    "qps_server",
-    "p99_ms_server",
-    "x_server",
-    "x_server_low",
-    "x_server_high",
-    "p90_ms_single",
-    "bound_ms",
+    *FRAMEWORK_AND_SERVING_COLUMNS,
     "engine_kb",
     "noisy",
     "loaded",
@@ -185,16 +189,7 @@ SPEED_COLUMNS = [
     "x_fp32_b1",
     "x_fp32_bmax",
     "x_fp32_streams",
-    "x_tf_b1",
-    "x_tf_bmax",
-    "x_tf_streams",
-    "qps_server",
-    "p99_ms_server",
-    "x_server",
-    "x_server_low",
-    "x_server_high",
-    "p90_ms_single",
-    "bound_ms",
+    *FRAMEWORK_AND_SERVING_COLUMNS,
     "noisy",
     "loaded",
 ]
