@@ -15,18 +15,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import OUT, ROOT, run_sweep, save  # noqa: E402
+from _common import OUT, QUICK_TIMING, ROOT, run_sweep, save  # noqa: E402
 
-FAST_TIMING = [
-    "evaluate.duration_s=0.05",
-    "evaluate.warmup_s=0.01",
-    "evaluate.repeats=2",
-    "evaluate.ratio_rounds=2",
-    "evaluate.ratio_window_s=0.02",
-    "evaluate.timing_batch_sizes=[1]",
-    "evaluate.streams=[]",
-    "tracking.enabled=false",
-]
 MODELS = {
     "small_cnn": [],
     "resnet_mini": ["dataset=image_folder", "train.epochs=10"],
@@ -48,7 +38,7 @@ def main() -> None:
     rows = []
     for model, extra in MODELS.items():
         results = OUT / "qat_fidelity" / model
-        overrides = [f"model={model}", "precisions=[fp32,int8_qat]", *FAST_TIMING, *extra]
+        overrides = [f"model={model}", "precisions=[fp32,int8_qat]", *QUICK_TIMING, *extra]
         if "dataset=image_folder" in extra:
             overrides.append(f"dataset.path={shapes}")
         seconds = run_sweep(results, overrides)
