@@ -124,6 +124,44 @@ def test_spurious_boxes_per_condition_fail_only_where_they_are():
     assert calm[0]["verdict"] == stats.PASS
 
 
+def test_lost_and_shadow_boxes_are_shown_per_condition_beside_the_spurious_ones(tmp_path):
+    from precisionflow.reporting import budget
+
+    rows = ["test_index,spurious,lost,shadow,reference_boxes,matched_reference,engine_boxes"]
+    rows += [f"{i},{1 if i < 2 else 0},{2 if i % 2 else 0},{1 if i == 0 else 0},2,1,2" for i in range(4)]
+    (tmp_path / "box_changes.csv").write_text("\n".join(rows) + "\n")
+    tags = [["shadow_long"], ["shadow_long"], [], ["small_vehicle"]]
+    figures = budget.condition_figures(None, tmp_path, tags)["per_condition"]
+    assert figures["shadow_long"]["spurious_per_image"] == 1.0 and figures["small_vehicle"]["spurious_per_image"] == 0.0
+    assert figures["shadow_long"]["lost_per_image"] == 1.0 and figures["small_vehicle"]["lost_per_image"] == 2.0
+    assert figures["shadow_long"]["shadow_per_image"] == 0.5 and figures["small_vehicle"]["shadow_per_image"] == 0.0
+
+
+def test_the_worst_boxes_gallery_names_each_image_s_conditions(tmp_path):
+    """The gallery's captions carry a second line with the image's tags: where the loss lives."""
+    from PIL import Image
+
+    from precisionflow.reporting import report_pages
+
+    class Scenes:
+        image_shape = (16, 16, 3)
+
+        def __getitem__(self, index):
+            return np.full((16, 16, 3), 0.5, np.float32)
+
+    box = {"boxes": [[2, 2, 8, 8]]}
+    worst = [
+        {"test_index": i, "spurious": 1, "shadow": 1, "lost": 0, "truth": box, "reference": box, "engine": box} for i in (0, 2)
+    ]
+    tags = [["shadow_long"], [], ["small_vehicle", "cluttered"]]
+    report_pages.boxes_grid(Scenes(), worst, ["car"], "int8", tmp_path / "tagged.png", tags=tags)
+    report_pages.boxes_grid(Scenes(), worst, ["car"], "int8", tmp_path / "plain.png")
+    tagged, plain = Image.open(tmp_path / "tagged.png"), Image.open(tmp_path / "plain.png")
+    assert tagged.height == plain.height + 14  # one caption line more per row of pictures
+    below = np.asarray(tagged.convert("L"))[24 + 48 + 15 : 24 + 48 + 26, 8 : 8 + 48]  # the first picture's tag line
+    assert (below < 200).any()  # something is written there
+
+
 # ---- calibration coverage ---------------------------------------------------------------------
 
 

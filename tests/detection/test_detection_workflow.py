@@ -105,6 +105,7 @@ def test_the_preset_reports_every_condition_with_its_calibration_coverage(detect
     long_rows = [row for row in rows if row["condition"] == "shadow_long"]
     assert long_rows and all(row["calibration_images"] in ("0", "") for row in long_rows)
     assert all(float(row["low"]) <= float(row["spurious_per_image"]) <= float(row["high"]) for row in long_rows)
+    assert all(float(row["lost_per_image"]) >= 0 and float(row["shadow_per_image"]) >= 0 for row in long_rows)
     assert post_training and all((s["sample_per_condition"] or {}).get("shadow_long", 0) == 0 for s in post_training)
     assert any((s["sample_per_condition"] or {}).get("small_vehicle", 0) > 0 for s in post_training)
     assert "worst_cond" in (report / "summary.csv").read_text().splitlines()[0]

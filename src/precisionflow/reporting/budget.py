@@ -296,16 +296,22 @@ def worst_class(metrics: Dict[str, Any], fp32: Dict[str, Any], pairs: Optional[D
     return max(drops, key=lambda item: item[1]) if drops else None
 
 
-def spurious_by_condition(eval_dir: Path, tags: List[List[str]]) -> Dict[str, List[float]]:
-    """{tag: spurious boxes of each test image carrying it} from a detection evaluation's box_changes.csv."""
+def boxes_by_condition(eval_dir: Path, tags: List[List[str]], column: str = "spurious") -> Dict[str, List[float]]:
+    """{tag: the `column` count (spurious, lost or shadow boxes) of each test image carrying it}, from
+    a detection evaluation's box_changes.csv."""
     import csv
 
     path = eval_dir / "box_changes.csv"
     if not path.is_file():
         return {}
     with open(path, newline="") as handle:
-        spurious = {int(row["test_index"]): float(row["spurious"]) for row in csv.DictReader(handle)}
-    return {tag: [spurious.get(int(i), 0.0) for i in members] for tag, members in conditions.groups(tags).items()}
+        counts = {int(row["test_index"]): float(row[column]) for row in csv.DictReader(handle)}
+    return {tag: [counts.get(int(i), 0.0) for i in members] for tag, members in conditions.groups(tags).items()}
+
+
+def spurious_by_condition(eval_dir: Path, tags: List[List[str]]) -> Dict[str, List[float]]:
+    """{tag: spurious boxes of each test image carrying it}: what per-condition spurious budgets judge."""
+    return boxes_by_condition(eval_dir, tags, "spurious")
 
 
 def test_tags(results: Path, key: str) -> Optional[List[List[str]]]:
@@ -443,6 +449,7 @@ def condition_figures(pairs: Optional[Dict[str, Any]], eval_dir: Path, tags) -> 
         worst = verdict_rules.worst_group(pairs["per_condition"])
         return {"per_condition": per_condition, "worst_condition": worst, "condition_figure": "top-1 drop (points)"}
     spurious = spurious_by_condition(eval_dir, tags)
+    lost, shadow = boxes_by_condition(eval_dir, tags, "lost"), boxes_by_condition(eval_dir, tags, "shadow")
     per_condition = {}
     for tag, values in spurious.items():
         low, high = stats.bootstrap_mean(values) if values else (0.0, 0.0)
@@ -451,6 +458,9 @@ def condition_figures(pairs: Optional[Dict[str, Any]], eval_dir: Path, tags) -> 
             "low": round(low, 3),
             "high": round(high, 3),
             "images": len(values),
+            # beside the judged figure: boxes fp32 found that the engine lost, and spurious boxes on a shadow
+            "lost_per_image": round(sum(lost.get(tag, [])) / max(len(values), 1), 3),
+            "shadow_per_image": round(sum(shadow.get(tag, [])) / max(len(values), 1), 3),
         }
     worst = max(per_condition.items(), key=lambda item: item[1]["spurious_per_image"], default=None)
     return {

@@ -2,7 +2,7 @@
 and report.html -- verdicts first, then the table, the plots and the galleries."""
 
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 DATA_FILES = ("reporting/templates/report.html.j2",)  # read by html_page: part of the report stage's code id
 RIGHT_COLOURS = {"engine": "#2e7d32", "fp32": "#c62828", "neither": "#555555"}
@@ -160,14 +160,23 @@ def flipped_grid(images, rows: List[Dict[str, str]], class_names: List[str], tit
 BOX_COLOURS = {"truth": "#2e7d32", "reference": "#1f5fbf", "engine": "#d62728"}
 
 
-def boxes_grid(split, worst: List[Dict[str, Any]], class_names: List[str], title: str, path: Path, scale: int = 3) -> None:
+def boxes_grid(
+    split,
+    worst: List[Dict[str, Any]],
+    class_names: List[str],
+    title: str,
+    path: Path,
+    scale: int = 3,
+    tags: Optional[List[List[str]]] = None,
+) -> None:
     """The test images with the most spurious + lost boxes: true boxes green, fp32's blue, the
-    engine's red (above the score threshold), captioned with the counts. Pillow, like flipped_grid."""
+    engine's red (above the score threshold), captioned with the counts and, where the data set has
+    conditions, a second line with the image's tags. Pillow, like flipped_grid."""
     import numpy as np
     from PIL import Image, ImageDraw
 
     height, width = split.image_shape[:2]
-    cell_w, cell_h, caption = width * scale, height * scale, 14
+    cell_w, cell_h, caption = width * scale, height * scale, 28 if tags else 14
     columns = max(1, min(4, len(worst)))
     lines = -(-len(worst) // columns)
     sheet = Image.new("RGB", (columns * (cell_w + 8) + 8, lines * (cell_h + caption + 8) + 24), "white")
@@ -190,6 +199,8 @@ def boxes_grid(split, worst: List[Dict[str, Any]], class_names: List[str], title
             f"#{entry['test_index']}: +{entry['spurious']} spurious ({entry['shadow']} shadow), -{entry['lost']} lost",
             fill="black",
         )
+        if tags:
+            pen.text((x, y + cell_h + 14), ", ".join(tags[int(entry["test_index"])]) or "(no condition)", fill="dimgray")
     sheet.save(path)
 
 
