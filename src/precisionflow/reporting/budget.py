@@ -296,22 +296,29 @@ def worst_class(metrics: Dict[str, Any], fp32: Dict[str, Any], pairs: Optional[D
     return max(drops, key=lambda item: item[1]) if drops else None
 
 
-def boxes_by_condition(eval_dir: Path, tags: List[List[str]], column: str = "spurious") -> Dict[str, List[float]]:
-    """{tag: the `column` count (spurious, lost or shadow boxes) of each test image carrying it}, from
-    a detection evaluation's box_changes.csv."""
+BOX_COUNTS = ("spurious", "lost", "shadow")  # box_changes.csv's per-image counts
+
+
+def boxes_by_condition(eval_dir: Path, tags: List[List[str]]) -> Dict[str, Dict[str, List[float]]]:
+    """{count: {tag: that count for each test image carrying the tag}} for the spurious, lost and
+    shadow boxes of a detection evaluation's box_changes.csv (read once)."""
     import csv
 
     path = eval_dir / "box_changes.csv"
     if not path.is_file():
-        return {}
+        return {count: {} for count in BOX_COUNTS}
     with open(path, newline="") as handle:
-        counts = {int(row["test_index"]): float(row[column]) for row in csv.DictReader(handle)}
-    return {tag: [counts.get(int(i), 0.0) for i in members] for tag, members in conditions.groups(tags).items()}
+        rows = {int(row["test_index"]): row for row in csv.DictReader(handle)}
+    groups = conditions.groups(tags).items()
+    return {
+        count: {tag: [float(rows[int(i)][count]) if int(i) in rows else 0.0 for i in members] for tag, members in groups}
+        for count in BOX_COUNTS
+    }
 
 
 def spurious_by_condition(eval_dir: Path, tags: List[List[str]]) -> Dict[str, List[float]]:
     """{tag: spurious boxes of each test image carrying it}: what per-condition spurious budgets judge."""
-    return boxes_by_condition(eval_dir, tags, "spurious")
+    return boxes_by_condition(eval_dir, tags)["spurious"]
 
 
 def test_tags(results: Path, key: str) -> Optional[List[List[str]]]:
@@ -448,8 +455,8 @@ def condition_figures(pairs: Optional[Dict[str, Any]], eval_dir: Path, tags) -> 
         }
         worst = verdict_rules.worst_group(pairs["per_condition"])
         return {"per_condition": per_condition, "worst_condition": worst, "condition_figure": "top-1 drop (points)"}
-    spurious = spurious_by_condition(eval_dir, tags)
-    lost, shadow = boxes_by_condition(eval_dir, tags, "lost"), boxes_by_condition(eval_dir, tags, "shadow")
+    counts = boxes_by_condition(eval_dir, tags)
+    spurious, lost, shadow = counts["spurious"], counts["lost"], counts["shadow"]
     per_condition = {}
     for tag, values in spurious.items():
         low, high = stats.bootstrap_mean(values) if values else (0.0, 0.0)

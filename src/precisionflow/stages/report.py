@@ -439,11 +439,11 @@ def draw_flipped(eval_dir: Path, out: Path, data_cache: Dict[str, Any]) -> str:
 def draw_worst_boxes(eval_dir: Path, out: Path, data_cache: Dict[str, Any]) -> str:
     """A picture grid of the test images where this engine's boxes differ most from fp32's, each
     captioned with its conditions (where the data set has them): which condition the loss lives in."""
-    from precisionflow.datasets import conditions
+    from precisionflow.reporting.budget import test_tags
 
     test = test_split_of(eval_dir, data_cache)
     classes = test.classes
-    tags = conditions.load(eval_dir.parent.parent / read_node(eval_dir)["inputs"]["data"], "test")
+    tags = test_tags(eval_dir.parent.parent, f"{eval_dir.parent.name}/{eval_dir.name}")
     name = f"{FIGURES}/boxes-{eval_dir.name}.png"
     report_pages.boxes_grid(test, read_json(eval_dir / "worst_boxes.json"), classes, eval_dir.name, out / name, tags=tags)
     return name
