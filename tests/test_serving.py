@@ -22,7 +22,7 @@ def make_sut(runners, limit=400):
 
 def test_loadgen_single_stream_measures_the_known_service_time(tmp_path):
     found = serving.run_scenario(make_sut(known_service(0.002, 0.0)), "SingleStream", SETTINGS, tmp_path / "ss")
-    assert found["valid"] and 2.0 <= found["p50_ns"] / 1e6 < 4.0  # 2 ms of sleep, plus Python's overhead
+    assert found["valid"] and 2.0 <= found["p50_ns"] / 1e6 < 8.0  # 2 ms of sleep, plus Python's overhead (more on a busy machine)
     assert (tmp_path / "ss" / serving.SUMMARY).is_file() and (tmp_path / "ss" / "mlperf_log_detail.txt").is_file()
 
 
