@@ -6,7 +6,7 @@ graph, as precisionflow builds it), and what ONNX Runtime's default optimisation
 runs -- with its WeightBiasQuantization pass, which quantized the kept ops' float weights and fused
 them into integer kernels ("before").
 
-    .venv/bin/python benchmarks/int8_mixed_ran.py [mobilenet_v2 resnet_mini]
+    .venv/bin/python benchmarks/int8_mixed_ran.py [mobilenet_v2 efficientnet_b0 resnet_mini]
         -> benchmarks/results/int8_mixed_ran.json
 """
 
@@ -27,7 +27,17 @@ COMMON = [
     "train.epochs=3",
     *QUICK_TIMING,
 ]
-KEEP = {"mobilenet_v2": 20, "resnet_mini": 3}
+KEEP = {"mobilenet_v2": 20, "efficientnet_b0": 20, "resnet_mini": 3}
+
+
+def model_overrides(model: str) -> list:
+    """EfficientNetB0 comes as a user's saved model (model=keras_file), as in prune_tradeoff.py."""
+    if model != "efficientnet_b0":
+        return [f"model={model}"]
+    from prune_tradeoff import WORK, saved_user_models
+
+    saved_user_models()
+    return ["model=keras_file", f"model.path={WORK / 'efficientnet_b0.keras'}"]
 
 
 def counts(graph: Path, disabled) -> dict:
@@ -48,7 +58,7 @@ def main() -> None:
     rows = []
     for model in sys.argv[1:] or list(KEEP):
         results = OUT / "int8_mixed_ran" / model
-        overrides = [f"model={model}", f"dataset.path={shapes}", f"int8.mixed_keep_fp={KEEP[model]}", *COMMON]
+        overrides = [*model_overrides(model), f"dataset.path={shapes}", f"int8.mixed_keep_fp={KEEP[model]}", *COMMON]
         run_sweep(results, overrides)
         [graph_dir] = [p for p in results.glob("quantize_onnx/int8_mixed-*") if (p / "node.json").exists()]
         summary = json.loads((graph_dir / "node.json").read_text())["summary"]

@@ -107,6 +107,35 @@ def test_a_coco_folder_with_a_missing_image_fails_at_planning(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_a_coco_folders_sidecar_tags_its_images_in_each_split(tmp_path):
+    from precisionflow.datasets import conditions
+
+    root = write_coco(tmp_path / "coco")
+    sidecar = tmp_path / "conditions.csv"
+    sidecar.write_text("file,conditions\ntest/2.png,dusk;camera_2\ntest/4.png,dusk\ntrain/0.png,camera_2\n")
+    params = {"name": "coco_folder", "path": str(root), "image_size": [40, 40], "channels": 3, "conditions": str(sidecar)}
+    _, node = prepare(tmp_path, params)
+    test_tags = conditions.load(node, "test")
+    assert test_tags == [[], [], ["camera_2", "dusk"], [], ["dusk"], []]  # in the annotations' image order
+    assert conditions.load(node, "train")[0] == ["camera_2"] and conditions.counts(conditions.load(node, "val")) == {}
+    from precisionflow.stages import prepare_dataset
+
+    assert prepare_dataset.expected_condition_counts(params, "test") == {"camera_2": 1, "dusk": 2}
+
+
+def test_a_coco_sidecar_naming_an_image_not_in_the_annotations_fails_at_planning(tmp_path):
+    from precisionflow.pipeline.plan import build_plan
+
+    root = write_coco(tmp_path / "coco")
+    sidecar = tmp_path / "conditions.csv"
+    sidecar.write_text("file,conditions\ntest/2.png,dusk\ntest/22.png,dusk\n")
+    overrides = ["task=detection", "dataset=coco_folder", f"dataset.path={root}", f"dataset.conditions={sidecar}"]
+    [cfg] = expand([*overrides, "model=center_net", "precisions=[fp32]", "calibration.num_samples=4"])
+    with pytest.raises(ConfigError, match=r"conditions.csv:3: 'test/22.png' is not an image .* Did you mean 'test/2.png'"):
+        build_plan([cfg], str(tmp_path / "results"))
+    assert not (tmp_path / "results").exists()
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [

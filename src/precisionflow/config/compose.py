@@ -255,7 +255,7 @@ ONLY_WITH = {
     "dataset.path": ("dataset.name", ("image_folder", "coco_folder")),
     "model.path": ("model.name", ("keras_file",)),
     "dataset.num_images": ("dataset.name", ("shadow_cars",)),
-    "dataset.conditions": ("dataset.name", ("image_folder",)),
+    "dataset.conditions": ("dataset.name", ("image_folder", "coco_folder")),
 }
 DETECTION_DATASETS = ("shadow_cars", "coco_folder")
 DETECTION_MODELS = ("center_net", "keras_file")  # a user's Keras detector follows center_net's output contract

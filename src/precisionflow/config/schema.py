@@ -84,7 +84,7 @@ class DatasetConf:
     cache: DatasetCache = DatasetCache.memory
     # shadow_cars: how many scenes to generate (split by val_fraction / test_fraction).
     num_images: Optional[int] = None
-    # image_folder: a CSV of conditions per image (header 'file,conditions'; tags separated by ';').
+    # image_folder, coco_folder: a CSV of conditions per image (header 'file,conditions'; tags separated by ';').
     conditions: Optional[str] = None
     scene: SceneConf = field(default_factory=SceneConf)  # shadow_cars only
 

@@ -40,6 +40,11 @@ def assign(params: Dict[str, Any]):
     root = Path(params["path"]).expanduser().resolve()
     classes = _categories(_read_annotations(root, "train"))
     sources = {name: coco_source(params, root, name, classes, Source) for name in SPLITS}
+    if params.get("conditions"):
+        tagged = coco_conditions(params)
+        for name, each in sources.items():
+            files = [image["file_name"] for image in _read_annotations(root, name)["images"]]
+            each.conditions = lambda item, name=name, files=files: tagged.get(f"{name}/{files[item]}", [])
     return {name: (each, np.arange(len(each.items))) for name, each in sources.items()}, sources["train"]
 
 
@@ -122,6 +127,17 @@ def check_folder(params: Dict[str, Any]) -> None:
         absent = [i["file_name"] for i in annotations["images"] if not (root / split / i["file_name"]).is_file()]
         if absent:
             raise DataError(f"{root / split}: {len(absent)} image(s) named in annotations.json are missing, e.g. {absent[0]}.")
+
+
+def coco_conditions(params: Dict[str, Any]) -> Dict[str, List[str]]:
+    """{"<split>/<file_name>": tags} of a COCO folder's conditions sidecar (dataset.conditions):
+    paths relative to dataset.path, as the annotations name the images under each split folder;
+    one that names no image of them fails with the closest one."""
+    from precisionflow.datasets import conditions
+
+    root = Path(params["path"]).expanduser().resolve()
+    known = [f"{split}/{image['file_name']}" for split in SPLITS for image in _read_annotations(root, split)["images"]]
+    return conditions.read_sidecar(Path(params["conditions"]), known)
 
 
 def coco_source(params: Dict[str, Any], root: Path, split: str, classes: List[Tuple[int, str]], source_class):

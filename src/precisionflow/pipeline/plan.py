@@ -123,12 +123,14 @@ class PlanBuilder:
                 sources.check_folder(params)  # a broken folder fails here, before any job
             else:
                 stage_module("prepare_dataset").check_folder(params)
+        if params.get("conditions"):  # the sidecar's tags, checked against the folder before anything is written
+            stage_module("prepare_dataset").folder_conditions(params)
+        if root not in self.fingerprints:
             cache = (self.cache_dir or Path(root)) / "fingerprints.json"
             self.fingerprints[root] = image_folder.fingerprint(Path(root), cache)
         params = {**params, "path": root, "fingerprint": self.fingerprints[root]}
-        if params.get("conditions"):  # the sidecar's tags, checked against the folder; its content is in the id
+        if params.get("conditions"):  # its content is in the id
             sidecar = str(Path(params["conditions"]).expanduser().resolve())
-            stage_module("prepare_dataset").folder_conditions(params)
             params.update({"conditions": sidecar, "conditions_sha256": identity.path_sha256(Path(sidecar))})
         return params
 

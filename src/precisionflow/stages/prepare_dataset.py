@@ -41,6 +41,8 @@ def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
     keys = ("name",) + SPLIT_KEYS
     if dataset["name"] in ("shadow_cars", "coco_folder"):
         params = {key: dataset[key] for key in (SHADOW_CARS_KEYS if dataset["name"] == "shadow_cars" else COCO_KEYS)}
+        if dataset["name"] == "coco_folder" and dataset.get("conditions"):
+            params["conditions"] = dataset["conditions"]  # unset, the node's id stays as it was
         if dataset["name"] == "shadow_cars" and dict(dataset["scene"]) != DEFAULT_SCENE:
             params["scene"] = dict(dataset["scene"])  # other scenes; the default's id stays as it was
         return params
@@ -184,6 +186,11 @@ def expected_condition_counts(params: Dict[str, Any], split_name: str) -> Option
         from precisionflow.detection import sources
 
         return conditions.counts(sources.expected_conditions(params, split_name))
+    if params["name"] == "coco_folder" and params.get("conditions"):
+        from precisionflow.detection import sources
+
+        tagged = sources.coco_conditions(params)
+        return conditions.counts([tags for name, tags in tagged.items() if name.startswith(split_name + "/")])
     if params["name"] != "image_folder" or not params.get("conditions"):
         return None
     from precisionflow.datasets import image_folder
@@ -199,8 +206,14 @@ def expected_condition_counts(params: Dict[str, Any], split_name: str) -> Option
 
 def folder_conditions(params: Dict[str, Any]) -> Dict[str, List[str]]:
     """{absolute image path: tags} of an image folder's conditions sidecar (dataset.conditions),
-    checked against the folder: a path that is no image of it fails with the closest one."""
+    checked against the folder: a path that is no image of it fails with the closest one.
+    (A COCO folder's: {"<split>/<file_name>": tags}, detection/sources.coco_conditions.)"""
     from precisionflow.datasets import conditions, image_folder
+
+    if params["name"] == "coco_folder":
+        from precisionflow.detection import sources
+
+        return sources.coco_conditions(params)
 
     root = _folder_root(params)
     folders = [root / name for name in SPLITS] if image_folder.has_split_folders(root) else [root]
