@@ -112,6 +112,10 @@ def test_a_loss_on_five_percent_of_images_fails_that_condition_while_the_average
     )
     per = found["pairs"]["per_condition"]
     assert per["shadow_long"].n == 100 and per["dusk"].b == 0
+    # the agreement with fp32 per condition, with its interval: 70 of 100 long-shadow images
+    figures = budget.condition_figures(found["pairs"], tmp_path, tags)["per_condition"]
+    assert figures["shadow_long"]["agreement"] == 0.7 and figures["dusk"]["agreement"] == 1.0
+    assert figures["shadow_long"]["agreement_low"] < 0.7 < figures["shadow_long"]["agreement_high"] < 0.8
 
 
 def test_spurious_boxes_per_condition_fail_only_where_they_are():

@@ -106,6 +106,9 @@ def test_the_preset_reports_every_condition_with_its_calibration_coverage(detect
     assert long_rows and all(row["calibration_images"] in ("0", "") for row in long_rows)
     assert all(float(row["low"]) <= float(row["spurious_per_image"]) <= float(row["high"]) for row in long_rows)
     assert all(float(row["lost_per_image"]) >= 0 and float(row["shadow_per_image"]) >= 0 for row in long_rows)
+    # mAP@.5 on the condition's images alone, the engine's beside fp32's (the same for fp32 itself)
+    assert all(0 <= float(row["map50"]) <= 1 and 0 <= float(row["map50_fp32"]) <= 1 for row in long_rows)
+    assert all(row["map50"] == row["map50_fp32"] for row in long_rows if row["precision"] == "fp32")
     assert post_training and all((s["sample_per_condition"] or {}).get("shadow_long", 0) == 0 for s in post_training)
     assert any((s["sample_per_condition"] or {}).get("small_vehicle", 0) > 0 for s in post_training)
     assert "worst_cond" in (report / "summary.csv").read_text().splitlines()[0]

@@ -113,3 +113,18 @@ def test_nms_keeps_the_best_of_overlapping_boxes_per_class_only():
         np.asarray([[0, 0, 10, 10], [1, 0, 11, 10], [1, 0, 11, 10.0]]), np.asarray([0.9, 0.8, 0.7]), np.asarray([0, 0, 1]), 0.5
     )
     assert list(keep) == [0, 2]
+
+
+def test_map50_per_condition_scores_each_condition_on_its_own_images():
+    """Four images, one car each; the engine misses the car of the one dusk image: dusk mAP@.5 0
+    against fp32's 1, the other condition untouched."""
+    from precisionflow.detection.evaluation import map50_by_condition
+
+    gt = [truth((0, 0, 10, 10, 0)) for _ in range(4)]
+    reference = [found((0, 0, 10, 10, 0.9, 0)) for _ in range(4)]
+    engine = reference[:3] + [found((30, 30, 40, 40, 0.9, 0))]  # a spurious box instead of the car
+    tags = [["clear"], ["clear"], [], ["dusk"]]
+    per = map50_by_condition(gt, engine, reference, CLASSES, tags)
+    assert per["dusk"] == {"map50": 0.0, "reference_map50": 1.0, "images": 1}
+    assert per["clear"] == {"map50": 1.0, "reference_map50": 1.0, "images": 2}
+    assert map50_by_condition(gt, engine, reference, CLASSES, None) == {}

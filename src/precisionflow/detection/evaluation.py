@@ -12,6 +12,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
+from precisionflow.datasets import conditions
 from precisionflow.datasets.store import Split
 from precisionflow.detection import boxes, metrics
 from precisionflow.detection.data import load_objects
@@ -92,6 +93,23 @@ def report(
         "score_threshold": settings["score_threshold"],
         "match_iou": settings["match_iou"],
     }
+    by_condition = map50_by_condition(truth, engine, reference, classes, conditions.load(test.data_dir, "test"))
+    if by_condition:
+        found["map50_by_condition"] = by_condition
     if "qat_model" in inputs:
         found["qat"] = qat_fidelity(outputs, engine, inputs, truth, len(classes), settings)
+    return found
+
+
+def map50_by_condition(truth, engine, reference, classes, tags) -> Dict[str, Dict[str, float]]:
+    """{tag: {"map50", "reference_map50", "images"}}: pycocotools on each condition's images alone,
+    the engine's and fp32's boxes scored on the same images."""
+    found = {}
+    for tag, members in conditions.groups(tags).items():
+        images = [truth[i] for i in members]
+        found[tag] = {
+            "map50": round(metrics.coco_map(images, [engine[i] for i in members], classes)["map50"], 4),
+            "reference_map50": round(metrics.coco_map(images, [reference[i] for i in members], classes)["map50"], 4),
+            "images": len(members),
+        }
     return found

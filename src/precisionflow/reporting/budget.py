@@ -116,7 +116,8 @@ def paired_drops(
 ) -> Optional[Dict[str, Any]]:
     """The top-1 drop of an engine against its reference on the same test images, with its
     interval, overall, per class and per condition (`tags`: each test image's condition tags):
-    {"all": PairedDrop, "per_class": {name: PairedDrop}, "per_condition": {tag: PairedDrop}}."""
+    {"all": PairedDrop, "per_class": {name: PairedDrop}, "per_condition": {tag: PairedDrop},
+     "agreement_per_condition": {tag: (images where both predict the same class, images)}}."""
     engine, reference = per_sample(engine_dir), per_sample(reference_dir)
     if engine is None or reference is None:
         return None
@@ -134,11 +135,17 @@ def paired_drops(
         for index, name in enumerate(classes)
         if (labels == index).any()
     }
+    groups = conditions.groups(tags)
     per_condition = {
-        tag: stats.paired_drop(reference_right[members], right[members], confidence)
-        for tag, members in conditions.groups(tags).items()
+        tag: stats.paired_drop(reference_right[members], right[members], confidence) for tag, members in groups.items()
     }
-    return {"all": stats.paired_drop(reference_right, right, confidence), "per_class": per_class, "per_condition": per_condition}
+    same = predicted == reference_predicted
+    return {
+        "all": stats.paired_drop(reference_right, right, confidence),
+        "per_class": per_class,
+        "per_condition": per_condition,
+        "agreement_per_condition": {tag: (int(same[members].sum()), len(members)) for tag, members in groups.items()},
+    }
 
 
 def checks(
@@ -411,7 +418,7 @@ def judge_entry(
         "model": named_lineage(results / key)["export_onnx"]["inputs"]["model"],
         **headline(metrics, reference),
         "worst_class": worst_class(metrics, reference, judged_by["pairs"]),
-        **condition_figures(judged_by["pairs"], results / key, tags),
+        **condition_figures(judged_by["pairs"], results / key, tags, budget["confidence"], metrics),
         "timed": timed,
         # an fp16 or int8 graph whose backend ran fp32 kernels buys no speed of its own: no speed-up to claim
         "ran_reference_kernels": spec["params"]["precision"] not in ("fp32", TWIN) and ran == "fp32",
@@ -443,14 +450,37 @@ def judge_entry(
     return entry
 
 
-def condition_figures(pairs: Optional[Dict[str, Any]], eval_dir: Path, tags) -> Dict[str, Any]:
+def agreement_figures(same: int, images: int, confidence: float) -> Dict[str, float]:
+    """The share of a condition's images where the engine predicts fp32's class, with its Wilson interval."""
+    low, high = stats.wilson(same, images, confidence)
+    return {"agreement": round(same / max(images, 1), 4), "agreement_low": round(low, 4), "agreement_high": round(high, 4)}
+
+
+def map50_figures(metrics: Dict[str, Any], tag: str) -> Dict[str, float]:
+    """Detection: mAP@.5 of the engine and of fp32 on one condition's images (pycocotools on that
+    subset, computed by the evaluation; a point estimate -- the interval is on the per-image boxes)."""
+    found = (metrics.get("map50_by_condition") or {}).get(tag)
+    return {"map50": found["map50"], "map50_fp32": found["reference_map50"]} if found else {}
+
+
+def condition_figures(
+    pairs: Optional[Dict[str, Any]], eval_dir: Path, tags, confidence: float = 0.95, metrics: Optional[Dict[str, Any]] = None
+) -> Dict[str, Any]:
     """Per condition, for the table, the report and MLflow: the paired top-1 drop with its interval
-    (classification) or spurious boxes per image (detection), and the worst condition."""
+    and the agreement with fp32 (classification) or spurious boxes per image with lost and shadow
+    boxes and mAP@.5 (detection), and the worst condition."""
     if not tags:
         return {}
     if pairs:
         per_condition = {
-            tag: {"drop": round(d.drop, 2), "low": round(d.low, 2), "high": round(d.high, 2), "images": d.n, "p_value": d.p_value}
+            tag: {
+                "drop": round(d.drop, 2),
+                "low": round(d.low, 2),
+                "high": round(d.high, 2),
+                "images": d.n,
+                "p_value": d.p_value,
+                **agreement_figures(*pairs["agreement_per_condition"][tag], confidence),
+            }
             for tag, d in pairs["per_condition"].items()
         }
         worst = verdict_rules.worst_group(pairs["per_condition"])
@@ -468,6 +498,7 @@ def condition_figures(pairs: Optional[Dict[str, Any]], eval_dir: Path, tags) -> 
             # beside the judged figure: boxes fp32 found that the engine lost, and spurious boxes on a shadow
             "lost_per_image": round(sum(lost.get(tag, [])) / max(len(values), 1), 3),
             "shadow_per_image": round(sum(shadow.get(tag, [])) / max(len(values), 1), 3),
+            **map50_figures(metrics or {}, tag),
         }
     worst = max(per_condition.items(), key=lambda item: item[1]["spurious_per_image"], default=None)
     return {

@@ -208,6 +208,8 @@ def verdict_metrics(verdict: Dict[str, Any]) -> Dict[str, float]:
         found.update(
             {f"cond.{tag}.{name}": figures[name], f"cond.{tag}.low": figures["low"], f"cond.{tag}.high": figures["high"]}
         )
+        # beside the judged figure: the agreement with fp32 (classification), mAP@.5 (detection)
+        found.update({f"cond.{tag}.{extra}": figures[extra] for extra in ("agreement", "map50") if extra in figures})
     if verdict.get("speed"):
         found.update({"x_fp32_low": verdict["speed"]["low"], "x_fp32_high": verdict["speed"]["high"]})
     if verdict.get("server"):  # the Server rate within the latency bound over the fp32 engine's
