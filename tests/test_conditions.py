@@ -166,6 +166,34 @@ def test_the_worst_boxes_gallery_names_each_image_s_conditions(tmp_path):
     assert (below < 200).any()  # something is written there
 
 
+def test_each_engine_gets_a_gallery_of_its_most_damaged_conditions_images(tmp_path):
+    """Classification: the flipped samples of one condition's images alone; a condition without a
+    loss gets none, and at most GALLERY_CONDITIONS per engine."""
+    import json
+
+    from PIL import Image
+
+    from precisionflow.stages import report
+
+    figures = {tag: {"drop": drop} for tag, drop in {"a": 5.0, "b": 0.0, "c": 9.0, "d": 1.0, "e": 2.0}.items()}
+    assert report.most_damaged(figures) == ["c", "a", "e"]
+    data = tagged_node(tmp_path / "prepare_dataset" / "d")
+    test_tags = [["dusk"] if i % 4 == 0 else ["noon"] for i in range(40)]
+    conditions.save(data, "test", test_tags)
+    engine = tmp_path / "evaluate_engine" / "e"
+    engine.mkdir(parents=True)
+    (engine / "node.json").write_text(json.dumps({"inputs": {"data": "prepare_dataset/d"}}))
+    rows = ["test_index,label,fp32_prediction,fp32_confidence,engine_prediction,engine_confidence,right"]
+    rows += [f"{i},{i % 4},{i % 4},0.9,{(i + 1) % 4},0.6,fp32" for i in (0, 4, 5)]  # two dusk images, one noon
+    (engine / "flipped.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "out" / report.FIGURES).mkdir(parents=True)
+    found = [{"node": "evaluate_engine/e", "per_condition": {"dusk": {"drop": 20.0}, "noon": {"drop": 0.0}}}]
+    pictures = report.condition_galleries(found, [engine], tmp_path / "out", {})
+    assert pictures == [f"{report.FIGURES}/condition-dusk-e.png"]
+    grid = Image.open(tmp_path / "out" / pictures[0])
+    assert grid.width == 2 * (72 + 8) + 8  # the two dusk images, not the noon one
+
+
 # ---- calibration coverage ---------------------------------------------------------------------
 
 

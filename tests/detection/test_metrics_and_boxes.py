@@ -128,3 +128,21 @@ def test_map50_per_condition_scores_each_condition_on_its_own_images():
     assert per["dusk"] == {"map50": 0.0, "reference_map50": 1.0, "images": 1}
     assert per["clear"] == {"map50": 1.0, "reference_map50": 1.0, "images": 2}
     assert map50_by_condition(gt, engine, reference, CLASSES, None) == {}
+
+
+def test_the_worst_images_are_kept_per_condition_for_its_gallery(tmp_path):
+    import json
+
+    from precisionflow.detection.evaluation import write_changes
+
+    gt = [truth((0, 0, 10, 10, 0)) for _ in range(4)]
+    reference = [found((0, 0, 10, 10, 0.9, 0)) for _ in range(4)]
+    engine = [reference[0], found((0, 0, 10, 10, 0.9, 0), (30, 30, 40, 40, 0.8, 0)), reference[2], found()]
+    rows = metrics.changes(engine, reference, gt, 0.5, 0.5)
+    write_changes(tmp_path, rows, engine, reference, gt, 0.5, [["dusk"], ["dusk"], ["noon"], ["noon", "dusk"]])
+    by_condition = json.loads((tmp_path / "worst_boxes_by_condition.json").read_text())
+    assert [entry["test_index"] for entry in by_condition["dusk"]] == [1, 3]  # a spurious box; a lost one
+    assert [entry["test_index"] for entry in by_condition["noon"]] == [3]  # image 2 did not change
+    (tmp_path / "plain").mkdir()
+    write_changes(tmp_path / "plain", rows, engine, reference, gt, 0.5)  # a data set without conditions
+    assert not (tmp_path / "plain" / "worst_boxes_by_condition.json").exists()

@@ -19,6 +19,7 @@ from precisionflow.detection.data import load_objects
 from precisionflow.pipeline.nodeio import write_json_atomic
 
 WORST_IMAGES = 12
+WORST_PER_CONDITION = 8
 
 
 def _listed(found: boxes.Detections) -> Dict[str, list]:
@@ -29,24 +30,33 @@ def _listed(found: boxes.Detections) -> Dict[str, list]:
     }
 
 
-def write_changes(out: Path, rows: List[Dict[str, int]], engine, reference, truth, threshold: float) -> None:
+def write_changes(out: Path, rows: List[Dict[str, int]], engine, reference, truth, threshold: float, tags=None) -> None:
+    """box_changes.csv, the worst images overall (worst_boxes.json) and, where the data set tags
+    its images, the worst of each condition's (worst_boxes_by_condition.json: the report's gallery
+    per condition)."""
     with open(out / "box_changes.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=["test_index"] + list(rows[0]) if rows else ["test_index"])
         writer.writeheader()
         writer.writerows({"test_index": index, **row} for index, row in enumerate(rows))
-    ranked = sorted(range(len(rows)), key=lambda i: (-(rows[i]["spurious"] + rows[i]["lost"]), i))
-    worst = [
-        {
-            "test_index": i,
-            **rows[i],
-            "engine": _listed(engine[i].above(threshold)),
-            "reference": _listed(reference[i].above(threshold)),
-            "truth": {"boxes": truth[i]["boxes"].tolist(), "classes": truth[i]["classes"].tolist()},
-        }
-        for i in ranked[:WORST_IMAGES]
-        if rows[i]["spurious"] + rows[i]["lost"] > 0
-    ]
-    write_json_atomic(out / "worst_boxes.json", worst)
+
+    def worst_of(indices, limit: int) -> List[Dict[str, Any]]:
+        ranked = sorted(indices, key=lambda i: (-(rows[i]["spurious"] + rows[i]["lost"]), i))
+        return [
+            {
+                "test_index": int(i),
+                **rows[i],
+                "engine": _listed(engine[i].above(threshold)),
+                "reference": _listed(reference[i].above(threshold)),
+                "truth": {"boxes": truth[i]["boxes"].tolist(), "classes": truth[i]["classes"].tolist()},
+            }
+            for i in ranked[:limit]
+            if rows[i]["spurious"] + rows[i]["lost"] > 0
+        ]
+
+    write_json_atomic(out / "worst_boxes.json", worst_of(range(len(rows)), WORST_IMAGES))
+    if tags:
+        by_condition = {tag: worst_of(members.tolist(), WORST_PER_CONDITION) for tag, members in conditions.groups(tags).items()}
+        write_json_atomic(out / "worst_boxes_by_condition.json", {tag: found for tag, found in by_condition.items() if found})
 
 
 def qat_fidelity(
@@ -77,7 +87,8 @@ def report(
     engine, reference = boxes.decode(outputs, len(classes), settings), boxes.decode(reference_outputs, len(classes), settings)
     scored, reference_scored = metrics.coco_map(truth, engine, classes), metrics.coco_map(truth, reference, classes)
     rows = metrics.changes(engine, reference, truth, settings["score_threshold"], settings["match_iou"])
-    write_changes(out, rows, engine, reference, truth, settings["score_threshold"])
+    tags = conditions.load(test.data_dir, "test")
+    write_changes(out, rows, engine, reference, truth, settings["score_threshold"], tags)
     found = {
         "task": "detection",
         "test_images": len(test),
@@ -93,7 +104,7 @@ def report(
         "score_threshold": settings["score_threshold"],
         "match_iou": settings["match_iou"],
     }
-    by_condition = map50_by_condition(truth, engine, reference, classes, conditions.load(test.data_dir, "test"))
+    by_condition = map50_by_condition(truth, engine, reference, classes, tags)
     if by_condition:
         found["map50_by_condition"] = by_condition
     if "qat_model" in inputs:

@@ -449,6 +449,58 @@ def draw_worst_boxes(eval_dir: Path, out: Path, data_cache: Dict[str, Any]) -> s
     return name
 
 
+GALLERY_CONDITIONS = 3  # per engine: its most damaged conditions get a gallery each
+
+
+def condition_galleries(found: List[Dict[str, Any]], evals: List[Path], out: Path, data_cache: Dict[str, Any]) -> List[str]:
+    """Per engine, a gallery for each of its most damaged conditions (largest top-1 drop, or most
+    spurious boxes per image): the flipped samples, or the worst boxes, among that condition's
+    images alone -- what the loss the heat map shows looks like there."""
+    from precisionflow.reporting.budget import test_tags
+
+    by_node = {f"{path.parent.name}/{path.name}": path for path in evals}
+    pictures = []
+    for entry in found:
+        path = by_node.get(entry["node"])
+        figures = entry.get("per_condition") or {}
+        if path is None or not figures:
+            continue
+        damaged = most_damaged(figures)
+        tags = test_tags(path.parent.parent, entry["node"]) if damaged else None
+        for tag in damaged:
+            picture = condition_gallery(path, tag, tags, out, data_cache)
+            if picture:
+                pictures.append(picture)
+    return pictures
+
+
+def most_damaged(figures: Dict[str, Dict[str, Any]]) -> List[str]:
+    """The conditions with a loss (a top-1 drop, or spurious boxes), largest first, at most GALLERY_CONDITIONS."""
+    loss = {tag: each.get("drop", each.get("spurious_per_image", 0.0)) for tag, each in figures.items()}
+    return [tag for tag in sorted(loss, key=lambda tag: (-loss[tag], tag)) if loss[tag] > 0][:GALLERY_CONDITIONS]
+
+
+def condition_gallery(eval_dir: Path, tag: str, tags, out: Path, data_cache: Dict[str, Any]) -> Optional[str]:
+    """One engine's gallery on one condition's images, or None where nothing there changed."""
+    test = test_split_of(eval_dir, data_cache)
+    name = f"{FIGURES}/condition-{tag}-{eval_dir.name}.png"
+    title = f"{eval_dir.name} on '{tag}' images"
+    if (eval_dir / "worst_boxes_by_condition.json").is_file():
+        worst = read_json(eval_dir / "worst_boxes_by_condition.json").get(tag)
+        if not worst:
+            return None
+        report_pages.boxes_grid(test, worst, test.classes, title, out / name, tags=tags)
+        return name
+    if not (eval_dir / "flipped.csv").is_file():
+        return None
+    with open(eval_dir / "flipped.csv") as handle:
+        flipped = [row for row in csv.DictReader(handle) if tag in tags[int(row["test_index"])]]
+    if not flipped:
+        return None
+    report_pages.flipped_grid(test, flipped, test.classes, title, out / name)
+    return name
+
+
 def serving_curves(served: Dict[str, Any], metrics, evals: List[Path], out: Path) -> List[str]:
     """One picture per target: each engine's Server runs, p99 latency against the offered rate,
     valid runs filled, with the bound as a line."""
@@ -809,6 +861,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "Spurious and lost boxes (engine vs fp32)": [
             draw_worst_boxes(path, out, data_cache) for path in detection if read_json(path / "worst_boxes.json")
         ],
+        f"Per condition: each engine's {GALLERY_CONDITIONS} most damaged conditions, their images alone": condition_galleries(
+            found, evals, out, data_cache
+        ),
     }
     write_json_atomic(out / "verdicts.json", found)
     (out / "report.html").write_text(
