@@ -18,10 +18,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import OUT, QUICK_TIMING, ROOT, run_sweep, save  # noqa: E402
 
 DIM_SHARE, DIM_FACTOR = 0.15, 0.25
+PER_CLASS = 600  # 2,400 images, 30% of them tested: ~100 dim test images (250 per class left 21)
 COMMON = [
     "model=resnet_mini",
     "dataset=image_folder",
     "dataset.image_size=[32,32]",
+    "dataset.test_fraction=0.3",
     "train.epochs=10",
     "precisions=[fp32,int8,int8_qat]",
     "int8.simulate_tensorrt=false",
@@ -31,9 +33,9 @@ COMMON = [
 
 
 def make_folder(root: Path) -> Path:
-    """Shapes at 32x32, 250 per class; every image with index % 7 == 0 dimmed and tagged."""
+    """Shapes at 32x32, PER_CLASS per class; every image with index % 7 == 0 dimmed and tagged."""
     if not root.is_dir():
-        command = [sys.executable, str(ROOT / "benchmarks" / "make_shapes.py"), str(root), "--per-class", "250"]
+        command = [sys.executable, str(ROOT / "benchmarks" / "make_shapes.py"), str(root), "--per-class", str(PER_CLASS)]
         subprocess.run(command, check=True)
     rows = ["file,conditions"]
     for path in sorted(root.glob("*/*.png")):
@@ -41,17 +43,17 @@ def make_folder(root: Path) -> Path:
             pixels = np.asarray(Image.open(path)).astype(np.float32) * DIM_FACTOR
             Image.fromarray(pixels.astype(np.uint8)).save(path)
             rows.append(f"{path.relative_to(root)},dim")
-    sidecar = root.parent / "shapes-dim-conditions.csv"
+    sidecar = root.parent / f"{root.name}-conditions.csv"
     sidecar.write_text("\n".join(rows) + "\n")
     return sidecar
 
 
 def main() -> None:
-    root = OUT / "shapes-dim"
-    sidecar = root.parent / "shapes-dim-conditions.csv"
+    root = OUT / f"shapes-dim-{PER_CLASS}"
+    sidecar = root.parent / f"{root.name}-conditions.csv"
     if not sidecar.is_file():
         sidecar = make_folder(root)
-    results = OUT / "conditions-classification"
+    results = OUT / f"conditions-classification-{PER_CLASS}"
     runs = {}
     for name, extra in (
         ("calibration with dim images", []),
