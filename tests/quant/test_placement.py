@@ -97,6 +97,48 @@ def test_relu6_keeps_its_floor_in_the_cpu_placement_with_symmetric_qat_ranges(tm
     assert np.median(np.abs(outputs["int8"] - outputs["fp32"])) < 0.05  # it was 0.38: every zero became a negative
 
 
+def wide_sum(path, channels=16):
+    """One 1x1 Conv summing `channels` input channels, every weight 1: fp32's output is their sum."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["image", "w"], ["out"], name="conv")],
+        "wide_sum",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", channels, 4, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 1, 4, 4])],
+        [numpy_helper.from_array(np.ones((1, channels, 1, 1), np.float32), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def test_the_cpu_placement_cannot_saturate_on_a_cpu_without_vnni(tmp_path):
+    """A symmetric input range (QAT's) puts uint8 codes of positive values at 128-255; with 8-bit
+    weights, ONNX Runtime's AVX2 kernels (no VNNI) add pairs of products in int16 and saturate:
+    with 8-bit weights this sum came out as 1.0 where fp32 says 96 (on this machine). 7-bit weights cannot."""
+    import numpy as np
+    import onnxruntime as ort
+
+    fp32 = wide_sum(tmp_path / "fp32.onnx")
+    ranges = {"image": (-8.0, 8.0), "out": (-128.0, 128.0)}
+    qdq.quantize_int8(fp32, tmp_path / "int8.onnx", ranges, ["conv"], placement="onnxruntime_cpu")
+    weights = [
+        onnx.numpy_helper.to_array(init)
+        for init in onnx.load(str(tmp_path / "int8.onnx")).graph.initializer
+        if init.data_type == onnx.TensorProto.INT8 and onnx.numpy_helper.to_array(init).ndim == 4
+    ]
+    assert weights and max(int(np.abs(w).max()) for w in weights) <= 64  # 2 x 255 x 64 < 32768: no int16 overflow
+    images = np.full((2, 16, 4, 4), 6.0, np.float32)  # high in the symmetric range: uint8 code 224
+    outputs = {}
+    for name in ("fp32", "int8"):
+        session = ort.InferenceSession(str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+        outputs[name] = session.run(None, {"image": images})[0]
+    assert np.allclose(outputs["int8"], outputs["fp32"], rtol=0.02), (outputs["int8"].min(), outputs["fp32"].max())
+
+
 @pytest.mark.parametrize(
     "backend, on_gpu, placement",
     [("onnxruntime", False, "onnxruntime_cpu"), ("onnxruntime", True, "tensorrt"), ("tensorrt", True, "tensorrt")],
