@@ -9,8 +9,9 @@ the QAT model in TensorFlow (fake-quant on): agreement, top-1, what ran, and spe
 (batch 32, alternating rounds).
 
     .venv/bin/python benchmarks/qat_placements.py mobilenet_v2 resnet50   (the runs it reads)
-    .venv/bin/python benchmarks/cpu_weight_bits.py [mobilenet_v2 resnet50]
+    .venv/bin/python benchmarks/cpu_weight_bits.py [mobilenet_v2 resnet50] [default=<a results folder>]
         -> benchmarks/results/cpu_weight_bits.json
+(`default=/tmp/fresh/results`: the default experiment's own folder, after `precisionflow run`.)
 """
 
 import json
@@ -105,7 +106,8 @@ def measure(results: Path) -> list:
 def main() -> None:
     found = {"cpu_flags": cpu_flags(), "models": {}}
     for model in sys.argv[1:] or ["mobilenet_v2", "resnet50"]:
-        found["models"][model] = measure(OUT / "qat_placements" / model)
+        model, _, folder = model.partition("=")
+        found["models"][model] = measure(Path(folder) if folder else OUT / "qat_placements" / model)
         print(model, json.dumps(found["models"][model]), flush=True)
     save("cpu_weight_bits.json", found)
 
