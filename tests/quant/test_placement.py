@@ -218,3 +218,61 @@ def test_ops_kept_in_float_run_in_float_in_the_cpu_engine(tmp_path, kept):
     counts = Counter(ops)
     assert counts["QLinearConv"] == len(quantized) and counts["Conv"] + counts.get("FusedConv", 0) == len(kept)
     assert label["executed_precision"] == f"int8 {len(quantized)}/4"  # the float classifier counts too
+
+
+def pooled_classifier(path):
+    """Conv -> Relu -> GlobalAveragePool -> Squeeze -> MatMul -> Add(bias): tf2onnx's head."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = {
+        "w": rng.normal(0, 0.5, (4, 1, 3, 3)).astype(np.float32),
+        "axes": np.array([2, 3], np.int64),
+        "dense": rng.normal(0, 0.5, (4, 3)).astype(np.float32),
+        "bias": np.zeros(3, np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["image", "w"], ["conv"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["conv"], ["relu"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["relu"], ["pool"], name="pool"),
+        helper.make_node("Squeeze", ["pool", "axes"], ["squeezed"], name="squeeze"),
+        helper.make_node("MatMul", ["squeezed", "dense"], ["matmul"], name="logits/MatMul"),
+        helper.make_node("Add", ["matmul", "bias"], ["logits"], name="logits/BiasAdd"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pooled",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, 6, 6])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_qat_graph_on_the_cpu_rounds_only_where_qat_trained(tmp_path):
+    """QAT's range for the pooled features lands on tf2onnx's Squeeze; ONNX Runtime quantizes a
+    Squeeze with its input's parameters, so the pooling's output must take that range (a measured
+    one, from a float export that never clipped, rounded ResNet-50's pooled features to 0). The
+    float output layer's logits get no Q/DQ: QAT never rounded them."""
+    import numpy as np
+    import onnxruntime as ort
+
+    fp32 = pooled_classifier(tmp_path / "fp32.onnx")
+    learned = {"image": (-1.0, 1.0), "relu": (-4.0, 4.0), "squeezed": (-2.0, 2.0)}
+    measured = {"conv": (-3.0, 3.0), "pool": (0.0, 30000.0), "matmul": (-9000.0, 9000.0), "logits": (-9000.0, 9000.0)}
+    freed = qdq.quantize_int8(fp32, tmp_path / "int8.onnx", {**measured, **learned}, ["conv"], "onnxruntime_cpu", learned)
+    assert len(freed) == 2 and "matmul" in freed  # the logits, under the name ONNX Runtime gave them
+    model = onnx.load(str(tmp_path / "int8.onnx"))
+    scales = {init.name: onnx.numpy_helper.to_array(init) for init in model.graph.initializer}
+    pool_q = next(n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "pool")
+    assert float(scales[pool_q.input[1]]) == pytest.approx(4.0 / 255)  # the learned [-2, 2], not 30,000
+    images = np.random.default_rng(1).uniform(0, 1, (8, 1, 6, 6)).astype(np.float32)
+    outputs = {}
+    for name in ("fp32", "int8"):
+        session = ort.InferenceSession(str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+        outputs[name] = session.run(None, {"image": images})[0]
+    assert np.abs(outputs["int8"] - outputs["fp32"]).max() < 0.1 and np.abs(outputs["fp32"]).max() > 0.1

@@ -75,9 +75,13 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
     if lineage["source"] == "qat" and trt:
         learned = {name: ranges[name] for name in lineage["ranges"]["learned_tensors"]}
         ranges, qat = learned_input_ranges(fp32_model, nodes, ranges, learned)
-    # ONNX Runtime's CPU placement quantizes layer outputs: there the cache already holds QAT's
-    # learned range for every tensor QAT put a quantizer on (and a measured one elsewhere).
-    qdq.quantize_int8(source, target, ranges, nodes, placement)
+    # ONNX Runtime's CPU placement quantizes layer outputs: the cache holds QAT's learned range for
+    # every tensor QAT put a quantizer on; the placement's other Q/DQ (a pooled output, the logits)
+    # are left out, so the engine rounds only where QAT trained it to.
+    trained = lineage["ranges"]["learned_tensors"] if lineage["source"] == "qat" and not trt else None
+    freed = qdq.quantize_int8(source, target, ranges, nodes, placement, trained)
+    if trained is not None:
+        qat["qat_untrained_left_float"] = freed
     if lineage["source"] == "qat" and int8["keep_output_layer"] and trt:
         qat["qat_output_layer_input"] = fake_quantize_output_input(fp32_model, target, learned)
     if trt:
