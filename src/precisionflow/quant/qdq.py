@@ -167,7 +167,7 @@ ORT_CPU_PLACEMENT = {"WeightSymmetric": True, "ActivationSymmetric": False}
 # saturates when activations sit high in their uint8 range -- every tensor with a symmetric range
 # (zero point 128), so QAT's ranges most of all. MobileNetV2's int8_qat engine on this AVX2 CPU
 # agreed with its QAT model on 96.1% of images with 8-bit weights and 100% with 7-bit weights
-# (benchmarks/results/cpu_weight_bits.json). 7-bit weights cannot saturate (2 x 255 x 64 < 32768);
+# (benchmarks/results/cpu_qat_placement.json). 7-bit weights cannot saturate (2 x 255 x 64 < 32768);
 # the same graph then runs correctly on any CPU, at the same kernels' speed.
 CPU_WEIGHTS_7BIT = True
 
