@@ -48,10 +48,27 @@ def test_relu_outputs_quantize_from_zero_so_the_fused_relu_stays_exact():
     assert adjusted["relu"] == (0.0, 5.7) and adjusted["conv"] == (-1.0, 2.0)
 
 
+def save_graph(path, name, nodes, weights, graph_input, graph_output):
+    """Write a float32 opset-17 graph of `nodes` with `weights` as initializers; (name, shape) in and out."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info(graph_input[0], TensorProto.FLOAT, graph_input[1])],
+        [helper.make_tensor_value_info(graph_output[0], TensorProto.FLOAT, graph_output[1])],
+        [numpy_helper.from_array(value, key) for key, value in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
 def conv_relu6_conv(path):
     """Conv -> Clip(0, 6) (tf2onnx's ReLU6) -> 1x1 Conv of weight 1: the output is the Clip's, quantized."""
     import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
 
     rng = np.random.default_rng(0)
     weights = {
@@ -65,17 +82,7 @@ def conv_relu6_conv(path):
         helper.make_node("Clip", ["conv", "zero", "six"], ["relu6"], name="relu6"),
         helper.make_node("Conv", ["relu6", "w2"], ["out"], name="conv2"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "relu6",
-        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, 6, 6])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 2, 6, 6])],
-        [numpy_helper.from_array(value, name) for name, value in weights.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
-    return path
+    return save_graph(path, "relu6", nodes, weights, ("image", ["N", 1, 6, 6]), ("out", ["N", 2, 6, 6]))
 
 
 def test_relu6_keeps_its_floor_in_the_cpu_placement_with_symmetric_qat_ranges(tmp_path):
@@ -100,19 +107,11 @@ def test_relu6_keeps_its_floor_in_the_cpu_placement_with_symmetric_qat_ranges(tm
 def wide_sum(path, channels=16):
     """One 1x1 Conv summing `channels` input channels, every weight 1: fp32's output is their sum."""
     import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
 
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["image", "w"], ["out"], name="conv")],
-        "wide_sum",
-        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", channels, 4, 4])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 1, 4, 4])],
-        [numpy_helper.from_array(np.ones((1, channels, 1, 1), np.float32), "w")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
-    return path
+    nodes = [helper.make_node("Conv", ["image", "w"], ["out"], name="conv")]
+    weights = {"w": np.ones((1, channels, 1, 1), np.float32)}
+    return save_graph(path, "wide_sum", nodes, weights, ("image", ["N", channels, 4, 4]), ("out", ["N", 1, 4, 4]))
 
 
 def test_the_cpu_placement_cannot_saturate_on_a_cpu_without_vnni(tmp_path):
@@ -174,7 +173,7 @@ def test_a_sweep_over_a_cpu_and_a_tensorrt_target_plans_two_int8_graphs_over_one
 def three_convs(path):
     """Conv -> Relu, three times, then Flatten -> Gemm: NCHW 1x6x6 input, 4 classes."""
     import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
 
     rng = np.random.default_rng(0)
     weights, nodes, current = {}, [], "image"
@@ -190,17 +189,7 @@ def three_convs(path):
         helper.make_node("Flatten", [current], ["flat"], axis=1, name="flatten"),
         helper.make_node("Gemm", ["flat", "fc"], ["logits"], name="logits"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "three",
-        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, 6, 6])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])],
-        [numpy_helper.from_array(value, name) for name, value in weights.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
-    return path
+    return save_graph(path, "three", nodes, weights, ("image", ["N", 1, 6, 6]), ("logits", ["N", 4]))
 
 
 @pytest.mark.parametrize("kept", [["conv1"], ["conv0", "conv2"]])
@@ -223,7 +212,7 @@ def test_ops_kept_in_float_run_in_float_in_the_cpu_engine(tmp_path, kept):
 def pooled_classifier(path):
     """Conv -> Relu -> GlobalAveragePool -> Squeeze -> MatMul -> Add(bias): tf2onnx's head."""
     import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
 
     rng = np.random.default_rng(0)
     weights = {
@@ -240,17 +229,7 @@ def pooled_classifier(path):
         helper.make_node("MatMul", ["squeezed", "dense"], ["matmul"], name="logits/MatMul"),
         helper.make_node("Add", ["matmul", "bias"], ["logits"], name="logits/BiasAdd"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "pooled",
-        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, 6, 6])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])],
-        [numpy_helper.from_array(value, name) for name, value in weights.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
-    return path
+    return save_graph(path, "pooled", nodes, weights, ("image", ["N", 1, 6, 6]), ("logits", ["N", 3]))
 
 
 def test_a_qat_graph_on_the_cpu_rounds_only_where_qat_trained(tmp_path):
