@@ -114,8 +114,10 @@ def test_the_preset_reports_every_condition_with_its_calibration_coverage(detect
     assert "worst_cond" in (report / "summary.csv").read_text().splitlines()[0]
     assert "worst condition" in (report / "summary.txt").read_text()
     assert "per-condition-local.png" in (report / "report.html").read_text()
-    # a gallery per damaged condition: wherever an engine had spurious boxes on a condition's images
-    damaged = [row for row in rows if float(row["spurious_per_image"]) > 0]
-    assert all(
-        (report / "figures" / f"condition-{row['condition']}-{row['engine'].split('/')[-1]}.png").is_file() for row in damaged[:1]
-    )
+    # a gallery per damaged condition: each engine's worst condition, where it had spurious boxes
+    worst = {}
+    for row in rows:
+        if float(row["spurious_per_image"]) > float(worst.get(row["engine"], {}).get("spurious_per_image", 0)):
+            worst[row["engine"]] = row
+    for engine, row in worst.items():
+        assert (report / "figures" / f"condition-{row['condition']}-{engine.split('/')[-1]}.png").is_file(), row
