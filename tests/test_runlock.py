@@ -204,6 +204,16 @@ def test_two_sibling_results_folders_run_at_the_same_time(tmp_path):
     assert not (tmp_path / ".snakemake").exists()
 
 
+def describe(process) -> str:
+    """A process's command line for the log; one that died meanwhile (a zombie, or gone) says so."""
+    import psutil
+
+    try:
+        return " ".join(process.cmdline())[:80]
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied) as gone:
+        return f"({type(gone).__name__})"
+
+
 @pytest.mark.slow
 def test_killing_only_the_run_and_snakemake_leaves_no_job_racing_the_rerun(tmp_path):
     """kill -9 of `precisionflow run` and Snakemake alone (not their jobs): the training job lives
@@ -229,7 +239,7 @@ def test_killing_only_the_run_and_snakemake_leaves_no_job_racing_the_rerun(tmp_p
     # The jobs may outlive them (until their next line of output breaks the pipe to the dead run):
     # whatever is left, the rerun must stop before it touches a folder.
     left = runlock.orphans_of(results)
-    print("alive before the rerun:", [(p.pid, " ".join(p.cmdline())[:80]) for p in left])
+    print("alive before the rerun:", [(p.pid, describe(p)) for p in left])
 
     resumed = subprocess.run(
         [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *TINY],
