@@ -4,7 +4,8 @@
 #   tools/local_slurm.sh stop     # stops exactly the daemons it started (PIDs in /run/precisionflow-slurm)
 # Partitions: debug (default) and gpu; the node carries one fake GPU (gres gpu:fake:1, File=/dev/null),
 # so jobs asking --gpus=1 are scheduled and see CUDA_VISIBLE_DEVICES=0. No slurmdbd: use the profile's
-# status command (squeue); MinJobAge=300 keeps finished jobs visible to scontrol for 5 minutes.
+# status command (squeue); MinJobAge=3600 keeps finished jobs visible to scontrol for an hour: a test
+# run on a busy machine outlasts five minutes, and its first jobs vanished before they were checked.
 # The config lives at the default path: SLURM's job steps strip SLURM_CONF (../REFERENCE.md).
 set -euo pipefail
 STATE=/run/precisionflow-slurm
@@ -38,7 +39,7 @@ AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000
-MinJobAge=300
+MinJobAge=3600
 ReturnToService=2
 GresTypes=gpu
 SchedulerParameters=sched_interval=1
