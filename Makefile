@@ -21,8 +21,10 @@ run: setup
 # All tests, the slow end-to-end ones included (plain `pytest` skips those), in two worker processes
 # (pytest-xdist; a test file stays in one worker, so its module fixtures run once). Most tests wait
 # on a workflow's subprocesses with a core idle: two workers halve the wall time on a 2-core machine.
+# Files go out longest first (tests/conftest.py), not xdist's default of most tests first, which
+# handed the six-minute one-test files out last.
 test: setup
-	$(BIN)/python -m pytest -m "slow or not slow" -n 2 --dist loadfile --durations=25 $(ARGS)
+	$(BIN)/python -m pytest -m "slow or not slow" -n 2 --dist loadfile --no-loadscope-reorder --durations=25 $(ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest $(ARGS)

@@ -79,6 +79,33 @@ def release_tensorflow_models():
         gc.collect()
 
 
+# The test files that take longest (seconds of one worker in CI on a 2-core machine, 2026-12-02),
+# longest first. pytest-xdist hands out whole files (--dist loadfile) in collection order
+# (--no-loadscope-reorder, Makefile): these go first, so the two workers end together on quick files
+# instead of one idling while the other runs a six-minute file handed out last. Order only; a file
+# missing here runs after them, and every order is correct.
+LONGEST_FILES_FIRST = (
+    "tests/test_runlock.py",
+    "tests/test_advice_works.py",
+    "tests/test_end_to_end.py",
+    "tests/detection/test_detection_workflow.py",
+    "tests/test_mlflow_server.py",
+    "tests/test_upstream_is_never_written.py",
+    "tests/test_slurm.py",
+    "tests/test_installed_wheel.py",
+    "tests/stages/test_qat_models.py",
+    "tests/test_remote.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {path: place for place, path in enumerate(LONGEST_FILES_FIRST)}
+    # sort is stable: tests keep their order inside a file, and the other files theirs
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+FILE_SECONDS = {}  # test file -> seconds its tests took (setup, call and teardown)
+WORKER_SECONDS = {}  # pytest-xdist worker -> seconds of tests it ran
 PEAKS = {}  # test id -> its process's peak RSS (MB) after it, where the test raised that process's peak
 LAST_PEAK = {}  # test process (pid) -> its peak so far
 
@@ -93,6 +120,10 @@ def pytest_runtest_teardown(item):
 
 
 def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::")[0]
+    FILE_SECONDS[path] = FILE_SECONDS.get(path, 0.0) + report.duration
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
+    WORKER_SECONDS[worker] = WORKER_SECONDS.get(worker, 0.0) + report.duration
     if report.when != "teardown":
         return
     for name, value in report.user_properties:
@@ -117,6 +148,11 @@ def pytest_terminal_summary(terminalreporter):
     )
     for nodeid, peak in sorted(PEAKS.items(), key=lambda item: -item[1])[:5]:
         terminalreporter.write_line(f"memory: a test process's peak reached {peak:.0f} MB in {nodeid}")
+    # Time, to keep LONGEST_FILES_FIRST true and to see whether the workers ended together.
+    busy = ", ".join(f"{worker} {seconds:.0f} s" for worker, seconds in sorted(WORKER_SECONDS.items()))
+    terminalreporter.write_line(f"time: tests per worker: {busy}")
+    for path, seconds in sorted(FILE_SECONDS.items(), key=lambda item: -item[1])[:12]:
+        terminalreporter.write_line(f"time: {seconds:7.1f} s  {path}")
 
 
 @pytest.fixture(scope="module")
