@@ -10,7 +10,7 @@ coco_folder:  <path>/{train,val,test}/annotations.json, each split's images besi
 import json
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -38,12 +38,13 @@ def assign(params: Dict[str, Any]):
         splits = {name: np.arange(bounds[i], bounds[i + 1]) for i, name in enumerate(SPLITS)}
         return {name: (source, indices) for name, indices in splits.items()}, source
     root = Path(params["path"]).expanduser().resolve()
-    classes = _categories(_read_annotations(root, "train"))
-    sources = {name: coco_source(params, root, name, classes, Source) for name in SPLITS}
+    annotations = {name: _read_annotations(root, name) for name in SPLITS}  # each file read once
+    classes = _categories(annotations["train"])
+    sources = {name: coco_source(params, root, name, annotations[name], classes, Source) for name in SPLITS}
     if params.get("conditions"):
-        tagged = coco_conditions(params)
+        tagged = coco_conditions(params, annotations)
         for name, each in sources.items():
-            files = [image["file_name"] for image in _read_annotations(root, name)["images"]]
+            files = [image["file_name"] for image in annotations[name]["images"]]
             each.conditions = lambda item, name=name, files=files: tagged.get(f"{name}/{files[item]}", [])
     return {name: (each, np.arange(len(each.items))) for name, each in sources.items()}, sources["train"]
 
@@ -129,21 +130,24 @@ def check_folder(params: Dict[str, Any]) -> None:
             raise DataError(f"{root / split}: {len(absent)} image(s) named in annotations.json are missing, e.g. {absent[0]}.")
 
 
-def coco_conditions(params: Dict[str, Any]) -> Dict[str, List[str]]:
+def coco_conditions(params: Dict[str, Any], annotations: Optional[Dict[str, Dict[str, Any]]] = None) -> Dict[str, List[str]]:
     """{"<split>/<file_name>": tags} of a COCO folder's conditions sidecar (dataset.conditions):
     paths relative to dataset.path, as the annotations name the images under each split folder;
-    one that names no image of them fails with the closest one."""
+    one that names no image of them fails with the closest one. `annotations`: each split's, where
+    the caller has read them already."""
     from precisionflow.datasets import conditions
 
     root = Path(params["path"]).expanduser().resolve()
-    known = [f"{split}/{image['file_name']}" for split in SPLITS for image in _read_annotations(root, split)["images"]]
+    annotations = annotations or {split: _read_annotations(root, split) for split in SPLITS}
+    known = [f"{split}/{image['file_name']}" for split in SPLITS for image in annotations[split]["images"]]
     return conditions.read_sidecar(Path(params["conditions"]), known)
 
 
-def coco_source(params: Dict[str, Any], root: Path, split: str, classes: List[Tuple[int, str]], source_class):
+def coco_source(
+    params: Dict[str, Any], root: Path, split: str, annotations: Dict[str, Any], classes: List[Tuple[int, str]], source_class
+):
     from precisionflow.datasets import store
 
-    annotations = _read_annotations(root, split)
     index_of = {category: index for index, (category, _) in enumerate(classes)}
     by_image: Dict[int, List[Dict[str, Any]]] = {}
     for note in annotations["annotations"]:
