@@ -29,6 +29,7 @@ from _common import OUT, ROOT, run_sweep, save  # noqa: E402
 from qat_placements import MODELS, QUICK  # noqa: E402
 
 SPLIT = ["dataset.test_fraction=0.6", "dataset.val_fraction=0.05"]
+WORKFLOW_RANGES = []  # qdq.ranges_within_activations, as the workflow has it (patched while a variant is built)
 
 
 def photo_folder() -> Path:
@@ -49,9 +50,7 @@ def with_interval(agreeing: int, n: int) -> dict:
 def qat_step_ranges(model, ranges):
     """Like qdq.ranges_within_activations, except that a ReLU output with a symmetric learned
     range keeps QAT's step: [0, 255a/127] in uint8 is steps of a/127."""
-    from precisionflow.quant import qdq
-
-    adjusted = qdq.ranges_within_activations(model, ranges)
+    adjusted = WORKFLOW_RANGES[0](model, ranges)
     for node in model.graph.node:
         if node.op_type == "Relu" and node.output[0] in ranges and ranges[node.output[0]][0] < 0:
             low, high = ranges[node.output[0]]
@@ -77,6 +76,7 @@ def cpu_graph_agreements(results: Path) -> dict:
     qat = np.load(next(results.glob("finetune_model/qat-*/qat_logits.npy"))).argmax(1)
     nodes = qdq.quantizable_nodes(onnx.load(str(source)), (), True)
     workflow_ranges, found = qdq.ranges_within_activations, {}
+    WORKFLOW_RANGES[:] = [workflow_ranges]
     with tempfile.TemporaryDirectory() as folder:
         for name, adjust in (("the workflow's (steps of a/255)", workflow_ranges), ("QAT's step (a/127)", qat_step_ranges)):
             graph = Path(folder) / "graph.onnx"
