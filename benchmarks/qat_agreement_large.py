@@ -6,11 +6,13 @@ the test split (1,728 images), with about as many training images as there. Per 
 workflow's own stages build the int8_qat engine for the CPU placement and the TensorRT-placed
 graph (simulated on this CPU); each is scored image by image against its QAT model (Wilson 95%).
 
-A second question, the CPU placement's grid: QAT learns a symmetric range [-a, a] for a ReLU output
-and rounds it in steps of a/127. ONNX Runtime's fused uint8 kernels let the quantizer's range do
-the ReLU's clamping (zero point 0), so the graph uses [0, a]: steps of a/255, finer than QAT's.
-The variant "QAT's step" uses [0, 255a/127] instead: QAT's step exactly, but no clamp at a (QAT
-clips values above a; this graph passes them up to 2a). Clip (ReLU6) keeps its ceiling either way.
+A second question, the CPU placement's grid, rebuilt from the run's own cache three ways:
+- "ONNX Runtime's step for symmetric ranges" (before the fix): a symmetric range [-a, a] given to
+  ONNX Runtime as it is becomes uint8 with zero point 128 and step 2a/255, 0.4% off QAT's a/127;
+- "the workflow's" (now, qdq.symmetric_steps_in_uint8): [-128a/127, a], QAT's step exactly;
+- "QAT's step on ReLU outputs too": a ReLU output with a symmetric learned range is [0, a] in the
+  workflow (steps of a/255, finer than QAT's, the ReLU's clamping done by the quantizer); this
+  variant uses [0, 255a/127] instead: QAT's step, but no clamp at a.
 
     .venv/bin/python benchmarks/qat_agreement_large.py [resnet50 mobilenet_v2]
         -> benchmarks/results/qat_agreement_large.json
@@ -75,16 +77,21 @@ def cpu_graph_agreements(results: Path) -> dict:
     images = test.images(np.arange(len(test))).astype(np.float32)
     qat = np.load(next(results.glob("finetune_model/qat-*/qat_logits.npy"))).argmax(1)
     nodes = qdq.quantizable_nodes(onnx.load(str(source)), (), True)
-    workflow_ranges, found = qdq.ranges_within_activations, {}
+    workflow_ranges, workflow_steps, found = qdq.ranges_within_activations, qdq.symmetric_steps_in_uint8, {}
     WORKFLOW_RANGES[:] = [workflow_ranges]
+    variants = {
+        "ONNX Runtime's step for symmetric ranges (before)": (workflow_ranges, lambda ranges: ranges),
+        "the workflow's (now)": (workflow_ranges, workflow_steps),
+        "QAT's step on ReLU outputs too": (qat_step_ranges, workflow_steps),
+    }
     with tempfile.TemporaryDirectory() as folder:
-        for name, adjust in (("the workflow's (steps of a/255)", workflow_ranges), ("QAT's step (a/127)", qat_step_ranges)):
+        for name, (adjust, steps) in variants.items():
             graph = Path(folder) / "graph.onnx"
-            qdq.ranges_within_activations = adjust
+            qdq.ranges_within_activations, qdq.symmetric_steps_in_uint8 = adjust, steps
             try:
                 qdq.quantize_int8(source, graph, ranges, nodes, "onnxruntime_cpu", lineage["ranges"]["learned_tensors"])
             finally:
-                qdq.ranges_within_activations = workflow_ranges
+                qdq.ranges_within_activations, qdq.symmetric_steps_in_uint8 = workflow_ranges, workflow_steps
             engine = ort.InferenceSession(
                 str(graph), providers=["CPUExecutionProvider"], disabled_optimizers=qdq.ORT_DISABLED_OPTIMIZERS
             )
