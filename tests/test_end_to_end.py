@@ -310,7 +310,14 @@ def test_the_printed_mlflow_link_opens_the_runs_page_with_the_trade_off_columns(
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for_mlflow(f"http://127.0.0.1:{port}")
-        dom = subprocess.run(flags + ["--dump-dom", link], capture_output=True, text=True, timeout=180).stdout
+        # MLflow's UI fills the table after its API calls return; on a loaded machine that once took
+        # longer than 25 s of Chromium's virtual time (CI, 2026-12-02). Load the page again with a
+        # longer budget rather than fail on a half-rendered page; the checks below are unchanged.
+        for budget_ms in (25000, 60000, 120000):
+            flags = chromium_flags(tmp_path, budget_ms)
+            dom = subprocess.run(flags + ["--dump-dom", link], capture_output=True, text=True, timeout=240).stdout
+            if all(column in dom for column in ("top1", "x_fp32_bmax")):
+                break
         artifacts = Path(os.environ.get("PRECISIONFLOW_TEST_ARTIFACTS", results.parent / "artifacts"))
         artifacts.mkdir(parents=True, exist_ok=True)
         subprocess.run(flags + [f"--screenshot={artifacts / 'mlflow-runs.png'}", link], capture_output=True, timeout=180)
