@@ -232,6 +232,16 @@ def pooled_classifier(path):
     return save_graph(path, "pooled", nodes, weights, ("image", ["N", 1, 6, 6]), ("logits", ["N", 3]))
 
 
+def quantize_pooled_classifier_for_the_cpu(tmp_path):
+    """fp32.onnx and its int8_qat graph for the CPU placement (int8.onnx) in tmp_path: QAT's learned
+    ranges on the input, the ReLU and the pooled features; measured ones elsewhere. Returns the
+    tensors left unquantized."""
+    fp32 = pooled_classifier(tmp_path / "fp32.onnx")
+    learned = {"image": (-1.0, 1.0), "relu": (-4.0, 4.0), "squeezed": (-2.0, 2.0)}
+    measured = {"conv": (-3.0, 3.0), "pool": (0.0, 30000.0), "matmul": (-9000.0, 9000.0), "logits": (-9000.0, 9000.0)}
+    return qdq.quantize_int8(fp32, tmp_path / "int8.onnx", {**measured, **learned}, ["conv"], "onnxruntime_cpu", learned)
+
+
 def test_a_qat_graph_on_the_cpu_rounds_only_where_qat_trained(tmp_path):
     """QAT's range for the pooled features lands on tf2onnx's Squeeze; ONNX Runtime quantizes a
     Squeeze with its input's parameters, so the pooling's output must take that range (a measured
@@ -240,10 +250,7 @@ def test_a_qat_graph_on_the_cpu_rounds_only_where_qat_trained(tmp_path):
     import numpy as np
     import onnxruntime as ort
 
-    fp32 = pooled_classifier(tmp_path / "fp32.onnx")
-    learned = {"image": (-1.0, 1.0), "relu": (-4.0, 4.0), "squeezed": (-2.0, 2.0)}
-    measured = {"conv": (-3.0, 3.0), "pool": (0.0, 30000.0), "matmul": (-9000.0, 9000.0), "logits": (-9000.0, 9000.0)}
-    freed = qdq.quantize_int8(fp32, tmp_path / "int8.onnx", {**measured, **learned}, ["conv"], "onnxruntime_cpu", learned)
+    freed = quantize_pooled_classifier_for_the_cpu(tmp_path)
     assert len(freed) == 2 and "matmul" in freed  # the logits, under the name ONNX Runtime gave them
     model = onnx.load(str(tmp_path / "int8.onnx"))
     scales = {init.name: onnx.numpy_helper.to_array(init) for init in model.graph.initializer}
@@ -263,10 +270,7 @@ def test_a_symmetric_range_on_the_cpu_is_stepped_as_qat_steps_it(tmp_path):
     98.7% agreement with its QAT model instead of 99.5%). The CPU graph must use QAT's grid."""
     import numpy as np
 
-    fp32 = pooled_classifier(tmp_path / "fp32.onnx")
-    learned = {"image": (-1.0, 1.0), "relu": (-4.0, 4.0), "squeezed": (-2.0, 2.0)}
-    measured = {"conv": (-3.0, 3.0), "pool": (0.0, 30000.0), "matmul": (-9000.0, 9000.0), "logits": (-9000.0, 9000.0)}
-    qdq.quantize_int8(fp32, tmp_path / "int8.onnx", {**measured, **learned}, ["conv"], "onnxruntime_cpu", learned)
+    quantize_pooled_classifier_for_the_cpu(tmp_path)
     model = onnx.load(str(tmp_path / "int8.onnx"))
     constants = {init.name: onnx.numpy_helper.to_array(init) for init in model.graph.initializer}
     image_q = next(n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "image")
