@@ -278,3 +278,31 @@ def test_a_symmetric_range_on_the_cpu_is_stepped_as_qat_steps_it(tmp_path):
     assert scale == pytest.approx(1.0 / 127) and zero == 128
     qat_values = np.arange(-127, 128) / 127.0  # every value QAT's fake-quant gives on [-1, 1]
     assert np.allclose((np.clip(np.round(qat_values / scale) + zero, 0, 255) - zero) * scale, qat_values)
+
+
+def test_a_qat_tensor_only_a_pooling_reads_is_rounded_on_qats_grid_in_the_tensorrt_placement(tmp_path):
+    """TensorRT's placement rounds the inputs of int8 ops; the ReLU output here feeds only the
+    pooling, so it went unrounded and unclipped though QAT rounded it at every step (ResNet-50's
+    last block: 0.2% of predictions differed from the QAT model). The pooling must read the ReLU
+    output rounded and clipped on QAT's grid: what QAT's fake-quant computes."""
+    import numpy as np
+    import onnxruntime as ort
+
+    fp32 = pooled_classifier(tmp_path / "fp32.onnx")
+    learned = {"image": (-1.0, 1.0), "relu": (-1.5, 1.5), "squeezed": (-2.0, 2.0)}
+    qdq.quantize_int8(fp32, tmp_path / "int8.onnx", learned, ["conv"], "tensorrt")
+    assert qdq.fake_quantize_tensors(tmp_path / "int8.onnx", learned) == ["relu"]
+    assert qdq.check_qdq(onnx.load(str(tmp_path / "int8.onnx")), output_layer_float=False) == []
+    assert qdq.fake_quantize_tensors(tmp_path / "int8.onnx", learned) == []  # rounded once, not twice
+
+    model = onnx.load(str(tmp_path / "int8.onnx"))
+    pool = next(node for node in model.graph.node if node.op_type == "GlobalAveragePool")
+    model.graph.output.append(onnx.helper.make_tensor_value_info(pool.input[0], onnx.TensorProto.FLOAT, None))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("conv", onnx.TensorProto.FLOAT, None))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    images = np.random.default_rng(2).uniform(-1, 1, (8, 1, 6, 6)).astype(np.float32)
+    _, pooled_input, conv = session.run(None, {"image": images})
+    step = 1.5 / 127
+    assert np.abs(conv).max() > 1.5  # the clip matters
+    expected = np.clip(np.round(np.maximum(conv, 0) / step), -127, 127) * step  # QAT's fake-quant of the ReLU
+    assert np.allclose(pooled_input, expected, atol=1e-6)

@@ -177,3 +177,38 @@ def test_int8_qat_placed_for_the_cpu_reproduces_the_qat_model_in_integer_kernels
     agreement = float(np.mean(deployed.argmax(1) == trained.argmax(1)))
     print(json.dumps({"model": model, "placement": "onnxruntime_cpu", "agreement_with_qat_model": agreement}))
     assert np.all(deployed.argmax(1)[clear] == trained.argmax(1)[clear]) and agreement >= 0.95
+
+
+def test_qat_ranges_a_depthwise_kernel_per_output_channel_and_from_its_final_weights():
+    """Deployed depthwise convs are quantized per output channel, so QAT must train that grid
+    (tfmot's own quantizer gives the whole depthwise kernel one range). And after training, the
+    weight ranges are brought to the final weights: tfmot records them before each step's update."""
+    from precisionflow.modeling import qat
+    from precisionflow.modeling.tfenv import import_tensorflow
+
+    _, keras = import_tensorflow()
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8, 8, 4), name="image")
+    x = keras.layers.DepthwiseConv2D(3, padding="same", name="dw")(inputs)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.ReLU(6.0, name="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    model = keras.Model(inputs, keras.layers.Dense(3, name="logits")(x))
+    kernel, bias = model.get_layer("dw").get_weights()
+    kernel[..., 0, 0] *= 10  # one channel far wider than the rest: one shared range would be wrong
+    model.get_layer("dw").set_weights([kernel, bias])
+    quantized, _ = qat.quantize_model(keras, model, [])
+    quantized.compile(optimizer=keras.optimizers.SGD(0.5), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rng = np.random.default_rng(0)
+    quantized.fit(rng.normal(size=(16, 8, 8, 4)).astype("float32"), rng.integers(0, 3, 16), batch_size=16, epochs=1, verbose=0)
+
+    wrapper = next(layer for layer in quantized.layers if getattr(layer, "layer", None) is not None and layer.layer.name == "dw")
+    ranges = {v.name.split("/")[-1].split(":")[0]: v.numpy() for v in wrapper.weights if "kernel_m" in v.name}
+    final = np.abs(next(v for v in wrapper.weights if v.name.endswith("depthwise_kernel:0")).numpy()).max(axis=(0, 1, 3))
+    assert ranges["depthwise_kernel_max"].shape == (4,)
+    assert not np.allclose(ranges["depthwise_kernel_max"], final, rtol=1e-6)  # one step behind the final kernel
+    assert qat.refresh_weight_ranges(quantized) == 1  # the depthwise kernel (the output layer stays float)
+    ranges = {v.name.split("/")[-1].split(":")[0]: v.numpy() for v in wrapper.weights if "kernel_m" in v.name}
+    assert np.allclose(ranges["depthwise_kernel_max"], final, rtol=1e-6)
+    assert np.allclose(ranges["depthwise_kernel_min"], -final, rtol=1e-6)
+    assert final[0] > 3 * final[1:].max()

@@ -424,3 +424,67 @@ def fake_quantize_inputs(path: Path, node_names: Sequence[str], ranges: Dict[str
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return treated
+
+
+def unrounded_learned_tensors(model, learned: Iterable[str]) -> List[str]:
+    """The tensors QAT fake-quantized that some op of `model` reads unrounded.
+
+    TensorRT's placement puts Q/DQ on the inputs of the ops it runs in int8, so a learned tensor
+    feeding only another kind of op (ResNet-50's last block output, read by the global average
+    pool) is never rounded or clipped there, though QAT rounded and clipped it at every step.
+    A learned tensor read through range-preserving ops (a Pad, a MaxPool) counts as rounded when
+    a Q follows them. A compute op's input is the placement's own decision (quantized with the op,
+    or kept float on purpose), so only other readers count."""
+    consumers: Dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def read_unrounded(tensor: str) -> bool:
+        for node in consumers.get(tensor, []):
+            if node.op_type == "QuantizeLinear" or node.op_type in COMPUTE_OPS:
+                continue
+            if node.op_type not in RANGE_PRESERVING or read_unrounded(node.output[0]):
+                return True
+        return False
+
+    return [tensor for tensor in learned if read_unrounded(tensor)]
+
+
+def fake_quantize_tensors(path: Path, ranges: Dict[str, Tuple[float, float]]) -> List[str]:
+    """Round each named tensor on its learned symmetric int8 grid (a Q/DQ pair every reader then
+    reads), for every tensor QAT fake-quantized that the placement left unrounded. Returns them."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    treated = unrounded_learned_tensors(model, [t for t in ranges if not _is_graph_output(model, t)])
+    for tensor in treated:
+        low, high = ranges[tensor]
+        stem = f"{tensor}_qat_fq"
+        for node in model.graph.node:  # every reader of the tensor reads the rounded copy
+            node.input[:] = [f"{stem}_dq" if name == tensor else name for name in node.input]
+        model.graph.initializer.extend(
+            [
+                numpy_helper.from_array(np.array(max(abs(low), abs(high)) / 127.0, np.float32), f"{stem}_scale"),
+                numpy_helper.from_array(np.array(0, np.int8), f"{stem}_zero_point"),
+            ]
+        )
+        position = next((i for i, node in enumerate(model.graph.node) if tensor in node.output), -1) + 1
+        model.graph.node.insert(
+            position,
+            helper.make_node(
+                "DequantizeLinear", [f"{stem}_q", f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_dq"], name=f"{stem}_dq"
+            ),
+        )
+        model.graph.node.insert(
+            position,
+            helper.make_node("QuantizeLinear", [tensor, f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_q"], name=f"{stem}_q"),
+        )
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return treated
+
+
+def _is_graph_output(model, tensor: str) -> bool:
+    return any(output.name == tensor for output in model.graph.output)

@@ -84,6 +84,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     )
     extra = {}
     if mode == "qat":
+        refreshed = qat.refresh_weight_ranges(trainable)
         # The QAT model's own test logits (fake-quant on): the int8_qat engine must reproduce them.
         np.save(out / "qat_logits.npy", training.predict_split(trainable, inputs["data"], "test"))
         ranges = qat.learned_ranges(trainable)
@@ -95,6 +96,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         activations = [bounds for layer, bounds in ranges.items() if layer != qat.INPUT_KEY]
         extra = {
             "learned_ranges": len(ranges),
+            "weight_ranges_refreshed": refreshed,
             "layers_left_float": left_float,
             "activations_symmetric": all(math.isclose(-lo, hi, rel_tol=1e-5) for lo, hi in activations),
         }

@@ -84,6 +84,11 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
         qat["qat_untrained_left_float"] = freed
     if lineage["source"] == "qat" and int8["keep_output_layer"] and trt:
         qat["qat_output_layer_input"] = fake_quantize_output_input(fp32_model, target, learned)
+    if lineage["source"] == "qat" and trt:
+        # A tensor QAT rounded that no int8 op reads (the last block's output, read by the pooling)
+        # is rounded and clipped on QAT's grid all the same: on ResNet-50, leaving it unrounded
+        # changed 0.2% of predictions against the QAT model.
+        qat["qat_rounded_outside_int8_ops"] = qdq.fake_quantize_tensors(target, learned)
     if trt:
         qdq.assert_trt_legal(target, int8["keep_output_layer"])
     # The per-tensor report ranks ops for int8_mixed: a decision, so it never sees the test split.
