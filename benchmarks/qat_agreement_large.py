@@ -122,6 +122,7 @@ def main() -> None:
             rows.append(
                 {
                     "model": model,
+                    "node": folder.name,  # earlier runs' nodes stay in the folder and are listed too
                     "placement": "tensorrt (simulated on this CPU)" if node["params"].get("simulates") else "onnxruntime_cpu",
                     "ran": metrics["engine"]["executed"]["executed_precision"],
                     "top1": round(metrics["top1"], 4),

@@ -170,7 +170,7 @@ def symmetric_steps_in_uint8(ranges: Dict[str, Tuple[float, float]]) -> Dict[str
     the grid QAT trains on (narrow-range int8) and TensorRT runs. Given [-a, a], ONNX Runtime steps
     it by 2a/255, a grid 0.4% off QAT's, so values round to other codes than QAT rounded them to:
     ResNet-50's CPU int8_qat engine agreed with its QAT model on 98.7% of 1,728 images on that
-    grid, and on 99.48% on QAT's (benchmarks/results/qat_agreement_large_stdout.txt). The one difference
+    grid, and on 99.48% on QAT's (benchmarks/results/qat_agreement_large_before_qat_grids_stdout.txt). The one difference
     left: values between -128a/127 and -a are not clamped at -a."""
     return {
         tensor: (-high * 128 / 127, high) if low < 0 < high and math.isclose(-low, high, rel_tol=1e-6) else (low, high)
