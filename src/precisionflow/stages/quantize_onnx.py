@@ -82,6 +82,8 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
     freed = qdq.quantize_int8(source, target, ranges, nodes, placement, trained)
     if trained is not None:
         qat["qat_untrained_left_float"] = freed
+    elif not trt:
+        qat["output_layer_reads_float"] = freed
     if lineage["source"] == "qat" and int8["keep_output_layer"] and trt:
         qat["qat_output_layer_input"] = fake_quantize_output_input(fp32_model, target, learned)
     if lineage["source"] == "qat" and trt:
