@@ -70,12 +70,14 @@ def cpu_graph_agreements(results: Path) -> dict:
     from precisionflow.pipeline.nodeio import file_hash
     from precisionflow.quant import cache, qdq
 
-    node = json.loads(next(results.glob("quantize_onnx/int8_qat-ortcpu-*/node.json")).read_text())
+    newest = max(results.glob("quantize_onnx/int8_qat-ortcpu-*/node.json"), key=lambda path: path.stat().st_mtime)
+    node = json.loads(newest.read_text())  # this run's graph (earlier runs' nodes stay in the folder)
     source = results / node["inputs"]["onnx"] / "model.onnx"
     ranges, lineage = cache.load_cache(results / node["inputs"]["calibration"], file_hash(source))
     test = Split(results / node["inputs"]["data"], "test")
     images = test.images(np.arange(len(test))).astype(np.float32)
-    qat = np.load(next(results.glob("finetune_model/qat-*/qat_logits.npy"))).argmax(1)
+    export = json.loads((results / node["inputs"]["onnx"] / "node.json").read_text())
+    qat = np.load(results / export["inputs"]["model"] / "qat_logits.npy").argmax(1)  # the QAT model behind it
     nodes = qdq.quantizable_nodes(onnx.load(str(source)), (), True)
     workflow_ranges, workflow_steps, found = qdq.ranges_within_activations, qdq.symmetric_steps_in_uint8, {}
     WORKFLOW_RANGES[:] = [workflow_ranges]

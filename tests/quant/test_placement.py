@@ -331,3 +331,37 @@ def test_the_float_output_layer_reads_unclipped_features_in_the_cpu_placement(tm
     assert outputs["fp32"].max() > 4.0 and outputs["int8"].max() > 4.0  # not clipped at the calibrated 2.0
     assert outputs["int8"].min() >= 0.0 and outputs["int8"].max() <= 6.0  # the ReLU6 clamps again
     assert np.abs(outputs["int8"] - outputs["fp32"]).max() < 0.2  # conv1's int8 rounding only
+
+
+def depthwise_conv(path, channels=8):
+    """One depthwise 3x3 conv of weight 1: every output sums 9 inputs."""
+    import numpy as np
+    from onnx import helper
+
+    weights = {"w": np.ones((channels, 1, 3, 3), np.float32)}
+    nodes = [helper.make_node("Conv", ["image", "w"], ["out"], group=channels, pads=[1, 1, 1, 1], name="dw")]
+    return save_graph(path, "depthwise", nodes, weights, ("image", ["N", channels, 4, 4]), ("out", ["N", channels, 4, 4]))
+
+
+def test_depthwise_weights_keep_8_bits_on_the_cpu_and_cannot_saturate(tmp_path):
+    """Only the GEMM kernels saturate in 16 bits; a depthwise kernel keeps its 8th bit (9 weights a
+    channel: 7 bits cost MobileNetV2 1 point of agreement with its QAT model), and its sum at high
+    activation codes stays exact. Ordinary convs keep 7 bits (the saturation test above)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    fp32 = depthwise_conv(tmp_path / "fp32.onnx")
+    ranges = {"image": (-8.0, 8.0), "out": (-128.0, 128.0)}
+    qdq.quantize_int8(fp32, tmp_path / "int8.onnx", ranges, ["dw"], placement="onnxruntime_cpu")
+    [weight] = [
+        onnx.numpy_helper.to_array(init)
+        for init in onnx.load(str(tmp_path / "int8.onnx")).graph.initializer
+        if init.data_type == onnx.TensorProto.INT8 and init.dims and len(init.dims) == 4
+    ]
+    assert int(np.abs(weight).max()) == 127  # 8 bits, not 7
+    images = np.full((2, 8, 4, 4), 7.5, np.float32)  # uint8 code 247 under the symmetric range
+    outputs = {}
+    for name in ("fp32", "int8"):
+        session = ort.InferenceSession(str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+        outputs[name] = session.run(None, {"image": images})[0]
+    assert np.allclose(outputs["int8"], outputs["fp32"], rtol=0.02), (outputs["int8"].max(), outputs["fp32"].max())
