@@ -417,7 +417,6 @@ def fake_quantize_inputs(path: Path, node_names: Sequence[str], ranges: Dict[str
     For int8_qat's float output layer: QAT quantized the activation feeding it, so the deployed
     graph rounds and clips it the same way. Returns the tensors treated."""
     import onnx
-    from onnx import helper, numpy_helper
 
     model = onnx.load(str(path))
     treated = []
@@ -427,23 +426,7 @@ def fake_quantize_inputs(path: Path, node_names: Sequence[str], ranges: Dict[str
             continue
         scale = max(abs(ranges[tensor][0]), abs(ranges[tensor][1])) / 127.0
         stem = f"{tensor}_qat_fq"
-        model.graph.initializer.extend(
-            [
-                numpy_helper.from_array(np.array(scale, np.float32), f"{stem}_scale"),
-                numpy_helper.from_array(np.array(0, np.int8), f"{stem}_zero_point"),
-            ]
-        )
-        position = list(model.graph.node).index(node)
-        model.graph.node.insert(
-            position,
-            helper.make_node(
-                "DequantizeLinear", [f"{stem}_q", f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_dq"], name=f"{stem}_dq"
-            ),
-        )
-        model.graph.node.insert(
-            position,
-            helper.make_node("QuantizeLinear", [tensor, f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_q"], name=f"{stem}_q"),
-        )
+        _insert_fake_quant(model, tensor, stem, scale, list(model.graph.node).index(node))
         node.input[0] = f"{stem}_dq"
         treated.append(tensor)
     onnx.checker.check_model(model)
@@ -480,7 +463,6 @@ def fake_quantize_tensors(path: Path, ranges: Dict[str, Tuple[float, float]]) ->
     """Round each named tensor on its learned symmetric int8 grid (a Q/DQ pair every reader then
     reads), for every tensor QAT fake-quantized that the placement left unrounded. Returns them."""
     import onnx
-    from onnx import helper, numpy_helper
 
     model = onnx.load(str(path))
     treated = unrounded_learned_tensors(model, [t for t in ranges if not _is_graph_output(model, t)])
@@ -489,23 +471,8 @@ def fake_quantize_tensors(path: Path, ranges: Dict[str, Tuple[float, float]]) ->
         stem = f"{tensor}_qat_fq"
         for node in model.graph.node:  # every reader of the tensor reads the rounded copy
             node.input[:] = [f"{stem}_dq" if name == tensor else name for name in node.input]
-        model.graph.initializer.extend(
-            [
-                numpy_helper.from_array(np.array(max(abs(low), abs(high)) / 127.0, np.float32), f"{stem}_scale"),
-                numpy_helper.from_array(np.array(0, np.int8), f"{stem}_zero_point"),
-            ]
-        )
         position = next((i for i, node in enumerate(model.graph.node) if tensor in node.output), -1) + 1
-        model.graph.node.insert(
-            position,
-            helper.make_node(
-                "DequantizeLinear", [f"{stem}_q", f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_dq"], name=f"{stem}_dq"
-            ),
-        )
-        model.graph.node.insert(
-            position,
-            helper.make_node("QuantizeLinear", [tensor, f"{stem}_scale", f"{stem}_zero_point"], [f"{stem}_q"], name=f"{stem}_q"),
-        )
+        _insert_fake_quant(model, tensor, stem, max(abs(low), abs(high)) / 127.0, position)
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return treated
@@ -576,3 +543,21 @@ def _restore_dropped_activation(model, fp32_model, tensor: str, producers, sourc
     restored.attribute.extend(original.attribute)
     position = list(model.graph.node).index(producers[tensor]) + 1
     model.graph.node.insert(position, restored)
+
+
+def _insert_fake_quant(model, tensor: str, stem: str, scale: float, position: int) -> None:
+    """A symmetric int8 Q -> DQ pair on `tensor` at `position` in the node list; its output is
+    f"{stem}_dq" (the caller points the readers at it)."""
+    from onnx import helper, numpy_helper
+
+    model.graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array(scale, np.float32), f"{stem}_scale"),
+            numpy_helper.from_array(np.array(0, np.int8), f"{stem}_zero_point"),
+        ]
+    )
+    parameters = [f"{stem}_scale", f"{stem}_zero_point"]
+    model.graph.node.insert(
+        position, helper.make_node("DequantizeLinear", [f"{stem}_q", *parameters], [f"{stem}_dq"], name=f"{stem}_dq")
+    )
+    model.graph.node.insert(position, helper.make_node("QuantizeLinear", [tensor, *parameters], [f"{stem}_q"], name=f"{stem}_q"))
