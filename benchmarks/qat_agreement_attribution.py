@@ -1,7 +1,8 @@
 """Issue 31: which cause was worth how many of int8_qat's last disagreements (1,728 test images).
 
 Reads the nodes benchmarks/qat_agreement_large.py left in benchmarks/out/qat_agreement_large and
-rebuilds graphs from their caches; nothing is trained. Three measurements:
+rebuilds graphs from their caches; nothing is trained. The BatchNorm folding is checked first
+(the exported int8 weight codes against QAT's fake-quant of the unfolded kernel), then three causes:
 
 1. Stale weight ranges. The QAT model (ResNet-50) is rebuilt in TensorFlow from its stripped
    weights and learned activation ranges, its weight ranges set from the final weights
@@ -77,7 +78,43 @@ def rebuilt_qat_logits(node: Path, images: np.ndarray) -> np.ndarray:
                 low, high = learned[owner]
                 variable.assign(np.full(variable.shape, low if short.endswith("_min") else high, np.float32))
     qat.refresh_weight_ranges(model)
-    return np.concatenate([model.predict_on_batch(images[i : i + 64]) for i in range(0, len(images), 64)])
+    return model, np.concatenate([model.predict_on_batch(images[i : i + 64]) for i in range(0, len(images), 64)])
+
+
+def folded_weight_codes(model, graph: Path) -> dict:
+    """The BatchNorm folding, checked: each conv's int8 weight codes in the exported graph (folded
+    weights, quantized per channel) against QAT's fake-quant of the unfolded kernel times the
+    folding factor, in steps of the graph's weight scale."""
+    import onnx
+    import tensorflow as tf
+    from onnx import numpy_helper
+
+    onnx_model = onnx.load(str(graph))
+    constants = {init.name: numpy_helper.to_array(init) for init in onnx_model.graph.initializer}
+    producers = {out: node for node in onnx_model.graph.node for out in node.output}
+    layers = {getattr(layer, "layer", layer).name: layer for layer in model.layers}
+    compared, differing, largest = 0, 0, 0.0
+    for node in (n for n in onnx_model.graph.node if n.op_type == "Conv" and "/" in n.name):
+        stem = node.name.split("/")[1].rsplit("_", 1)[0]  # resnet50/conv2_block1_1_conv/BiasAdd -> conv2_block1_1
+        conv, norm = layers.get(f"{stem}_conv"), layers.get(f"{stem}_bn")
+        dequantize = producers[node.input[1]]
+        if conv is None or norm is None or dequantize.op_type != "DequantizeLinear":
+            continue
+        scale = constants[dequantize.input[1]].reshape(-1, 1, 1, 1)
+        codes = constants[dequantize.input[0]].astype(np.float32)
+        weights = {v.name.split("/")[-1].split(":")[0]: v.numpy() for v in conv.weights}
+        trained = tf.quantization.fake_quant_with_min_max_vars_per_channel(
+            weights["kernel"], weights["kernel_min"], weights["kernel_max"], num_bits=8, narrow_range=True
+        ).numpy()
+        gamma, _, _, variance = (v.numpy() for v in getattr(norm, "layer", norm).weights)
+        factor = gamma / np.sqrt(variance + getattr(norm, "layer", norm).epsilon)
+        steps = np.abs(codes - (trained * factor).transpose(3, 2, 0, 1) / scale)
+        compared, differing, largest = (
+            compared + steps.size,
+            differing + int(np.sum(steps > 0.5)),
+            max(largest, float(steps.max())),
+        )
+    return {"weights compared": compared, "codes differing": differing, "largest difference in steps": round(largest, 4)}
 
 
 def unrounded_tensor(results: Path, graph_node: Path, images, written, rebuilt) -> dict:
@@ -132,9 +169,10 @@ def main() -> None:
     resnet50 = OUT / "qat_agreement_large" / "resnet50"
     images = test_images(resnet50)
     written = np.load(resnet50 / qat_node / "qat_logits.npy")
-    rebuilt = rebuilt_qat_logits(resnet50 / qat_node, images)
+    model, rebuilt = rebuilt_qat_logits(resnet50 / qat_node, images)
     found = {
         "command": " ".join(["benchmarks/qat_agreement_attribution.py", *sys.argv[1:]]),
+        "0 BatchNorm folding (ResNet-50's convs)": folded_weight_codes(model, resnet50 / trt_graph / "model.onnx"),
         "1 refreshed weight ranges (ResNet-50)": {"qat model": qat_node, **compared(rebuilt, written)},
         "2 QAT tensor left float by TensorRT's placement (ResNet-50)": unrounded_tensor(
             resnet50, resnet50 / trt_graph, images, written, rebuilt
