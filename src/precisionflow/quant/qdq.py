@@ -443,10 +443,7 @@ def unrounded_learned_tensors(model, learned: Iterable[str]) -> List[str]:
     A learned tensor read through range-preserving ops (a Pad, a MaxPool) counts as rounded when
     a Q follows them. A compute op's input is the placement's own decision (quantized with the op,
     or kept float on purpose), so only other readers count."""
-    consumers: Dict[str, list] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    consumers = _readers(model)
 
     def read_unrounded(tensor: str) -> bool:
         for node in consumers.get(tensor, []):
@@ -478,6 +475,15 @@ def fake_quantize_tensors(path: Path, ranges: Dict[str, Tuple[float, float]]) ->
     return treated
 
 
+def _readers(model) -> Dict[str, list]:
+    """{tensor: the nodes that read it}."""
+    readers: Dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return readers
+
+
 def _is_graph_output(model, tensor: str) -> bool:
     return any(output.name == tensor for output in model.graph.output)
 
@@ -496,15 +502,10 @@ def float_output_layer_reads_float(path: Path, fp32_model) -> List[str]:
 
     model = onnx.load(str(path))
     producers = {out: node for node in model.graph.node for out in node.output}
-    readers: Dict[str, list] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
-    constants = _initializers(model)
+    readers = _readers(model)
+    constants, final_layer = _initializers(model), output_layer_nodes(fp32_model)
     output_layer = {  # its compute ops, where they kept float weights (int8.keep_output_layer)
-        n.name
-        for n in model.graph.node
-        if n.name in output_layer_nodes(fp32_model) and n.op_type in COMPUTE_OPS and n.input[1] in constants
+        n.name for n in model.graph.node if n.name in final_layer and n.op_type in COMPUTE_OPS and n.input[1] in constants
     }
     source_producers = {out: node for node in fp32_model.graph.node for out in node.output}
     freed = []

@@ -70,27 +70,27 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
         kept_float = layer_error.worst_nodes(fp32_model, rows, nodes, int8["mixed_keep_fp"])
         nodes = [name for name in nodes if name not in kept_float]
     refuse_empty(params, nodes, candidates, kept_float)
-    qat = {}
+    placed = {}  # what the placement did beyond the ranges: QAT coverage, tensors left float or rounded
     trt = placement == "tensorrt"
     if lineage["source"] == "qat" and trt:
         learned = {name: ranges[name] for name in lineage["ranges"]["learned_tensors"]}
-        ranges, qat = learned_input_ranges(fp32_model, nodes, ranges, learned)
+        ranges, placed = learned_input_ranges(fp32_model, nodes, ranges, learned)
     # ONNX Runtime's CPU placement quantizes layer outputs: the cache holds QAT's learned range for
     # every tensor QAT put a quantizer on; the placement's other Q/DQ (a pooled output, the logits)
     # are left out, so the engine rounds only where QAT trained it to.
     trained = lineage["ranges"]["learned_tensors"] if lineage["source"] == "qat" and not trt else None
     freed = qdq.quantize_int8(source, target, ranges, nodes, placement, trained)
     if trained is not None:
-        qat["qat_untrained_left_float"] = freed
+        placed["qat_untrained_left_float"] = freed
     elif not trt:
-        qat["output_layer_reads_float"] = freed
+        placed["output_layer_reads_float"] = freed
     if lineage["source"] == "qat" and int8["keep_output_layer"] and trt:
-        qat["qat_output_layer_input"] = fake_quantize_output_input(fp32_model, target, learned)
+        placed["qat_output_layer_input"] = fake_quantize_output_input(fp32_model, target, learned)
     if lineage["source"] == "qat" and trt:
         # A tensor QAT rounded that no int8 op reads (the last block's output, read by the pooling)
         # is rounded and clipped on QAT's grid all the same: on ResNet-50, leaving it unrounded
         # changed 0.2% of predictions against the QAT model.
-        qat["qat_rounded_outside_int8_ops"] = qdq.fake_quantize_tensors(target, learned)
+        placed["qat_rounded_outside_int8_ops"] = qdq.fake_quantize_tensors(target, learned)
     if trt:
         qdq.assert_trt_legal(target, int8["keep_output_layer"])
     # The per-tensor report ranks ops for int8_mixed: a decision, so it never sees the test split.
@@ -108,7 +108,7 @@ def to_int8(source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str
         "report_split": int8["report_split"],
         "report_sample_per_class": drawn.get("per_class"),
         "calibration_split": lineage["settings"].get("split"),
-        **qat,
+        **placed,
         **({"mixed_search": search} if search else {}),
         "worst_tensor": rows[0]["tensor"] if rows else None,
         "worst_sqnr_db": rows[0]["sqnr_vs_fp32_db"] if rows else None,
