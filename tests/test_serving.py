@@ -89,7 +89,7 @@ def served(engine_rate, engine_bracket, fp32_rate, fp32_bracket, why=None):
 
 def test_the_server_ratio_and_its_verdict():
     clear = served(3000, [3000, 3300], 1000, [1000, 1100])
-    assert clear["server_ratio"] == {"median": 3.0, "low": 2.727, "high": 3.3}
+    assert clear["server_ratio"] == {"median": 3.0, "low": 2.727, "high": 3.3, "searches": [1, 1]}
     assert verdict_rules.server_check(clear, 2.0, True)["verdict"] == stats.PASS
     assert verdict_rules.server_check(clear, 3.0, True)["verdict"] == stats.UNDECIDED
     assert verdict_rules.server_check(clear, 4.0, True)["verdict"] == stats.FAIL
@@ -123,3 +123,78 @@ def test_one_transient_failure_does_not_trap_the_search_low():
 
     found = serving.max_server_rate(once_flaky, start=266.0, precision=0.1)
     assert found["rate"] > 2500, found
+
+
+def test_the_ratio_interval_widens_when_repeated_searches_disagree():
+    from precisionflow.stages.serve_engine import server_ratio
+
+    def side(*searches):
+        repeats = [{"rate": rate, "bracket": [rate, round(rate * 1.1, 3)]} for rate in searches]
+        return {"Server": {"rate": min(searches), "bracket": repeats[0]["bracket"], "repeats": repeats}}
+
+    agreeing = server_ratio({"engine": side(3000, 3000), "fp32": side(1000, 1000)})
+    disagreeing = server_ratio({"engine": side(3000, 2000), "fp32": side(1000, 1400)})
+    assert agreeing["low"] <= 3.0 <= agreeing["high"]
+    assert disagreeing["low"] < agreeing["low"] and disagreeing["high"] >= agreeing["high"]
+    assert disagreeing["low"] <= 2000 / 1540 + 1e-3  # the lowest engine answer over the highest fp32 bracket top
+
+
+def test_a_side_with_no_valid_rate_gives_no_ratio_and_an_undecided_row():
+    from precisionflow.stages.serve_engine import server_ratio
+
+    results = {
+        "engine": {"Server": {"rate": 3000, "bracket": [3000, 3300]}},
+        "fp32": {"Server": {"rate": None, "bracket": [None, 17349], "why": "search 1 of 2 found no valid rate"}},
+    }
+    assert server_ratio(results) is None
+    served_rows = {"settings": {"latency_bound_ms": 33}, "results": results, "server_ratio": None}
+    assert verdict_rules.server_check(served_rows, 1.0, True)["verdict"] == stats.UNDECIDED
+
+
+def test_the_search_never_returns_a_rate_no_run_confirmed():
+    """Valid only at the lowest rates the start never reaches again: the step-down runs out of runs
+    while every run fails; that search has no answer (it once returned the last rate unconfirmed)."""
+    seen = []
+
+    def fails_after_the_first_doubling(rate):
+        seen.append(rate)
+        return len(seen) <= 2
+
+    found = serving.max_server_rate(fails_after_the_first_doubling, start=1000.0, precision=0.1)
+    assert found["rate"] is None and not any(valid for _, valid in found["runs"][2:])
+
+
+def test_single_stream_latency_is_the_service_time_and_server_reaches_offline(tmp_path):
+    """A constructed engine (1 ms + 0.1 ms per image, batches up to 32) under the serve stage's own
+    SUT choices: SingleStream waits for no batch, Server reaches >= 0.8x Offline within 15 ms."""
+    from precisionflow.stages import serve_engine
+
+    runners = {size: (lambda size=size: time.sleep(0.001 + 0.0001 * size)) for size in serving.powers_of_two(32)}
+    service = {size: 0.001 + 0.0001 * size for size in runners}
+    settings = dict(
+        SETTINGS,
+        latency_bound_ms=15,
+        min_duration_ms=2000,
+        min_query_count=200,
+        max_batch=32,
+        max_wait_ms=1.0,
+        workers=1,
+        scenarios=["SingleStream", "Server"],
+        search_precision=0.1,
+        search_repeats=1,
+    )
+    found = serve_engine.serve_with(runners, service, settings, tmp_path)
+    single_ms = found["SingleStream"]["p50_ns"] / 1e6
+    assert 1.1 <= single_ms < 1.1 + 0.6, found["SingleStream"]  # the 1.1-ms call, no 1-ms wait for a batch
+    assert found["Offline"]["valid"] and found["Server"]["rate"], found["Server"].get("why")
+    assert found["server_over_offline"] >= 0.8, (found["server_over_offline"], found["Server"]["curve"])
+    spent = found["Server"]["at_rate"]["where_time_went"]
+    assert 0 < spent["engine_share"] <= 1 and spent["engine_call_ms"]["mean"] >= 1.0
+
+
+def test_the_server_batch_leaves_room_for_a_batch_in_flight():
+    from precisionflow.stages.serve_engine import server_max_batch
+
+    service = {1: 0.0006, 32: 0.0027, 64: 0.0054, 128: 0.0102}  # ResNet-50 fp16 on the H200
+    assert server_max_batch(service, 0.015, 0.001) == 64
+    assert server_max_batch({1: 0.02}, 0.015, 0.001) == 1

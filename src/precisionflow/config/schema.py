@@ -241,6 +241,12 @@ class OrtCudaConf:
     cuda_graph: bool = False  # capture one CUDA graph per batch size and replay it (static shapes)
     cudnn_conv_algo_search: CudnnSearch = CudnnSearch.EXHAUSTIVE
     use_tf32: bool = True  # fp32 convolutions/matmuls on TF32 tensor cores: an "fp32" engine is TF32 unless off
+    # cuDNN's fused Conv+bias(+activation) kernels. Without it every Conv bias (a BatchNorm's shift,
+    # folded at export) is one more pass over the activations: on the H200 it took ResNet-50 fp16
+    # from 12,792 to 18,499 images/s at b128, fp32 (TF32) from 8,973 to 13,104, MobileNetV2 fp16
+    # from 19,687 to 30,822, but MobileNetV2 fp32 from 16,085 down to 6,561
+    # (benchmarks/results/h200/engine_vs_plain_2026-12-02): true = try it at build, keep it where faster.
+    fuse_conv_bias: bool = False
 
 
 @dataclass
@@ -345,6 +351,9 @@ class ServingConf:
     max_wait_ms: float = 1.0  # ... waiting at most this long for a batch to fill
     workers: int = 1  # threads calling the engine (1 on a GPU: a captured CUDA graph is one thread's)
     search_precision: float = 0.1  # the Server rate is bisected until its bracket is within 10%
+    # Independent Server searches per side (each its own arrival schedule): the ratio's interval
+    # spans their answers, so it widens when runs disagree; any search with no valid rate withholds it.
+    search_repeats: int = 2
     seed: int = 1
 
 

@@ -42,6 +42,7 @@ class BatchingSUT:
         self.ready = threading.Condition()
         self.overloaded, self.stopping = False, False
         self.batches: collections.Counter = collections.Counter()
+        self.timeline = Timeline()
         self.threads = [threading.Thread(target=self._work, daemon=True) for _ in range(max(1, workers))]
         for thread in self.threads:
             thread.start()
@@ -64,7 +65,8 @@ class BatchingSUT:
         pass
 
     def _take(self) -> Optional[List[Any]]:
-        """The next batch: wait for a first query, then until max_batch wait or max_wait has passed since it came."""
+        """The next batch, as (query, arrival) pairs: wait for a first query, then until max_batch
+        wait or max_wait has passed since it came (no wait at all with max_wait 0)."""
         with self.ready:
             while not self.waiting and not self.stopping:
                 self.ready.wait(0.05)
@@ -77,7 +79,7 @@ class BatchingSUT:
                     break
                 self.ready.wait(left)
             count = min(len(self.waiting), self.max_batch)
-            return [self.waiting.popleft()[0] for _ in range(count)]
+            return [self.waiting.popleft() for _ in range(count)]
 
     def _work(self) -> None:
         while True:
@@ -87,9 +89,12 @@ class BatchingSUT:
             if not batch:
                 continue
             size = next(size for size in self.sizes if size >= len(batch))
+            started = time.perf_counter()
             self.runners[size]()
+            finished = time.perf_counter()
             self.batches[size] += 1
-            self._complete(batch)
+            self._complete([query for query, _ in batch])
+            self.timeline.record(started, finished, [arrival for _, arrival in batch])
 
     def _complete(self, queries) -> None:
         self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(query.id, 0, 0) for query in queries])
@@ -101,6 +106,51 @@ class BatchingSUT:
         for thread in self.threads:
             thread.join(5)
         self.lg.DestroySUT(self.handle)
+
+
+class Timeline:
+    """Where a query's time went inside the SUT, per batch: how long its queries waited between
+    reaching the SUT and the engine call, and how long the call took. Arrival here is when LoadGen
+    handed the query over (LoadGen's own latency counts from the scheduled time, slightly earlier)."""
+
+    LIMIT = 200_000  # batches kept: enough for a 600-s run at ~300 batches/s
+
+    def __init__(self):
+        self.waits_s: List[float] = []  # per query
+        self.service_s: List[float] = []  # per batch
+        self.shares: List[float] = []  # per query: the engine call's share of its time in the SUT
+
+    def record(self, started: float, finished: float, arrivals: List[float]) -> None:
+        if len(self.service_s) >= self.LIMIT:
+            return
+        service = finished - started
+        self.service_s.append(service)
+        for arrival in arrivals:
+            wait = max(0.0, started - arrival)
+            self.waits_s.append(wait)
+            self.shares.append(service / (wait + service) if wait + service > 0 else 1.0)
+
+    def summary(self) -> Dict[str, Any]:
+        """Mean/p50/p99/max of queue waits (per query) and engine calls (per batch), in ms."""
+        if not self.service_s:
+            return {}
+
+        def spread(values: List[float]) -> Dict[str, float]:
+            ordered = sorted(values)
+            pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+            return {
+                "mean": round(1000 * sum(ordered) / len(ordered), 4),
+                "p50": round(1000 * pick(0.5), 4),
+                "p99": round(1000 * pick(0.99), 4),
+                "max": round(1000 * ordered[-1], 4),
+            }
+
+        return {
+            "queue_wait_ms": spread(self.waits_s),
+            "engine_call_ms": spread(self.service_s),
+            "queries_per_batch": round(len(self.waits_s) / len(self.service_s), 2),
+            "engine_share": round(sum(self.shares) / len(self.shares), 3),
+        }
 
 
 def powers_of_two(max_batch: int) -> List[int]:
@@ -153,6 +203,7 @@ def run_scenario(
         lg.DestroyQSL(qsl)
     found = parse_summary((outdir / SUMMARY).read_text())
     found.update({"scenario": scenario, "target_qps": rate, "batches": dict(sut.batches), "overloaded": sut.overloaded})
+    found["where_time_went"] = sut.timeline.summary()
     if sut.overloaded:  # answered at once to end the run: its latencies are not the engine's
         found["valid"] = False
         found["why_invalid"] = f"overloaded: more than {sut.queue_limit} queries waited; the queue was cut, not served"
@@ -220,6 +271,10 @@ def max_server_rate(valid_at: Callable[[float], bool], start: float, precision: 
     while high / low > 1 + precision and len(runs) < max_runs:
         middle = math.sqrt(low * high)
         low, high = (middle, high) if check(middle) else (low, middle)
-    while not check(low) and len(runs) < max_runs + 3:  # re-verification failed: step down
+    verified = check(low)
+    while not verified and len(runs) < max_runs + 3:  # re-verification failed: step down
         high, low = low, low / (1 + precision)
+        verified = check(low)
+    if not verified:  # a rate no run confirmed is no rate (a failed search gives no figure)
+        return {"rate": None, "bracket": [None, round(high, 3)], "runs": runs}
     return {"rate": round(low, 3), "bracket": [round(low, 3), round(high, 3)], "runs": runs}

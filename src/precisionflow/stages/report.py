@@ -43,7 +43,11 @@ FRAMEWORK_AND_SERVING_COLUMNS = [
     "x_server_low",
     "x_server_high",
     "p90_ms_single",
+    "p50_ms_single",
+    "qps_offline",
+    "srv_over_off",
     "bound_ms",
+    "serving_note",
 ]
 COLUMNS = [
     "model",
@@ -132,6 +136,7 @@ HEADERS = {
     "worst_cond": "worst condition",
     "x_server": "x_fp32@server",
     "qps_server": "qps@bound",
+    "srv_over_off": "server/offline",
     "change_95": "vs fp32 [95%]",
     "x_fp32_bmax": "x_fp32@bmax",
     "x_fp32_b1": "x_fp32@1",
@@ -267,6 +272,10 @@ def engine_options(description: Dict[str, Any]) -> str:
         return ""
     parts = ["TF32" if cuda["use_tf32"] == "1" else "no TF32"]
     parts += ["NHWC"] if cuda.get("prefer_nhwc") == "1" else []
+    parts += ["fused conv+bias"] if cuda.get("fuse_conv_bias") == "1" else []
+    parts += (
+        ["conv+bias fusion left off (slower here)"] if (description.get("conv_bias_fusion") or {}).get("kept") is False else []
+    )
     parts += ["no NHWC (failed at first run)"] if description.get("nhwc_refused") else []
     if cuda.get("enable_cuda_graph") == "1":
         parts.append("CUDA graph")
@@ -277,22 +286,34 @@ def engine_options(description: Dict[str, Any]) -> str:
 
 def serving_columns(served: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """The largest valid Server rate within the bound, its p99 there, its ratio to the fp32 engine's
-    (with the interval of the two search brackets), and SingleStream's p90."""
+    (with the interval of the repeated searches), Offline's rate and Server over it, SingleStream's
+    p50/p90 -- each scenario's figure only from a VALID run; else the cell says why not."""
     if not served:
         return {}
     engine = served["results"]["engine"]
-    server, single = engine.get("Server") or {}, engine.get("SingleStream") or {}
+    server, single, offline = (engine.get(name) or {} for name in ("Server", "SingleStream", "Offline"))
     at_rate = server.get("at_rate") or {}
     found = {
         "qps_server": server.get("rate") if server.get("rate") is not None else ("none" if server else ""),
         "p99_ms_server": round(at_rate["p99_ns"] / 1e6, 3) if at_rate.get("p99_ns") else "",
-        "p90_ms_single": round(single["p90_ns"] / 1e6, 3) if single.get("p90_ns") else "",
+        "p90_ms_single": valid_figure(single, "p90_ns", 1e-6),
+        "p50_ms_single": valid_figure(single, "p50_ns", 1e-6),
+        "qps_offline": valid_figure(offline, "samples_per_second", 1.0),
+        "srv_over_off": engine.get("server_over_offline", ""),
         "bound_ms": served["settings"]["latency_bound_ms"],
+        "serving_note": served.get("note", ""),
     }
     ratio = served.get("server_ratio")
     if ratio:
         found.update({"x_server": ratio["median"], "x_server_low": ratio["low"], "x_server_high": ratio["high"]})
     return found
+
+
+def valid_figure(result: Dict[str, Any], key: str, scale: float):
+    """A scenario's figure from a VALID LoadGen run; 'INVALID' (LoadGen's verdict) otherwise."""
+    if not result or key not in result:
+        return ""
+    return round(result[key] * scale, 3) if result.get("valid") else "INVALID"
 
 
 def ratio_columns(ratio_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -655,6 +676,25 @@ def printed_table(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(blocks[:-1] + tail)
 
 
+def serving_notes(rows: List[Dict[str, Any]]) -> List[str]:
+    """Once per table: how long the LoadGen runs were (MLPerf's minimum is 600 s) and which
+    scenarios were INVALID, so no cell is read as an MLPerf result it is not."""
+    served = [row for row in rows if row.get("serving_note") or row.get("qps_server") not in (None, "")]
+    if not served:
+        return []
+    lines = sorted({row["serving_note"] for row in served if row.get("serving_note")})
+    invalid = [
+        f"{row['precision']} ({', '.join(name for name, key in (('SingleStream', 'p50_ms_single'), ('Offline', 'qps_offline')) if row.get(key) == 'INVALID')})"
+        for row in served
+        if "INVALID" in (row.get("p50_ms_single"), row.get("qps_offline"))
+    ]
+    if invalid:
+        lines.append(
+            f"LoadGen runs INVALID (no figure shown): {'; '.join(invalid)} -- their summaries are in each serve_engine node's loadgen/ folder."
+        )
+    return [f"Serving: {line}" for line in lines]
+
+
 def load_notes(rows: List[Dict[str, Any]]) -> List[str]:
     """Once per table: the rows timed while the machine was shared (their figures are not marked one by one)."""
     shared = [row for row in rows if row.get("loaded")]
@@ -710,6 +750,7 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> Li
                 f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision."
             )
     lines += load_notes(rows)
+    lines += serving_notes(rows)
     lines += non_finite_notes(metrics)
     lines += chance_notes(metrics)
     runs = sorted({row["timed"] for row in rows if row["timed"]})
@@ -806,6 +847,8 @@ def add_verdict_columns(rows: List[Dict[str, Any]], found: List[Dict[str, Any]])
             row.update(
                 {column: "=fp32" for column in ("x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_server") if row[column] != ""}
             )
+            # ... and no interval of a speed-up either (summary.csv once held one beside "=fp32")
+            row.update({column: "" for column in ("x_server_low", "x_server_high", "x_fp32_low", "x_fp32_high") if column in row})
         if drop:
             row.update({"change_low": round(0.0 - drop["high"], 2), "change_high": round(0.0 - drop["low"], 2)})
             row["change_95"] = f"{0.0 - entry['drop_points']:+.2f} [{0.0 - drop['high']:+.1f},{0.0 - drop['low']:+.1f}]"

@@ -1,0 +1,457 @@
+"""On a GPU: precisionflow's ONNX Runtime engine beside a plain ONNX Runtime loop on the same graph file.
+
+Part `engines` (issue 40, item 1), for every graph in GRAPH_DIR (benchmarks/h200_graphs.py):
+  plain      one CUDA session per batch size, prefer_nhwc, a CUDA graph, IO binding to device
+             buffers, TF32 on, cudnn_conv_algo_search HEURISTIC (and EXHAUSTIVE at b128): images/s
+             from back-to-back calls over a window, batch-1 p50 from per-call host times.
+  engine     the product's build (backends.onnxruntime_backend.build, engine.onnxruntime of
+             experiment=h200) and load, timed as evaluate_engine times it (prepare(): device events),
+             plus the host rate of the same calls back to back.
+  plain_on_engine_file  the plain loop on the engine file the product saved (engine.onnx).
+Part `serving` (item 2): the product's system under test (measure.serving.BatchingSUT through
+stages.serve_engine.serve_side's pieces) on the engine, LoadGen Offline, SingleStream and Server at
+fixed fractions of its Offline; the same with host-synchronised runners, to tell the clock's share.
+
+Writes one JSON line per figure to OUT (append), so a run cut short keeps what it measured.
+    python3 benchmarks/engine_vs_plain.py engines GRAPH_DIR OUT.jsonl
+    python3 benchmarks/engine_vs_plain.py serving GRAPH_DIR OUT.jsonl --graphs resnet50_product_fp16 ...
+"""
+
+import argparse
+import gc
+import os
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+H200_CUDA = {
+    "prefer_nhwc": True,
+    "cuda_graph": True,
+    "cudnn_conv_algo_search": "EXHAUSTIVE",
+    "use_tf32": True,
+    "fuse_conv_bias": os.environ.get("FUSE", "1") == "1",
+}
+BATCHES = (1, 32, 128)
+
+
+def emit(out: Path, record: dict) -> None:
+    line = json.dumps(record)
+    print(line, flush=True)
+    with open(out, "a") as handle:
+        handle.write(line + "\n")
+
+
+def io_types(session):
+    model_input, model_output = session.get_inputs()[0], session.get_outputs()[0]
+    as_dtype = lambda t: np.float16 if "float16" in t else np.float32  # noqa: E731
+    return model_input, model_output, as_dtype(model_input.type), as_dtype(model_output.type)
+
+
+def plain_session(path: Path, algo: str, batch: int, extra=None):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    provider = {
+        "device_id": 0,
+        "cudnn_conv_algo_search": algo,
+        "prefer_nhwc": "1",
+        "enable_cuda_graph": "1",
+        "use_tf32": "1",
+        **({"fuse_conv_bias": "1"} if H200_CUDA["fuse_conv_bias"] else {}),
+        **(extra or {}),
+    }
+    session = ort.InferenceSession(str(path), options, providers=[("CUDAExecutionProvider", provider)])
+    model_input, model_output, in_type, out_type = io_types(session)
+    shape = [batch] + [int(d) for d in model_input.shape[1:]]
+    x = ort.OrtValue.ortvalue_from_numpy(np.random.default_rng(0).random(shape, dtype=np.float32).astype(in_type), "cuda", 0)
+    y = ort.OrtValue.ortvalue_from_shape_and_type([batch] + [int(d) for d in model_output.shape[1:]], out_type, "cuda", 0)
+    binding = session.io_binding()
+    binding.bind_ortvalue_input(model_input.name, x)
+    binding.bind_ortvalue_output(model_output.name, y)
+    return lambda: session.run_with_iobinding(binding), (session, x, y, binding)
+
+
+def rate_and_p50(run_once, batch: int, seconds: float):
+    for _ in range(10):
+        run_once()
+    times, started = [], time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        begin = time.perf_counter()
+        run_once()
+        times.append(time.perf_counter() - begin)
+    return batch * len(times) / (time.perf_counter() - started), 1000 * float(np.median(times))
+
+
+def plain(path: Path, algo: str, batch: int, seconds: float, extra=None) -> dict:
+    run_once, _keep = plain_session(path, algo, batch, extra)
+    per_s, p50 = rate_and_p50(run_once, batch, seconds)
+    return {"per_s": round(per_s), "p50_ms": round(p50, 4)}
+
+
+def build_engine(path: Path, where: Path, cuda=None):
+    from precisionflow.backends import onnxruntime_backend as backend
+
+    device = os.environ.get("PF_DEVICE", "cuda")  # cpu: a smoke run of this script on a machine without a GPU
+    params = {"optimization_level": "all", "intra_op_threads": 1, "cuda": dict(cuda or H200_CUDA) if device == "cuda" else None}
+    target = {"device": device}
+    where.mkdir(parents=True, exist_ok=True)
+    precision = "fp16" if "fp16" in path.name else "fp32"
+    description = backend.build(path, where, params, target, precision)
+    return description, (lambda: backend.load(where, description, target))
+
+
+def engine_figures(load, batch: int, seconds: float) -> dict:
+    engine = load()
+    images = np.random.default_rng(0).random((batch, *engine.session.get_inputs()[0].shape[1:]), dtype=np.float32)
+    timed = engine.prepare(images)
+    device = [timed() for _ in range(10)]
+    device, host, started = [], [], time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        begin = time.perf_counter()
+        device.append(float(timed()))
+        host.append(time.perf_counter() - begin)
+    wall = time.perf_counter() - started
+    return {
+        "device_per_s": round(batch / float(np.mean(device))),
+        "host_per_s": round(batch * len(host) / wall),
+        "device_p50_ms": round(1000 * float(np.median(device)), 4),
+        "host_p50_ms": round(1000 * float(np.median(host)), 4),
+    }
+
+
+def prepared(graph_dir: Path, name: str, work: Path) -> Path:
+    from h200_graphs import refill
+
+    path = work / f"{name}.onnx"
+    if not path.exists():
+        shutil.copy(graph_dir / f"{name}.onnx", path)
+        refill(path)
+    return path
+
+
+def engines(graph_dir: Path, out: Path, names, seconds: float, work: Path) -> None:
+    for name in names:
+        path = prepared(graph_dir, name, work)
+        for batch in BATCHES:
+            emit(
+                out,
+                {"graph": name, "what": "plain", "algo": "HEURISTIC", "batch": batch, **plain(path, "HEURISTIC", batch, seconds)},
+            )
+        emit(out, {"graph": name, "what": "plain", "algo": "EXHAUSTIVE", "batch": 128, **plain(path, "EXHAUSTIVE", 128, seconds)})
+        description, load = build_engine(path, work / f"engine-{name}")
+        emit(
+            out,
+            {
+                "graph": name,
+                "what": "engine_built",
+                "cuda_settings": description["cuda_settings"],
+                "executed": description["executed"].get("label"),
+                "graph_refused": description["cuda_graph_refused"],
+                "nhwc_refused": description["nhwc_refused"],
+                "engine_bytes": description["engine_bytes"],
+            },
+        )
+        for batch in BATCHES:
+            emit(out, {"graph": name, "what": "engine", "batch": batch, **engine_figures(load, batch, seconds)})
+        engine_file = work / f"engine-{name}" / "engine.onnx"
+        emit(
+            out,
+            {
+                "graph": name,
+                "what": "plain_on_engine_file",
+                "algo": "HEURISTIC",
+                "batch": 128,
+                **plain(engine_file, "HEURISTIC", 128, seconds),
+            },
+        )
+
+
+def serving(graph_dir: Path, out: Path, names, fractions, seconds: float, work: Path, max_batch: int) -> None:
+    from precisionflow.measure import serving as srv
+    from precisionflow.stages import serve_engine
+
+    settings = {
+        "latency_bound_ms": 15.0,
+        "percentile": 0.99,
+        "min_duration_ms": int(seconds * 1000),
+        "min_query_count": 500,
+        "max_batch": max_batch,
+        "max_wait_ms": 1.0,
+        "workers": 1,
+        "seed": 1,
+        "samples": 64,
+        "scenarios": [],
+    }
+    for name in names:
+        path = prepared(graph_dir, name, work)
+        _description, load = build_engine(path, work / f"engine-{name}")
+        images = np.random.default_rng(0).random((max(64, max_batch), 224, 224, 3), dtype=np.float32)
+        engine, runners, largest_s = serve_engine.runners_of(None, images, max_batch, load=load)
+        host_runners = {size: engine.slot(size).run for size in runners}
+        for label, chosen in (("product_runners", runners), ("host_sync_runners", host_runners)):
+            make = lambda scenario, r=chosen: srv.BatchingSUT(r, max_batch, 0.001, 1, 10**9)  # noqa: E731
+            logs = Path(tempfile.mkdtemp())
+            offline = srv.run_scenario(make, "Offline", settings, logs / "off", rate=max_batch / largest_s)
+            base = offline.get("samples_per_second") or 0
+            emit(
+                out,
+                {
+                    "graph": name,
+                    "what": "serve",
+                    "runners": label,
+                    "scenario": "Offline",
+                    "per_s": base,
+                    "valid": offline["valid"],
+                    "batches": offline["batches"],
+                },
+            )
+            single = srv.run_scenario(make, "SingleStream", settings, logs / "ss")
+            emit(
+                out,
+                {
+                    "graph": name,
+                    "what": "serve",
+                    "runners": label,
+                    "scenario": "SingleStream",
+                    "p50_ms": single.get("p50_ns", 0) / 1e6,
+                    "p99_ms": single.get("p99_ns", 0) / 1e6,
+                    "valid": single["valid"],
+                },
+            )
+            for fraction in fractions:
+                server = srv.run_scenario(make, "Server", settings, logs / f"s{fraction}", rate=fraction * base)
+                emit(
+                    out,
+                    {
+                        "graph": name,
+                        "what": "serve",
+                        "runners": label,
+                        "scenario": "Server",
+                        "fraction": fraction,
+                        "target": round(fraction * base),
+                        "valid": server["valid"],
+                        "p50_ms": server.get("p50_ns", 0) / 1e6,
+                        "p99_ms": server.get("p99_ns", 0) / 1e6,
+                        "batches": server["batches"],
+                    },
+                )
+
+
+def options_matrix(graph_dir: Path, out: Path, names, seconds: float, work: Path) -> None:
+    """The plain loop with and without cuDNN's conv+bias fusion, and on the graph with its Conv biases removed."""
+    import onnx
+
+    for name in names:
+        path = prepared(graph_dir, name, work)
+        stripped = work / f"{name}_nobias.onnx"
+        model = onnx.load(str(path))
+        for node in model.graph.node:
+            if node.op_type == "Conv" and len(node.input) == 3:
+                del node.input[2]
+        onnx.save(model, str(stripped))
+        for label, graph, extra in (
+            ("as_exported", path, {}),
+            ("fuse_conv_bias", path, {"fuse_conv_bias": "1"}),
+            ("conv_biases_removed", stripped, {}),
+        ):
+            for batch in (1, 128):
+                emit(
+                    out,
+                    {
+                        "graph": name,
+                        "what": "options",
+                        "variant": label,
+                        "batch": batch,
+                        **plain(graph, "HEURISTIC", batch, seconds, extra),
+                    },
+                )
+
+
+def serving_stage(graph_dir: Path, out: Path, names, seconds: float, work: Path, verify_s: float) -> None:
+    """The serve stage's own choices (stages.serve_engine.serve_with: no batch wait outside Server, the
+    Server batch bounded by the latency bound, the rate search) on the product's engine, runs of
+    `seconds`; then the found rate verified in one run of `verify_s`, and 0.8x Offline tried as long."""
+    from precisionflow.measure import serving as srv
+    from precisionflow.stages import serve_engine
+
+    settings = {
+        "latency_bound_ms": 15.0,
+        "percentile": 0.99,
+        "min_duration_ms": int(seconds * 1000),
+        "min_query_count": 500,
+        "max_batch": 128,
+        "max_wait_ms": 1.0,
+        "workers": 1,
+        "seed": 1,
+        "samples": 64,
+        "scenarios": ["SingleStream", "Server"],
+        "search_precision": 0.05,
+        "search_repeats": 1,
+    }
+    for name in names:
+        path = prepared(graph_dir, name, work)
+        _description, load = build_engine(path, work / f"engine-{name}")
+        images = np.random.default_rng(0).random((128, 224, 224, 3), dtype=np.float32)
+        _engine, runners, service_s = serve_engine.runners_of(None, images, 128, load=load)
+        logs = Path(tempfile.mkdtemp())
+        found = serve_engine.serve_with(runners, service_s, settings, logs)
+        server = found["Server"]
+        emit(
+            out,
+            {
+                "graph": name,
+                "what": "serve_stage",
+                "engine_call_ms": found["engine_call_ms"],
+                "server_max_batch": found["server_max_batch"],
+                "offline": found["Offline"].get("samples_per_second"),
+                "offline_valid": found["Offline"]["valid"],
+                "single_p50_ms": found["SingleStream"].get("p50_ns", 0) / 1e6,
+                "single_valid": found["SingleStream"]["valid"],
+                "server_rate": server.get("rate"),
+                "why": server.get("why"),
+                "server_over_offline": found.get("server_over_offline"),
+                "curve": [
+                    {k: c.get(k) for k in ("target_qps", "valid", "p99_ns", "batches", "where_time_went")}
+                    for c in server["curve"]
+                ],
+            },
+        )
+        long = dict(settings, min_duration_ms=int(verify_s * 1000))
+        batch = found["server_max_batch"]
+        chosen = {size: r for size, r in runners.items() if size <= batch}
+        make = lambda scenario, chosen=chosen, batch=batch: srv.BatchingSUT(chosen, batch, 0.001, 1, 10**9)  # noqa: E731
+        offline = found["Offline"].get("samples_per_second") or 0
+        for label, rate in (("found_rate", server.get("rate")), ("0.8x_offline", 0.8 * offline)):
+            if not rate or (label == "0.8x_offline" and (server.get("rate") or 0) >= rate):
+                continue
+            verified = srv.run_scenario(make, "Server", long, logs / f"verify-{label}", rate=rate)
+            emit(
+                out,
+                {
+                    "graph": name,
+                    "what": "serve_verify",
+                    "at": label,
+                    "rate": round(rate),
+                    "seconds": verify_s,
+                    "valid": verified["valid"],
+                    "p99_ms": verified.get("p99_ns", 0) / 1e6,
+                    "where_time_went": verified["where_time_went"],
+                    "batches": verified["batches"],
+                },
+            )
+
+
+class ProbeHandoff:
+    """../shared/probes/serving's Handoff design behind the interface run_scenario expects."""
+
+    def __init__(self, runners, max_batch):
+        from sut_probe import Handoff
+
+        self.inner = Handoff(runners, max_batch, 0.001)
+        from precisionflow.measure.serving import Timeline
+
+        self.handle, self.batches, self.overloaded, self.queue_limit = self.inner.sut, {}, False, 0
+        self.timeline = Timeline()
+
+    def close(self):
+        self.inner.close()
+
+
+def sut_matrix(graph_dir: Path, out: Path, names, fraction: float, seconds: float, work: Path) -> None:
+    """Which half makes the product's Server tail: its SUT or its runners (each crossed with the probe's)."""
+    import sut_probe
+    from precisionflow.measure import serving as srv
+    from precisionflow.stages import serve_engine
+
+    settings = {
+        "latency_bound_ms": 15.0,
+        "percentile": 0.99,
+        "min_duration_ms": int(seconds * 1000),
+        "min_query_count": 500,
+        "max_batch": 128,
+        "max_wait_ms": 1.0,
+        "workers": 1,
+        "seed": 1,
+        "samples": 64,
+    }
+    for name in names:
+        path = prepared(graph_dir, name, work)
+        _description, load = build_engine(path, work / f"engine-{name}")
+        images = np.random.default_rng(0).random((128, 224, 224, 3), dtype=np.float32)
+        _engine, product_runners, largest_s = serve_engine.runners_of(None, images, 128, load=load)
+        sut_probe.ALGO[0] = "HEURISTIC"
+        probe_runners = sut_probe.make_runners(str(path), "cuda", 128, True)
+        offline = srv.run_scenario(
+            lambda s, runners=product_runners: srv.BatchingSUT(runners, 128, 0.001, 1, 10**9),
+            "Offline",
+            settings,
+            Path(tempfile.mkdtemp()),
+            rate=128 / largest_s,
+        )
+        rate = fraction * offline["samples_per_second"]
+        emit(out, {"graph": name, "what": "sut", "offline": offline["samples_per_second"], "rate": round(rate)})
+        for sut_name in ("product_sut", "probe_handoff"):
+            for runner_name, runners in (("product_runners", product_runners), ("probe_runners", probe_runners)):
+                if sut_name == "product_sut":
+                    make = lambda s, r=runners: srv.BatchingSUT(r, 128, 0.001, 1, 10**9)  # noqa: E731
+                else:
+                    make = lambda s, r=runners: ProbeHandoff(r, 128)  # noqa: E731
+                found = srv.run_scenario(make, "Server", settings, Path(tempfile.mkdtemp()), rate=rate)
+                emit(
+                    out,
+                    {
+                        "graph": name,
+                        "what": "sut",
+                        "sut": sut_name,
+                        "runners": runner_name,
+                        "valid": found["valid"],
+                        "p50_ms": found.get("p50_ns", 0) / 1e6,
+                        "p99_ms": found.get("p99_ns", 0) / 1e6,
+                    },
+                )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("part", choices=("engines", "serving", "options", "sut", "stage"))
+    parser.add_argument("graph_dir", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--graphs", nargs="*")
+    parser.add_argument("--seconds", type=float, default=1.5)
+    parser.add_argument("--fractions", default="0.5,0.8")
+    parser.add_argument("--max-batch", type=int, default=128)
+    parser.add_argument("--verify-seconds", type=float, default=60.0)
+    parser.add_argument("--work", type=Path, default=Path("/root/evp"))
+    args = parser.parse_args()
+    import onnxruntime
+
+    if hasattr(onnxruntime, "preload_dlls"):
+        onnxruntime.preload_dlls()
+    if os.environ.get("GC_OFF"):  # is Python's garbage collector the Server tail? (sut part)
+        gc.disable()
+    args.work.mkdir(parents=True, exist_ok=True)
+    names = args.graphs or sorted(p.stem for p in args.graph_dir.glob("*.onnx"))
+    emit(args.out, {"what": "setup", "onnxruntime": onnxruntime.__version__, "part": args.part, "graphs": names})
+    if args.part == "engines":
+        engines(args.graph_dir, args.out, names, args.seconds, args.work)
+    elif args.part == "stage":
+        serving_stage(args.graph_dir, args.out, names, args.seconds, args.work, args.verify_seconds)
+    elif args.part == "options":
+        options_matrix(args.graph_dir, args.out, names, args.seconds, args.work)
+    elif args.part == "sut":
+        sut_matrix(args.graph_dir, args.out, names, float(args.fractions.split(",")[0]), args.seconds, args.work)
+    else:
+        fractions = [float(f) for f in args.fractions.split(",")]
+        serving(args.graph_dir, args.out, names, fractions, args.seconds, args.work, args.max_batch)
+
+
+if __name__ == "__main__":
+    main()
