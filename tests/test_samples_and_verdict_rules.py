@@ -204,3 +204,19 @@ def test_planning_warns_when_int8_mixeds_search_split_cannot_resolve_its_budget(
     int8 = {"mixed_max_val_drop": 2.0, "confidence": 0.95, "report_split": "val"}
     assert "its 144 images cannot resolve" in mixed_search_warning(int8, 144)
     assert mixed_search_warning(int8, 5000) is None
+
+
+def test_four_images_with_no_spurious_box_do_not_pass_a_tight_budget():
+    """A bootstrap of four zeros is [0, 0]; the exact Poisson bound on a total of 0 over 4 images is 0.92."""
+    found = verdict_rules.mean_check([0, 0, 0, 0], 0.0, 0.05, 0.95, "spurious boxes per image")
+    assert found["verdict"] == stats.UNDECIDED and "[0.000, 0.922]" in found["text"]
+    small = verdict_rules.group_mean_checks({"dusk": [0, 0, 0, 0], "day": [0] * 400}, 0.05, 0.95, "spurious", "conditions")
+    assert [entry["verdict"] for entry in small] == [stats.UNDECIDED] and "'dusk'" in small[0]["text"]
+
+
+def test_no_interval_is_never_a_pass():
+    missing = verdict_rules.mean_check([], 0.0, 0.1, 0.95, "spurious boxes per image")
+    assert missing["verdict"] == stats.UNDECIDED and "no per-image series" in missing["text"]
+    one_round = verdict_rules.speed_check({"median": 3.0, "rounds": [3.0]}, 1.2, "bmax", 0.95, True)
+    assert one_round["verdict"] == stats.UNDECIDED and "fewer than two rounds" in one_round["text"]
+    assert verdict_rules.overall([]) == verdict_rules.NO_BUDGET != stats.PASS

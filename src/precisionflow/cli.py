@@ -292,7 +292,8 @@ def print_verdicts(plan: Dict) -> int:
         return 2
     failed = [entry for entry in found if entry["verdict"] == "FAIL"]
     undecided = [entry for entry in found if entry["verdict"] == "UNDECIDED"]
-    passed = len(found) - len(failed) - len(undecided)
+    unbudgeted = [entry for entry in found if entry["verdict"] == "no budget"]
+    passed = len(found) - len(failed) - len(undecided) - len(unbudgeted)
     print(
         "\nBudgets (evaluate.budget / evaluate.budgets.<precision>; [..] = 95% interval from the paired test images):\n"
         + format_verdicts(found)
@@ -300,6 +301,7 @@ def print_verdicts(plan: Dict) -> int:
     print(
         f"\n{passed} of {len(found)} engines within budget"
         + (f"; {len(failed)} broke it" if failed else "")
+        + (f"; {len(unbudgeted)} held to no budget (nothing judged)" if unbudgeted else "")
         + (
             f"; {len(undecided)} undecided (the test split cannot tell"
             + (

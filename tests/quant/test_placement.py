@@ -250,9 +250,10 @@ def test_a_qat_graph_on_the_cpu_rounds_only_where_qat_trained(tmp_path):
     import numpy as np
     import onnxruntime as ort
 
-    freed = quantize_pooled_classifier_for_the_cpu(tmp_path)
-    assert len(freed) == 2 and "matmul" in freed  # the logits, under the name ONNX Runtime gave them
+    quantize_pooled_classifier_for_the_cpu(tmp_path)
     model = onnx.load(str(tmp_path / "int8.onnx"))
+    rounded = {node.input[0] for node in model.graph.node if node.op_type == "QuantizeLinear"}
+    assert not rounded & {"matmul", "logits"}  # the float output layer is never rounded, so nothing to drop there
     scales = {init.name: onnx.numpy_helper.to_array(init) for init in model.graph.initializer}
     pool_q = next(n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "pool")
     assert float(scales[pool_q.input[1]]) == pytest.approx(2.0 / 127)  # the learned [-2, 2] on QAT's grid, not 30,000
@@ -365,3 +366,29 @@ def test_depthwise_weights_keep_8_bits_on_the_cpu_and_cannot_saturate(tmp_path):
         session = ort.InferenceSession(str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"])
         outputs[name] = session.run(None, {"image": images})[0]
     assert np.allclose(outputs["int8"], outputs["fp32"], rtol=0.02), (outputs["int8"].max(), outputs["fp32"].max())
+
+
+def test_a_float_output_layer_hands_out_float_logits_in_the_cpu_placement(tmp_path):
+    """Post-training ranges, output layer kept float (int8.keep_output_layer): no integer op and no
+    Q/DQ between the float MatMul and the logits, and no tie among the logits that fp32 lacks."""
+    import numpy as np
+    import onnxruntime as ort
+
+    fp32 = pooled_classifier(tmp_path / "fp32.onnx")
+    ranges = {"image": (-1.0, 1.0), "conv": (-3.0, 3.0), "relu": (0.0, 3.0), "pool": (0.0, 3.0), "squeezed": (0.0, 3.0)}
+    ranges.update({"matmul": (-4.0, 4.0), "logits": (-4.0, 4.0)})
+    qdq.quantize_int8(fp32, tmp_path / "int8.onnx", ranges, ["conv"], placement="onnxruntime_cpu")
+    graph = onnx.load(str(tmp_path / "int8.onnx")).graph
+    producers = {out: node for node in graph.node for out in node.output}
+    head = [producers["logits"], producers[producers["logits"].input[0]]]
+    assert [node.op_type for node in head] == ["Add", "MatMul"]  # float to the output: no DequantizeLinear there
+    images = np.random.default_rng(3).uniform(-1, 1, (64, 1, 6, 6)).astype(np.float32)
+    logits = {}
+    for name in ("fp32", "int8"):
+        session = ort.InferenceSession(
+            str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"], disabled_optimizers=qdq.ORT_DISABLED_OPTIMIZERS
+        )
+        logits[name] = session.run(None, {"image": images})[0]
+    top_two = np.sort(logits["int8"], axis=1)[:, -2:]
+    assert not np.any(top_two[:, 0] == top_two[:, 1])  # no ties: the logits are not on an int8 grid
+    assert len(np.unique(np.round(logits["int8"] / (8.0 / 255), 6))) > 16  # ... nor on the logits range's steps

@@ -9,7 +9,17 @@ the planner import it); scipy only for the speed interval's t quantile.
 Every verdict reads an interval, never a bare estimate:
   PASS      the whole interval is within the budget,
   FAIL      the whole interval is beyond it,
-  UNDECIDED the interval straddles it -- this sample cannot tell.
+  UNDECIDED the interval straddles it -- this sample cannot tell -- or there is no interval at all
+            (one speed round, a missing per-image series, a search with no valid rate).
+An engine with no budget set reads "no budget", not PASS.
+
+The method per check:
+  top-1 drop (overall, per class, per condition)  Newcombe's paired interval with continuity
+      correction from the discordant images; groups: Holm-corrected one-sided p-values for FAIL
+  agreement shares                                 Wilson score interval
+  counts per image (spurious boxes)                COUNT_METHOD; groups: Bonferroni for FAIL
+  speed ratios                                     SPEED_METHOD
+  Server rate ratios                               the span of the repeated searches' brackets
 """
 
 import math
@@ -27,8 +37,14 @@ def judged(verdict: str, text: str) -> Dict[str, str]:
     return {"verdict": verdict, "text": text}
 
 
+NO_BUDGET = "no budget"
+
+
 def overall(found: List[Dict[str, str]]) -> str:
-    """An engine's verdict from its checks: any FAIL fails it, else any UNDECIDED leaves it undecided."""
+    """An engine's verdict from its checks: any FAIL fails it, else any UNDECIDED leaves it
+    undecided; with no check at all (no budget set) it is "no budget", never PASS."""
+    if not found:
+        return NO_BUDGET
     verdicts_found = {entry["verdict"] for entry in found}
     return FAIL if FAIL in verdicts_found else UNDECIDED if UNDECIDED in verdicts_found else PASS
 
@@ -76,11 +92,40 @@ def share_check(successes: int, n: int, limit: float, confidence: float, subject
     return judged(verdict, text)
 
 
+COUNT_METHOD = "bootstrap over images, widened to the exact Poisson interval of the total count"
+
+
+def count_interval(per_image: Sequence[float], confidence: float) -> Optional[tuple]:
+    """(low, high) of a per-image mean of counts (spurious boxes per image), or None when there is
+    no series or its values have no spread to bound (n identical non-integer values).
+
+    A bootstrap of n identical values has zero width (four images with 0 boxes: [0, 0]); for counts
+    the interval is the wider of the bootstrap's and the exact Poisson interval of the total k over
+    n images, chi2(a/2; 2k) / 2n to chi2(1 - a/2; 2(k + 1)) / 2n (k = 0, n = 4, 95%: [0, 0.92])."""
+    values = np.asarray(per_image, dtype=float)
+    if values.size == 0:
+        return None
+    low, high = stats.bootstrap_mean(values, confidence)
+    if np.all(values >= 0) and np.all(values == np.round(values)):
+        from scipy.stats import chi2
+
+        total, tail = float(values.sum()), (1 - confidence) / 2
+        exact_low = float(chi2.ppf(tail, 2 * total) / (2 * values.size)) if total > 0 else 0.0
+        exact_high = float(chi2.ppf(1 - tail, 2 * (total + 1)) / (2 * values.size))
+        return min(low, exact_low), max(high, exact_high)
+    return None if high <= low else (low, high)
+
+
 def mean_check(per_image: Sequence[float], estimate: float, limit: float, confidence: float, subject: str) -> Dict[str, str]:
-    """A per-image mean (spurious boxes per image) that may be at most `limit`: bootstrap interval over images."""
-    low, high = stats.bootstrap_mean(per_image, confidence) if len(per_image) else (estimate, estimate)
+    """A per-image mean of counts (spurious boxes per image) that may be at most `limit`, judged by
+    count_interval; UNDECIDED without a per-image series (an estimate alone is no interval)."""
+    bounds = count_interval(per_image, confidence)
+    if bounds is None:
+        why = "no per-image series" if not len(per_image) else f"{len(per_image)} identical values bound nothing"
+        return judged(UNDECIDED, f"{subject} {estimate:.3f} (max {limit}): {why}, so no interval; rerun its evaluation")
+    low, high = bounds
     verdict = stats.verdict_at_most(low, high, limit)
-    text = f"{subject} {estimate:.3f} [{low:.3f}, {high:.3f}] (bootstrap over images; max {limit})"
+    text = f"{subject} {estimate:.3f} [{low:.3f}, {high:.3f}] ({COUNT_METHOD}; max {limit})"
     if verdict == UNDECIDED:
         text += f"; {len(per_image)} test images cannot tell: the interval straddles the budget {limit}"
     return judged(verdict, text)
@@ -168,7 +213,7 @@ def group_mean_checks(
             per_image, float(np.mean(per_image)) if len(per_image) else 0.0, limit, confidence, f"{subject} on '{name}'"
         )
         if entry["verdict"] == FAIL:
-            low, _ = stats.bootstrap_mean(per_image, strict)
+            low, _ = count_interval(per_image, strict) or (limit, limit)
             held = low > limit
             entry = judged(
                 FAIL if held else UNDECIDED,
@@ -226,9 +271,12 @@ def speed_check(
     if ratio is None:
         return judged(UNDECIDED, f"no side-by-side speed-up at {at} measured yet (min {limit}x): run its compare_speed job")
     bounds = speed_interval(ratio.get("rounds", []), confidence)
-    if bounds is None:
-        verdict = FAIL if ratio["median"] < limit else PASS
-        return judged(verdict, f"speed-up over fp32 at {at} {ratio['median']:.2f}x (min {limit}x; one round, no interval)")
+    if bounds is None:  # one round is no interval: its median alone decides nothing
+        return judged(
+            UNDECIDED,
+            f"speed-up over fp32 at {at} {ratio['median']:.2f}x from fewer than two rounds: no interval (min {limit}x); "
+            "time at least two rounds (evaluate.ratio_rounds)",
+        )
     low, high = bounds
     verdict = stats.verdict_at_least(low, high, limit)
     text = (
