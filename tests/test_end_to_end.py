@@ -189,12 +189,16 @@ def check(results: Path, *overrides: str):
 
 def test_check_gates_on_budgets_and_runs_nothing(first_run, tmp_path):
     results, output = first_run
-    assert "3 of 3 engines within budget" in output  # the end of `precisionflow run`
+    # the end of `precisionflow run`: the fp32 engine is what the others are judged against, not judged itself
+    assert "2 of 2 engines within budget (1 fp32 reference(s) beside them)" in output
     passing = check(results)
-    assert passing.returncode == 0 and passing.stdout.count("PASS ") == 3
+    assert passing.returncode == 0 and passing.stdout.count("PASS ") == 2 and re.search(r"reference\s+fp32", passing.stdout)
     breached = check(results, "+evaluate.budgets.fp16={max_top1_drop:-50}")
     assert breached.returncode == 1 and re.search(r"FAIL\s+fp16", breached.stdout) and "broke: top-1 drop" in breached.stdout
-    assert "1 of 3 engines" not in breached.stdout and "2 of 3 engines within budget; 1 broke it." in breached.stdout
+    assert (
+        "0 of 2 engines" not in breached.stdout
+        and "1 of 2 engines within budget (1 fp32 reference(s) beside them); 1 broke it." in breached.stdout
+    )
     # min_speedup reads the side-by-side ratio's interval from its rounds: a low minimum passes
     speedy = check(results, "+evaluate.budgets.int8={min_speedup:0.01}")
     assert speedy.returncode == 0 and "speed-up over fp32 at bmax" not in speedy.stdout, speedy.stdout

@@ -198,3 +198,16 @@ def test_the_server_batch_leaves_room_for_a_batch_in_flight():
     service = {1: 0.0006, 32: 0.0027, 64: 0.0054, 128: 0.0102}  # ResNet-50 fp16 on the H200
     assert server_max_batch(service, 0.015, 0.001) == 64
     assert server_max_batch({1: 0.02}, 0.015, 0.001) == 1
+
+
+def test_a_start_that_fails_once_is_tried_again_before_the_search_halves():
+    """On the H200 a 4-s run at 0.8x Offline was INVALID from two stalled engine calls while 60 s at
+    the same rate were VALID: the search must not halve on one failure at its start."""
+    seen = []
+
+    def start_fails_once(rate):
+        seen.append(rate)
+        return rate <= 14000 and len(seen) != 1
+
+    found = serving.max_server_rate(start_fails_once, start=14000.0, precision=0.1)
+    assert found["rate"] >= 14000 * 0.9 and seen[:2] == [14000.0, 14000.0]

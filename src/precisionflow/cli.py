@@ -293,13 +293,15 @@ def print_verdicts(plan: Dict) -> int:
     failed = [entry for entry in found if entry["verdict"] == "FAIL"]
     undecided = [entry for entry in found if entry["verdict"] == "UNDECIDED"]
     unbudgeted = [entry for entry in found if entry["verdict"] == "no budget"]
-    passed = len(found) - len(failed) - len(undecided) - len(unbudgeted)
+    references = [entry for entry in found if entry["verdict"] == "reference"]
+    passed = len(found) - len(failed) - len(undecided) - len(unbudgeted) - len(references)
     print(
         "\nBudgets (evaluate.budget / evaluate.budgets.<precision>; [..] = 95% interval from the paired test images):\n"
         + format_verdicts(found)
     )
     print(
-        f"\n{passed} of {len(found)} engines within budget"
+        f"\n{passed} of {len(found) - len(references)} engines within budget"
+        + (f" ({len(references)} fp32 reference(s) beside them)" if references else "")
         + (f"; {len(failed)} broke it" if failed else "")
         + (f"; {len(unbudgeted)} held to no budget (nothing judged)" if unbudgeted else "")
         + (

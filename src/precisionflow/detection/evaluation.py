@@ -79,6 +79,9 @@ def qat_fidelity(
     return found
 
 
+MAP_RESAMPLES = 1000  # bootstrap samples of the paired mAP change (its verdict's interval)
+
+
 def report(
     outputs: np.ndarray, reference_outputs: np.ndarray, test: Split, settings: Dict[str, Any], out: Path, inputs: Dict[str, Path]
 ) -> Dict[str, Any]:
@@ -104,7 +107,12 @@ def report(
         "score_threshold": settings["score_threshold"],
         "match_iou": settings["match_iou"],
     }
+    tables = metrics.match_table(truth, reference, classes), metrics.match_table(truth, engine, classes)
+    drops = metrics.paired_map_drops(*tables, range(len(truth)), MAP_RESAMPLES)
+    found["map_drop_resamples"], found["map50_drop_resamples"] = drops["map"], drops["map50"]
     by_condition = map50_by_condition(truth, engine, reference, classes, tags)
+    for tag, members in conditions.groups(tags).items():  # each condition's mAP@.5 change, resampled within it
+        by_condition[tag]["drop_resamples"] = metrics.paired_map_drops(*tables, members, MAP_RESAMPLES)["map50"]
     if by_condition:
         found["map50_by_condition"] = by_condition
     if "qat_model" in inputs:

@@ -52,16 +52,7 @@ def coco_map(truth: Sequence[Dict[str, np.ndarray]], detections: Sequence[Detect
     from pycocotools.cocoeval import COCOeval
 
     ground_truth = _coco_ground_truth(truth, class_names)
-    results = [
-        {
-            "image_id": image_id,
-            "category_id": int(label) + 1,
-            "score": float(score),
-            "bbox": [float(box[0]), float(box[1]), float(box[2] - box[0]), float(box[3] - box[1])],
-        }
-        for image_id, found in enumerate(detections)
-        for box, score, label in zip(found.boxes, found.scores, found.classes, strict=True)
-    ]
+    results = _coco_results(detections)
     if not results:  # pycocotools cannot load an empty result list: nothing detected is AP 0
         return {"map": 0.0, "map50": 0.0, "per_class_ap": {name: 0.0 for name in class_names}}
     with contextlib.redirect_stdout(io.StringIO()):
@@ -75,6 +66,134 @@ def coco_map(truth: Sequence[Dict[str, np.ndarray]], detections: Sequence[Detect
         values = precision[:, :, index, 0, -1]
         per_class[name] = float(np.mean(values[values > -1])) if np.any(values > -1) else -1.0
     return {"map": float(evaluation.stats[0]), "map50": float(evaluation.stats[1]), "per_class_ap": per_class}
+
+
+def _coco_results(detections: Sequence[Detections]) -> List[Dict[str, Any]]:
+    return [
+        {
+            "image_id": image_id,
+            "category_id": int(label) + 1,
+            "score": float(score),
+            "bbox": [float(box[0]), float(box[1]), float(box[2] - box[0]), float(box[3] - box[1])],
+        }
+        for image_id, found in enumerate(detections)
+        for box, score, label in zip(found.boxes, found.scores, found.classes, strict=True)
+    ]
+
+
+# ---- a paired interval for the mAP change ------------------------------------------------------
+
+MAX_DETECTIONS = 100  # COCOeval's last maxDets, the one its mAP reads
+
+
+def match_table(
+    truth: Sequence[Dict[str, np.ndarray]], detections: Sequence[Detections], class_names: List[str]
+) -> Dict[str, np.ndarray]:
+    """Every detection's matches at COCO's ten IoU thresholds, computed once by pycocotools'
+    per-image evaluation (area "all", 100 detections per image), so a resample of images only has
+    to re-weight and cumulate them -- never to re-run COCOeval. Flat arrays, one row per
+    detection: its class, image, score, matched [T] and ignored [T]; and each (class, image)'s
+    count of ground truths that are not ignored."""
+    from pycocotools.cocoeval import COCOeval
+
+    n_images, n_classes = len(truth), len(class_names)
+    ground_truth = _coco_ground_truth(truth, class_names)
+    results = _coco_results(detections)
+    gt_count = np.zeros((n_classes, n_images), dtype=np.int64)
+    rows = {"class": [], "image": [], "score": [], "matched": [], "ignored": []}
+    if results:
+        with contextlib.redirect_stdout(io.StringIO()):
+            evaluation = COCOeval(ground_truth, ground_truth.loadRes(results), "bbox")
+            evaluation.evaluate()
+        per_area = n_images  # evalImgs: [category][area range][image], area "all" first
+        for class_index in range(n_classes):
+            for image in range(n_images):
+                found = evaluation.evalImgs[class_index * len(evaluation.params.areaRng) * per_area + image]
+                if found is None:
+                    continue
+                gt_count[class_index, image] = int(np.count_nonzero(np.asarray(found["gtIgnore"]) == 0))
+                keep = slice(0, MAX_DETECTIONS)
+                scores = np.asarray(found["dtScores"])[keep]
+                rows["class"] += [class_index] * len(scores)
+                rows["image"] += [image] * len(scores)
+                rows["score"] += list(scores)
+                rows["matched"] += list((np.asarray(found["dtMatches"])[:, keep] > 0).T)
+                rows["ignored"] += list(np.asarray(found["dtIgnore"])[:, keep].astype(bool).T)
+    else:
+        for image, objects in enumerate(truth):
+            for label in objects["classes"]:
+                gt_count[int(label), image] += 1
+    thresholds = 10
+    return {
+        "class": np.asarray(rows["class"], dtype=np.int64),
+        "image": np.asarray(rows["image"], dtype=np.int64),
+        "score": np.asarray(rows["score"], dtype=np.float64),
+        "matched": np.asarray(rows["matched"], dtype=bool).reshape(-1, thresholds),
+        "ignored": np.asarray(rows["ignored"], dtype=bool).reshape(-1, thresholds),
+        "gt_count": gt_count,
+    }
+
+
+RECALL_POINTS = np.linspace(0.0, 1.0, 101)  # COCOeval's recThrs
+
+
+def weighted_map(table: Dict[str, np.ndarray], weights: np.ndarray, thresholds=slice(None)) -> float:
+    """COCOeval.accumulate's mAP (over `thresholds` of the ten IoU thresholds; slice(0, 1) is
+    mAP@.5) for a sample in which image i counts weights[i] times: a bootstrap resample is a
+    re-weighting of the same matches. With every weight 1 it is pycocotools' own figure."""
+    values = []
+    for class_index in range(table["gt_count"].shape[0]):
+        positives = float(table["gt_count"][class_index] @ weights)
+        if positives == 0:  # no ground truth in this sample: COCOeval leaves the class out (-1)
+            continue
+        order = table["order"][class_index]
+        weight = weights[table["image"][order]][:, None]
+        live = ~table["ignored"][order][:, thresholds]
+        matched = table["matched"][order][:, thresholds]
+        true_pos = np.cumsum((matched & live) * weight, axis=0)
+        false_pos = np.cumsum((~matched & live) * weight, axis=0)
+        for column in range(live.shape[1]):
+            values.append(_interpolated_precision(true_pos[:, column], false_pos[:, column], positives))
+    return float(np.mean(values)) if values else 0.0
+
+
+def _interpolated_precision(true_pos: np.ndarray, false_pos: np.ndarray, positives: float) -> np.ndarray:
+    """Precision at COCO's 101 recall points, as accumulate() interpolates it (0 where unreached)."""
+    found = np.zeros(len(RECALL_POINTS))
+    if not len(true_pos):
+        return found
+    recall = true_pos / positives
+    precision = np.maximum.accumulate((true_pos / (true_pos + false_pos + np.spacing(1)))[::-1])[::-1]
+    index = np.searchsorted(recall, RECALL_POINTS, side="left")
+    reached = index < len(precision)
+    found[reached] = precision[index[reached]]
+    return found
+
+
+def with_order(table: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """The table with each class's detections sorted by score once (COCOeval sorts stably, by -score)."""
+    classes = table["gt_count"].shape[0]
+    order = [np.flatnonzero(table["class"] == k) for k in range(classes)]
+    return {**table, "order": [rows[np.argsort(-table["score"][rows], kind="mergesort")] for rows in order]}
+
+
+def paired_map_drops(
+    reference: Dict[str, np.ndarray], engine: Dict[str, np.ndarray], images: Sequence[int], resamples: int = 1000, seed: int = 0
+) -> Dict[str, List[float]]:
+    """The mAP and mAP@.5 drops (points, reference minus engine) over `resamples` bootstrap samples
+    of `images`, the same images for both engines in each sample (paired): the verdict's interval
+    comes from their quantiles."""
+    reference, engine = with_order(reference), with_order(engine)
+    members = np.asarray(images, dtype=np.int64)
+    n_images = reference["gt_count"].shape[1]
+    rng = np.random.default_rng(seed)
+    drops: Dict[str, List[float]] = {"map": [], "map50": []}
+    for _ in range(resamples):
+        weights = np.bincount(members[rng.integers(0, len(members), len(members))], minlength=n_images).astype(float)
+        for key, thresholds in (("map", slice(None)), ("map50", slice(0, 1))):
+            drop = weighted_map(reference, weights, thresholds) - weighted_map(engine, weights, thresholds)
+            drops[key].append(round(100 * drop, 4))
+    return drops
 
 
 SHADOW_SHARE = 0.5

@@ -11,6 +11,7 @@ configuration names now -- it runs nothing. A verdict names the number that brok
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+import numpy as np
 
 from precisionflow.datasets import conditions
 from precisionflow.reporting import stats, verdict_rules
@@ -205,13 +206,10 @@ def detection_checks(metrics: Dict[str, Any], fp32: Dict[str, Any], budget: Dict
     found = []
     drop = 100 * (fp32["map"] - metrics["map"])
     if budget["max_map_drop"] is not None:
-        # No interval for mAP yet (a bootstrap over images recomputes COCOeval per resample): the
-        # estimate decides, and the line says so.
+        subject = f"mAP {100 * metrics['map']:.2f} (fp32 {100 * fp32['map']:.2f}):"
         found.append(
-            judged(
-                stats.FAIL if drop > budget["max_map_drop"] else stats.PASS,
-                f"mAP {100 * metrics['map']:.2f} is {drop:.2f} points below fp32's {100 * fp32['map']:.2f} "
-                f"(max {budget['max_map_drop']}; point estimate, no interval)",
+            verdict_rules.map_drop_check(
+                drop, metrics.get("map_drop_resamples") or [], budget["max_map_drop"], budget["confidence"], subject
             )
         )
     if budget["max_spurious_per_image"] is not None:
@@ -367,7 +365,10 @@ def judge(
         metrics = {**metrics, "spurious_by_condition": spurious_by_condition(results / key, tags)}
     found = checks(metrics, reference, budget, ratios, pairs, timed)
     drop = pairs["all"].to_json() if pairs else None
-    return {"checks": found, "verdict": overall(found), "drop": drop, "reference": reference_key, "pairs": pairs}
+    verdict = overall(found)
+    if key == reference_key and verdict == verdict_rules.NO_BUDGET:  # what the others are judged against
+        verdict = verdict_rules.REFERENCE
+    return {"checks": found, "verdict": verdict, "drop": drop, "reference": reference_key, "pairs": pairs}
 
 
 def speed_of(ratio: Optional[Dict[str, Any]], confidence: float) -> Optional[Dict[str, Any]]:
@@ -456,11 +457,19 @@ def agreement_figures(same: int, images: int, confidence: float) -> Dict[str, fl
     return {"agreement": round(same / max(images, 1), 4), "agreement_low": round(low, 4), "agreement_high": round(high, 4)}
 
 
-def map50_figures(metrics: Dict[str, Any], tag: str) -> Dict[str, float]:
+def map50_figures(metrics: Dict[str, Any], tag: str, confidence: float = 0.95) -> Dict[str, float]:
     """Detection: mAP@.5 of the engine and of fp32 on one condition's images (pycocotools on that
-    subset, computed by the evaluation; a point estimate -- the interval is on the per-image boxes)."""
+    subset, computed by the evaluation), and the change's paired bootstrap interval in points
+    (fp32 minus the engine) where the evaluation resampled it."""
     found = (metrics.get("map50_by_condition") or {}).get(tag)
-    return {"map50": found["map50"], "map50_fp32": found["reference_map50"]} if found else {}
+    if not found:
+        return {}
+    figures = {"map50": found["map50"], "map50_fp32": found["reference_map50"]}
+    if found.get("drop_resamples"):
+        tail = (1 - confidence) / 2
+        low, high = np.quantile(np.asarray(found["drop_resamples"], dtype=float), [tail, 1 - tail])
+        figures.update({"map50_drop_low": round(float(low), 2), "map50_drop_high": round(float(high), 2)})
+    return figures
 
 
 def condition_figures(
@@ -498,7 +507,7 @@ def condition_figures(
             # beside the judged figure: boxes fp32 found that the engine lost, and spurious boxes on a shadow
             "lost_per_image": round(sum(lost.get(tag, [])) / max(len(values), 1), 3),
             "shadow_per_image": round(sum(shadow.get(tag, [])) / max(len(values), 1), 3),
-            **map50_figures(metrics or {}, tag),
+            **map50_figures(metrics or {}, tag, confidence),
         }
     worst = max(per_condition.items(), key=lambda item: item[1]["spurious_per_image"], default=None)
     return {

@@ -18,6 +18,7 @@ The method per check:
       correction from the discordant images; groups: Holm-corrected one-sided p-values for FAIL
   agreement shares                                 Wilson score interval
   counts per image (spurious boxes)                COUNT_METHOD; groups: Bonferroni for FAIL
+  mAP drop (overall, per condition's mAP@.5)       MAP_METHOD
   speed ratios                                     SPEED_METHOD
   Server rate ratios                               the span of the repeated searches' brackets
 """
@@ -38,6 +39,7 @@ def judged(verdict: str, text: str) -> Dict[str, str]:
 
 
 NO_BUDGET = "no budget"
+REFERENCE = "reference"  # the fp32 engine the others are judged against: nothing of its own to judge
 
 
 def overall(found: List[Dict[str, str]]) -> str:
@@ -128,6 +130,24 @@ def mean_check(per_image: Sequence[float], estimate: float, limit: float, confid
     text = f"{subject} {estimate:.3f} [{low:.3f}, {high:.3f}] ({COUNT_METHOD}; max {limit})"
     if verdict == UNDECIDED:
         text += f"; {len(per_image)} test images cannot tell: the interval straddles the budget {limit}"
+    return judged(verdict, text)
+
+
+MAP_METHOD = "bootstrap over images, paired (the same images for both engines), pycocotools' matches re-weighted"
+
+
+def map_drop_check(drop: float, resampled: Sequence[float], limit: float, confidence: float, subject: str) -> Dict[str, str]:
+    """A mAP drop in points (fp32 minus the engine, pycocotools' estimate) that may be at most
+    `limit`, judged by the percentile interval of its paired bootstrap resamples; UNDECIDED
+    without them (an estimate alone is no interval)."""
+    if not len(resampled):
+        return judged(UNDECIDED, f"{subject} {drop:.2f} points below fp32 (max {limit}): no resampled drops, so no interval")
+    tail = (1 - confidence) / 2
+    low, high = (float(value) for value in np.quantile(np.asarray(resampled, dtype=float), [tail, 1 - tail]))
+    verdict = stats.verdict_at_most(low, high, limit)
+    text = f"{subject} {drop:+.2f} points below fp32 [{low:+.2f}, {high:+.2f}] ({MAP_METHOD}, {len(resampled)} resamples; max {limit})"
+    if verdict == UNDECIDED:
+        text += "; the test images cannot tell: the interval straddles the budget"
     return judged(verdict, text)
 
 

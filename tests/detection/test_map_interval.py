@@ -1,0 +1,57 @@
+"""The mAP change's paired interval: each image's matches computed once by pycocotools, a
+bootstrap resample re-weights them (hand-made boxes)."""
+
+import numpy as np
+
+from precisionflow.detection import metrics
+from precisionflow.detection.boxes import Detections
+from precisionflow.reporting import stats, verdict_rules
+
+CLASSES = ["car", "person"]
+
+
+def scene(rng, n_images):
+    """Ground truth (one or two objects per image) and two detectors: the reference finds each
+    object with a small jitter; the engine also adds a stray box on some images and misses some."""
+    truth, reference, engine = [], [], []
+    for image in range(n_images):
+        count = 1 + image % 2
+        boxes = np.array([[10 + 30 * k, 10, 30 + 30 * k, 40] for k in range(count)], dtype=float)
+        labels = np.array([k % 2 for k in range(count)])
+        truth.append({"boxes": boxes, "classes": labels})
+        jitter = boxes + rng.uniform(-2, 2, boxes.shape)
+        reference.append(Detections(jitter, rng.uniform(0.6, 1.0, count), labels))
+        keep = rng.uniform(size=count) > 0.1
+        stray = np.array([[70.0, 60, 90, 80]]) if image % 3 == 0 else np.zeros((0, 4))
+        engine.append(
+            Detections(
+                np.concatenate([jitter[keep], stray]),
+                np.concatenate([rng.uniform(0.5, 1.0, int(keep.sum())), rng.uniform(0.7, 0.9, len(stray))]),
+                np.concatenate([labels[keep], np.zeros(len(stray), dtype=int)]),
+            )
+        )
+    return truth, reference, engine
+
+
+def test_the_reweighted_matches_give_pycocotools_own_map():
+    truth, reference, engine = scene(np.random.default_rng(0), 40)
+    for found in (reference, engine):
+        table = metrics.with_order(metrics.match_table(truth, found, CLASSES))
+        scored = metrics.coco_map(truth, found, CLASSES)
+        ones = np.ones(len(truth))
+        assert abs(metrics.weighted_map(table, ones) - scored["map"]) < 1e-6
+        assert abs(metrics.weighted_map(table, ones, slice(0, 1)) - scored["map50"]) < 1e-6
+
+
+def test_a_map_change_whose_interval_straddles_the_budget_is_undecided():
+    truth, reference, engine = scene(np.random.default_rng(1), 30)
+    drops = metrics.paired_map_drops(
+        metrics.match_table(truth, reference, CLASSES), metrics.match_table(truth, engine, CLASSES), range(30), resamples=400
+    )
+    point = 100 * (metrics.coco_map(truth, reference, CLASSES)["map"] - metrics.coco_map(truth, engine, CLASSES)["map"])
+    low, high = np.quantile(drops["map"], [0.025, 0.975])
+    assert low < point < high and high - low > 1.0  # 30 images: a wide interval around the change
+    inside = verdict_rules.map_drop_check(point, drops["map"], (low + high) / 2, 0.95, "mAP")
+    assert inside["verdict"] == stats.UNDECIDED
+    assert verdict_rules.map_drop_check(point, drops["map"], high + 1, 0.95, "mAP")["verdict"] == stats.PASS
+    assert verdict_rules.map_drop_check(point, [], high + 1, 0.95, "mAP")["verdict"] == stats.UNDECIDED  # no resamples
