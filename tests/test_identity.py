@@ -196,6 +196,7 @@ EXPECTED = {
             "max_wait_ms",
             "workers",
             "search_precision",
+            "search_repeats",
             "seed",
         )
     },
@@ -216,7 +217,10 @@ EXPECTED = {
     # No TensorFlow timed there: its baseline leaves the plan, the ratios lose their TensorFlow side.
     "target_defs.local.framework": {"compare_speed", "report", "track_mlflow"},
     # CUDA provider settings: read only where an engine runs on a GPU (none here; see CONDITIONAL).
-    **{f"engine.onnxruntime.{key}": NOTHING for key in ("prefer_nhwc", "cuda_graph", "cudnn_conv_algo_search", "use_tf32")},
+    **{
+        f"engine.onnxruntime.{key}": NOTHING
+        for key in ("prefer_nhwc", "cuda_graph", "cudnn_conv_algo_search", "use_tf32", "fuse_conv_bias")
+    },
     "evaluate.batch_size": {"evaluate_engine", "report", "track_mlflow"},
     "evaluate.timing_batch_sizes": ALL_TIMING,
     "evaluate.warmup_s": ALL_TIMING,
@@ -324,6 +328,7 @@ CONDITIONAL = [
             ("cuda_graph", True),
             ("cudnn_conv_algo_search", "HEURISTIC"),
             ("use_tf32", False),
+            ("fuse_conv_bias", True),
         )
     ],
 ]

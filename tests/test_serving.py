@@ -211,3 +211,22 @@ def test_a_start_that_fails_once_is_tried_again_before_the_search_halves():
 
     found = serving.max_server_rate(start_fails_once, start=14000.0, precision=0.1)
     assert found["rate"] >= 14000 * 0.9 and seen[:2] == [14000.0, 14000.0]
+
+
+def test_an_accuracy_run_through_the_server_answers_with_the_engines_outputs(tmp_path):
+    """LoadGen's sample indices pick the inputs, each response carries the engine's row, and the
+    top-1 read back from LoadGen's accuracy log is the engine's own on the same images."""
+    import numpy as np
+
+    from precisionflow.stages.serve_engine import answers_through_server
+
+    rng = np.random.default_rng(0)
+    images = rng.uniform(0, 1, (50, 4, 4, 1)).astype(np.float32)
+    weights = rng.normal(0, 1, (16, 3)).astype(np.float32)
+    engine_run = lambda batch: batch.reshape(len(batch), -1) @ weights  # noqa: E731 -- a known engine
+    labels = (images.reshape(50, -1) @ weights).argmax(axis=1)
+    labels[:5] = (labels[:5] + 1) % 3  # five images the engine gets wrong
+    settings = dict(SETTINGS, max_batch=8, workers=1, min_query_count=1, min_duration_ms=0)
+    found = answers_through_server(engine_run, images, labels, settings, tmp_path / "accuracy")
+    assert found["answered"] == 50 and found["same_predictions"] == 50 and found["max_abs_diff"] == 0.0
+    assert found["top1_through_server"] == found["top1_direct"] == 0.9

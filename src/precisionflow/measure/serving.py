@@ -32,10 +32,19 @@ class BatchingSUT:
     """Queries in, batches out: `runners` maps a batch size to a no-argument callable running one batch."""
 
     def __init__(
-        self, runners: Dict[int, Callable[[], object]], max_batch: int, max_wait_s: float, workers: int, queue_limit: int
+        self,
+        runners: Dict[int, Callable[[], object]],
+        max_batch: int,
+        max_wait_s: float,
+        workers: int,
+        queue_limit: int,
+        answer: Optional[Callable[[List[int]], Any]] = None,
     ):
+        """`answer` (an accuracy run): called with a batch's sample indices, returns the engine's
+        outputs for those samples; each query's response then carries its row."""
         import mlperf_loadgen as lg
 
+        self.answer = answer
         self.lg, self.runners, self.sizes = lg, runners, sorted(runners)
         self.max_batch, self.max_wait_s, self.queue_limit = min(max_batch, self.sizes[-1]), max_wait_s, queue_limit
         self.waiting: collections.deque = collections.deque()
@@ -90,14 +99,25 @@ class BatchingSUT:
                 continue
             size = next(size for size in self.sizes if size >= len(batch))
             started = time.perf_counter()
-            self.runners[size]()
+            outputs = self.answer([query.index for query, _ in batch]) if self.answer else self.runners[size]()
             finished = time.perf_counter()
             self.batches[size] += 1
-            self._complete([query for query, _ in batch])
+            self._complete([query for query, _ in batch], outputs if self.answer else None)
             self.timeline.record(started, finished, [arrival for _, arrival in batch])
 
-    def _complete(self, queries) -> None:
-        self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(query.id, 0, 0) for query in queries])
+    def _complete(self, queries, outputs=None) -> None:
+        """Tell LoadGen these queries are answered; with `outputs`, each response carries its row
+        (LoadGen copies it into mlperf_log_accuracy.json before QuerySamplesComplete returns)."""
+        if outputs is None:
+            self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(query.id, 0, 0) for query in queries])
+            return
+        import numpy as np
+
+        rows = np.ascontiguousarray(outputs, dtype=np.float32).reshape(len(queries), -1)
+        responses = [
+            self.lg.QuerySampleResponse(query.id, row.ctypes.data, row.nbytes) for query, row in zip(queries, rows, strict=True)
+        ]
+        self.lg.QuerySamplesComplete(responses)
 
     def close(self) -> None:
         with self.ready:
@@ -153,6 +173,16 @@ class Timeline:
         }
 
 
+def accuracy_log(outdir: Path) -> Dict[int, Any]:
+    """{sample index: the float32 row the SUT answered with}, from LoadGen's mlperf_log_accuracy.json."""
+    import json
+
+    import numpy as np
+
+    entries = json.loads((outdir / "mlperf_log_accuracy.json").read_text() or "[]")
+    return {int(entry["qsl_idx"]): np.frombuffer(bytes.fromhex(entry["data"]), dtype=np.float32) for entry in entries}
+
+
 def powers_of_two(max_batch: int) -> List[int]:
     return [2**k for k in range(int(math.log2(max(1, max_batch))) + 1)]
 
@@ -164,15 +194,21 @@ def queue_limit(bound_s: float, largest_batch_s: float, max_batch: int, workers:
 
 
 def run_scenario(
-    make_sut: Callable[[str], BatchingSUT], scenario: str, settings: Dict[str, Any], outdir: Path, rate: float = 0.0
+    make_sut: Callable[[str], BatchingSUT],
+    scenario: str,
+    settings: Dict[str, Any],
+    outdir: Path,
+    rate: float = 0.0,
+    mode: str = "PerformanceOnly",
 ) -> Dict[str, Any]:
-    """One LoadGen run; its summary parsed, its logs left in `outdir`."""
+    """One LoadGen run; its summary parsed, its logs left in `outdir`. `mode` AccuracyOnly: every
+    sample once, the responses logged (accuracy_log reads them)."""
     import mlperf_loadgen as lg
 
     outdir.mkdir(parents=True, exist_ok=True)
     test = lg.TestSettings()
     test.scenario = getattr(lg.TestScenario, scenario)
-    test.mode = lg.TestMode.PerformanceOnly
+    test.mode = getattr(lg.TestMode, mode)
     bound_ns = int(settings["latency_bound_ms"] * 1e6)
     test.min_duration_ms = int(settings["min_duration_ms"])
     test.min_query_count = int(settings["min_query_count"])

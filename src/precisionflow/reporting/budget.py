@@ -591,9 +591,8 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
         head = (
             f"{entry['verdict']:<9} {entry['precision']:<10} {entry['target']:<6} (ran {entry['ran']}) "
             f"{entry['accuracy_name']} {100 * entry['accuracy']:.2f} ({0.0 - entry['drop_points']:+.2f}"
-            f"{interval_text(entry['drop'])} {against}), agreement {entry['agreement']:.4f}"
-            + (f", {entry['extra']}" if entry["extra"] else "")
-            + speed
+            f"{interval_text(entry['drop'])} {against}), agreement with {'base ' if entry.get('vs_base_fp32') else ''}fp32 "
+            f"{entry['agreement']:.4f}" + (f", {entry['extra']}" if entry["extra"] else "") + speed
         )
         lines.append(head + f"  [{entry['node']}, from {entry['model']}]")
         base = entry.get("vs_base_fp32")

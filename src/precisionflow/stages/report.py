@@ -368,7 +368,9 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
             "ran": executed.get("executed_precision", "?") + ("" if executed.get("as_requested", True) else " (!)"),
             **accuracy_columns(metrics),
             "qat_agreement": round(metrics["qat"]["vs_qat_model"]["agreement"], 4) if "qat" in metrics else "",
-            "int8_frac": graph.get("quantized_fraction", ""),
+            # one definition: the share of compute ops the built engine ran in integer kernels (the
+            # label's "int8 k/n"), not the share of graph nodes quantize_onnx asked for
+            "int8_frac": executed.get("integer_fraction", "") if graph.get("quantized_fraction") is not None else "",
             **speed_columns(metrics["speed"]),
             **ratio_columns(ratios.get(engine_key(eval_dir))),
             **serving_columns((served or {}).get(engine_key(eval_dir))),

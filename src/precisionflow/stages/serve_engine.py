@@ -56,6 +56,43 @@ def runners_of(engine_dir: Path, images: np.ndarray, max_batch: int, load=None):
     return engine, runners, service_s
 
 
+def answers_through_server(run_batch, images: np.ndarray, labels, settings: Dict[str, Any], logs: Path) -> Dict[str, Any]:
+    """An AccuracyOnly run through the same system under test: LoadGen's sample indices pick the
+    images, the responses carry the engine's outputs, and their top-1 is set beside the engine's
+    own on the same images (one batch of them run directly). `run_batch`: host images -> outputs."""
+    from precisionflow.measure import serving
+
+    size = settings["max_batch"]
+
+    def fixed(batch: np.ndarray) -> np.ndarray:  # one batch size: a CUDA-graph engine captures one
+        padded = np.zeros((size,) + batch.shape[1:], dtype=np.float32)
+        padded[: len(batch)] = batch
+        return np.asarray(run_batch(padded))[: len(batch)]
+
+    answer = lambda indices: fixed(images[np.asarray(indices)])  # noqa: E731
+    sizes = serving.powers_of_two(size)
+    make = lambda scenario: serving.BatchingSUT(  # noqa: E731
+        {size: None for size in sizes}, settings["max_batch"], 0.0, settings["workers"], 10**9, answer=answer
+    )
+    found = serving.run_scenario(make, "Offline", dict(settings, samples=len(images)), logs, 1000.0, mode="AccuracyOnly")
+    answered = serving.accuracy_log(logs)
+    direct = np.concatenate([fixed(images[start : start + size]) for start in range(0, len(images), size)]).reshape(
+        len(images), -1
+    )
+    served = np.stack([answered[index] for index in sorted(answered)]) if answered else np.zeros((0, direct.shape[1]))
+    result = {"images": len(images), "answered": len(answered), "valid": found["valid"]}
+    if len(answered) == len(images):
+        result["same_predictions"] = int(np.sum(served.argmax(axis=1) == direct.argmax(axis=1)))
+        result["max_abs_diff"] = float(np.max(np.abs(served - direct)))
+        if labels is not None:
+            truth = np.asarray(labels)[: len(images)]
+            result.update(
+                top1_through_server=float(np.mean(served.argmax(axis=1) == truth)),
+                top1_direct=float(np.mean(direct.argmax(axis=1) == truth)),
+            )
+    return result
+
+
 def server_max_batch(service_s: Dict[int, float], bound_s: float, max_wait_s: float) -> int:
     """The largest batch the Server scenario may form: a query that arrives just after a batch
     started waits for that batch, then rides its own, so 2 x its call + the wait must fit the
@@ -203,14 +240,20 @@ def server_search(run, single: Dict[str, Any], settings: Dict[str, Any], start: 
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
+    from precisionflow.backends import engine_loader
     from precisionflow.datasets.store import Split
     from precisionflow.measure import speed
 
     settings = {**params["serving"], "samples": 64}
-    images = Split(inputs["data"], "test").head(max(64, settings["max_batch"]))
+    test = Split(inputs["data"], "test")
+    images = test.head(max(64, settings["max_batch"]))
     taken = speed.conditions()
     sides = {"engine": inputs["engine"], **({"fp32": inputs["fp32_engine"]} if "fp32_engine" in inputs else {})}
     results = {side: serve_side(folder, images, settings, out / "loadgen" / side) for side, folder in sides.items()}
+    engine = engine_loader(inputs["engine"])()
+    results["engine"]["AccuracyOnly"] = answers_through_server(
+        engine.run, images, test.labels, settings, out / "loadgen" / "accuracy"
+    )
     mlperf_valid = settings["min_duration_ms"] >= MLPERF_MIN_DURATION_MS
     metrics = {
         "target": params["target"],
