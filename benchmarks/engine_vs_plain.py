@@ -174,6 +174,21 @@ def engines(graph_dir: Path, out: Path, names, seconds: float, work: Path) -> No
         )
 
 
+def serving_settings(seconds: float) -> dict:
+    """The serve stage's settings on the H200 (experiment=h200's bound), with runs of `seconds`."""
+    return {
+        "latency_bound_ms": 15.0,
+        "percentile": 0.99,
+        "min_duration_ms": int(seconds * 1000),
+        "min_query_count": 500,
+        "max_batch": 128,
+        "max_wait_ms": 1.0,
+        "workers": 1,
+        "seed": 1,
+        "samples": 64,
+    }
+
+
 def serving(graph_dir: Path, out: Path, names, fractions, seconds: float, work: Path, max_batch: int) -> None:
     from precisionflow.measure import serving as srv
     from precisionflow.stages import serve_engine
@@ -283,15 +298,7 @@ def serving_stage(graph_dir: Path, out: Path, names, seconds: float, work: Path,
     from precisionflow.stages import serve_engine
 
     settings = {
-        "latency_bound_ms": 15.0,
-        "percentile": 0.99,
-        "min_duration_ms": int(seconds * 1000),
-        "min_query_count": 500,
-        "max_batch": 128,
-        "max_wait_ms": 1.0,
-        "workers": 1,
-        "seed": 1,
-        "samples": 64,
+        **serving_settings(seconds),
         "scenarios": ["SingleStream", "Server"],
         "search_precision": 0.05,
         "search_repeats": 1,
@@ -371,17 +378,7 @@ def sut_matrix(graph_dir: Path, out: Path, names, fraction: float, seconds: floa
     from precisionflow.measure import serving as srv
     from precisionflow.stages import serve_engine
 
-    settings = {
-        "latency_bound_ms": 15.0,
-        "percentile": 0.99,
-        "min_duration_ms": int(seconds * 1000),
-        "min_query_count": 500,
-        "max_batch": 128,
-        "max_wait_ms": 1.0,
-        "workers": 1,
-        "seed": 1,
-        "samples": 64,
-    }
+    settings = serving_settings(seconds)
     for name in names:
         path = prepared(graph_dir, name, work)
         _description, load = build_engine(path, work / f"engine-{name}")

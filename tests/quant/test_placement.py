@@ -316,19 +316,13 @@ def test_the_float_output_layer_reads_unclipped_features_in_the_cpu_placement(tm
     placement of the same ranges). The output layer must read them as TensorRT's placement leaves
     them: float, the ReLU6 the quantizer had folded into that Q put back."""
     import numpy as np
-    import onnxruntime as ort
 
     fp32 = conv_relu6_conv(tmp_path / "fp32.onnx")
     ranges = {"image": (-1.0, 1.0), "conv": (-8.0, 8.0), "relu6": (0.0, 2.0), "out": (0.0, 2.0)}  # 2.0: a clipping range
     freed = qdq.quantize_int8(fp32, tmp_path / "int8.onnx", ranges, ["conv1"], placement="onnxruntime_cpu")
     assert freed == ["relu6"]
     images = np.random.default_rng(1).uniform(-1, 1, (8, 1, 6, 6)).astype(np.float32)
-    outputs = {}
-    for name in ("fp32", "int8"):
-        session = ort.InferenceSession(
-            str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"], disabled_optimizers=qdq.ORT_DISABLED_OPTIMIZERS
-        )
-        outputs[name] = session.run(None, {"image": images})[0]
+    outputs = fp32_and_int8_outputs(tmp_path, images)
     assert outputs["fp32"].max() > 4.0 and outputs["int8"].max() > 4.0  # not clipped at the calibrated 2.0
     assert outputs["int8"].min() >= 0.0 and outputs["int8"].max() <= 6.0  # the ReLU6 clamps again
     assert np.abs(outputs["int8"] - outputs["fp32"]).max() < 0.2  # conv1's int8 rounding only
@@ -372,7 +366,6 @@ def test_a_float_output_layer_hands_out_float_logits_in_the_cpu_placement(tmp_pa
     """Post-training ranges, output layer kept float (int8.keep_output_layer): no integer op and no
     Q/DQ between the float MatMul and the logits, and no tie among the logits that fp32 lacks."""
     import numpy as np
-    import onnxruntime as ort
 
     fp32 = pooled_classifier(tmp_path / "fp32.onnx")
     ranges = {"image": (-1.0, 1.0), "conv": (-3.0, 3.0), "relu": (0.0, 3.0), "pool": (0.0, 3.0), "squeezed": (0.0, 3.0)}
@@ -383,12 +376,20 @@ def test_a_float_output_layer_hands_out_float_logits_in_the_cpu_placement(tmp_pa
     head = [producers["logits"], producers[producers["logits"].input[0]]]
     assert [node.op_type for node in head] == ["Add", "MatMul"]  # float to the output: no DequantizeLinear there
     images = np.random.default_rng(3).uniform(-1, 1, (64, 1, 6, 6)).astype(np.float32)
-    logits = {}
-    for name in ("fp32", "int8"):
-        session = ort.InferenceSession(
-            str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"], disabled_optimizers=qdq.ORT_DISABLED_OPTIMIZERS
-        )
-        logits[name] = session.run(None, {"image": images})[0]
+    logits = fp32_and_int8_outputs(tmp_path, images)
     top_two = np.sort(logits["int8"], axis=1)[:, -2:]
     assert not np.any(top_two[:, 0] == top_two[:, 1])  # no ties: the logits are not on an int8 grid
     assert len(np.unique(np.round(logits["int8"] / (8.0 / 255), 6))) > 16  # ... nor on the logits range's steps
+
+
+def fp32_and_int8_outputs(folder, images):
+    """{"fp32", "int8"}: the outputs of folder's fp32.onnx and int8.onnx on the CPU, as engines run them."""
+    import onnxruntime as ort
+
+    outputs = {}
+    for name in ("fp32", "int8"):
+        session = ort.InferenceSession(
+            str(folder / f"{name}.onnx"), providers=["CPUExecutionProvider"], disabled_optimizers=qdq.ORT_DISABLED_OPTIMIZERS
+        )
+        outputs[name] = session.run(None, {"image": images})[0]
+    return outputs
