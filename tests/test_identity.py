@@ -197,6 +197,7 @@ EXPECTED = {
             "workers",
             "search_precision",
             "search_repeats",
+            "coalesce_queries",
             "seed",
         )
     },

@@ -354,6 +354,7 @@ class ServingConf:
     # Independent Server searches per side (each its own arrival schedule): the ratio's interval
     # spans their answers, so it widens when runs disagree; any search with no valid rate withholds it.
     search_repeats: int = 2
+    coalesce_queries: bool = True  # LoadGen hands the SUT the queries due while it was busy in one call
     seed: int = 1
 
 
