@@ -393,3 +393,55 @@ def fp32_and_int8_outputs(folder, images):
         )
         outputs[name] = session.run(None, {"image": images})[0]
     return outputs
+
+
+def padded_convs(path):
+    """Conv0 -> Relu -> Pad -> Conv1 -> Relu -> Pad -> Conv2 -> Relu -> GlobalAveragePool -> Flatten -> Gemm."""
+    import numpy as np
+    from onnx import helper
+
+    rng = np.random.default_rng(0)
+    weights, nodes, current = {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}, [], "image"
+    for index, channels_in in enumerate((1, 3, 3)):
+        weights[f"w{index}"] = rng.normal(0, 0.5, (3, channels_in, 3, 3)).astype(np.float32)
+        if index:
+            nodes.append(helper.make_node("Pad", [current, "pads"], [f"pad{index}"], name=f"pad{index}"))
+            current = f"pad{index}"
+        nodes += [
+            helper.make_node(
+                "Conv",
+                [current, f"w{index}"],
+                [f"conv{index}"],
+                pads=[0, 0, 0, 0] if index else [1, 1, 1, 1],
+                name=f"conv{index}",
+            ),
+            helper.make_node("Relu", [f"conv{index}"], [f"relu{index}"], name=f"relu{index}"),
+        ]
+        current = f"relu{index}"
+    weights["fc"] = rng.normal(0, 0.2, (3, 4)).astype(np.float32)
+    nodes += [
+        helper.make_node("GlobalAveragePool", [current], ["pool"], name="pool"),
+        helper.make_node("Flatten", ["pool"], ["flat"], axis=1, name="flatten"),
+        helper.make_node("Gemm", ["flat", "fc"], ["logits"], name="logits"),
+    ]
+    return save_graph(path, "padded", nodes, weights, ("image", ["N", 1, 6, 6]), ("logits", ["N", 4]))
+
+
+def test_ops_between_float_convolutions_get_no_qdq_in_the_cpu_placement(tmp_path):
+    """int8_mixed keeps conv1 and conv2 in float: the Pad between them and the pooling after conv2
+    have no int8 neighbour, so no Q/DQ is placed around them and the engine runs them in float; the
+    Pad after the int8 conv0 may stay quantized (its producer is int8)."""
+    from collections import Counter
+
+    fp32 = padded_convs(tmp_path / "fp32.onnx")
+    tensors = ["image", "conv0", "relu0", "pad1", "conv1", "relu1", "pad2", "conv2", "relu2", "pool", "flat", "logits"]
+    ranges = {name: (-4.0, 4.0) for name in tensors}
+    (tmp_path / "graph").mkdir()
+    qdq.quantize_int8(fp32, tmp_path / "graph" / "model.onnx", ranges, ["conv0"], placement="onnxruntime_cpu")
+    graph = onnx.load(str(tmp_path / "graph" / "model.onnx")).graph
+    rounded = {node.input[0] for node in graph.node if node.op_type == "QuantizeLinear"}
+    assert not rounded & {"relu1", "pad2", "relu2", "pool", "flat", "logits"}, rounded
+    (tmp_path / "engine").mkdir()
+    ops, label = engine_ops(tmp_path / "graph", tmp_path / "engine")
+    counts = Counter(ops)
+    assert counts["QLinearConv"] == 1 and "QLinearGlobalAveragePool" not in counts and label["executed_precision"] == "int8 1/4"

@@ -69,6 +69,41 @@ def quantizable_nodes(model, exclude: Iterable[str] = (), keep_output_layer: boo
     ]
 
 
+def float_neighbourhood(model, int8_nodes: Set[str]) -> List[str]:
+    """CPU placement: the other ops (pads, pools, activations, reshapes) with no int8 compute op
+    on either side -- walking up through their producers and down through their readers, a compute
+    op (or residual Add) ends the walk -- so float in, float out. ONNX Runtime would quantize them
+    all the same: int8_mixed's "61 op(s) fp" engine ran Q/DQ around the Pads between float
+    convolutions and a QLinearGlobalAveragePool before its float head. They stay float now."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    readers, constants = _readers(model), _initializers(model)
+
+    def is_compute(node) -> bool:
+        return node.op_type in COMPUTE_OPS or is_residual_add(node, constants)
+
+    def reaches_int8(start, step) -> bool:
+        seen, pending = set(), [start]
+        while pending:
+            for neighbour in step(pending.pop()):
+                if neighbour.name in seen:
+                    continue
+                seen.add(neighbour.name)
+                if is_compute(neighbour):
+                    if neighbour.name in int8_nodes:
+                        return True
+                else:
+                    pending.append(neighbour)
+        return False
+
+    up = lambda node: [producers[name] for name in node.input if name in producers]  # noqa: E731
+    down = lambda node: [reader for out in node.output for reader in readers.get(out, [])]  # noqa: E731
+    return [
+        node.name
+        for node in model.graph.node
+        if not is_compute(node) and not reaches_int8(node, up) and not reaches_int8(node, down)
+    ]
+
+
 PLACEMENTS = ("tensorrt", "onnxruntime_cpu")
 
 
@@ -110,6 +145,7 @@ def quantize_int8(
             head = output_layer_nodes(model)
             if not head & set(nodes):
                 left_float += sorted(head - set(left_float))
+            left_float += [name for name in float_neighbourhood(model, set(nodes)) if name not in set(left_float)]
             ranges = ranges_within_activations(model, ranges)
             if trained is not None:
                 ranges, trained = through_layout_ops(model, ranges, trained)
