@@ -69,6 +69,11 @@ CATEGORIES = {
         ("misspelled group choice", ["calibration=entropi"], "Did you mean calibration=entropy?"),
         ("unknown enum value", ["precisions=[fp32,fp8]"], "expected one of [fp32, fp16, int8, int8_qat, int8_mixed]"),
         (
+            "unknown choice in a list",
+            ["precisions=[fp32,int9]"],
+            "expected one of [fp32, fp16, int8, int8_qat, int8_mixed]. Did you mean 'int8'?",
+        ),
+        (
             "unknown finetune mode",
             ["finetune.mode=qat2"],
             "finetune.mode: expected one of [none, fp32, mixed_float16, mixed_bfloat16, qat], found 'qat2'. Did you mean 'qat'?",

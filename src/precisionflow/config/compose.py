@@ -168,7 +168,21 @@ def _value_error(cfg, key: str, value: Any, err: Exception) -> str:
         hint = f" Did you mean '{by_lower[close[0]]}'?" if close else ""
         return f"{key}: expected one of [{', '.join(choices)}], found '{value}'.{hint}"
     first = next((line.strip() for line in str(err).splitlines() if line.strip()), str(err))
-    return f"{key}={value!r}: {first}"
+    return f"{key}={value!r}: {first}{closest_in_list(first)}"
+
+
+def closest_in_list(message: str) -> str:
+    """For a list of choices (precisions=[fp32,int9]): OmegaConf names the bad item and the choices
+    but suggests none; the closest one, as for a single choice."""
+    import difflib
+    import re
+
+    found = re.search(r"Invalid value '([^']+)', expected one of \[([^\]]+)\]", message)
+    if not found:
+        return ""
+    choices = [choice.strip() for choice in found.group(2).split(",")]
+    close = difflib.get_close_matches(found.group(1).lower(), [c.lower() for c in choices], n=1, cutoff=0.4)
+    return f". Did you mean '{choices[[c.lower() for c in choices].index(close[0])]}'?" if close else ""
 
 
 def _enum_choices(cfg, key: str) -> List[str]:
