@@ -249,3 +249,20 @@ def test_a_typo_in_a_named_condition_fails_at_planning(tmp_path):
     )
     with pytest.raises(ConfigError, match="no condition 'shadow_drk'.*Did you mean 'shadow_dark'"):
         build_plan(points, str(tmp_path / "results"))
+
+
+def test_a_relative_sidecar_is_found_beside_its_data_folder(tmp_path, monkeypatch):
+    """dataset.conditions=conditions.csv with the CSV next to the data folder, run from elsewhere:
+    the current folder first, then beside the data folder, then inside it; a miss names the rule."""
+    data = tmp_path / "project" / "photos"
+    data.mkdir(parents=True)
+    beside = sidecar(tmp_path / "project", "file,conditions\ncat/001.png,dusk\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert conditions.sidecar_path("conditions.csv", str(data)) == beside.resolve()
+    (elsewhere / "conditions.csv").write_text("file,conditions\n")
+    assert conditions.sidecar_path("conditions.csv", str(data)) == (elsewhere / "conditions.csv").resolve()  # cwd first
+    missing = conditions.sidecar_path("other.csv", str(data))
+    with pytest.raises(ConfigError, match="current folder, then beside the data folder, then in it"):
+        conditions.read_sidecar(missing, KNOWN)

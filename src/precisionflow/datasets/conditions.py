@@ -27,12 +27,25 @@ TAG = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 SEPARATOR = ";"
 
 
+def sidecar_path(conditions: str, data_path: str) -> Path:
+    """Where dataset.conditions points: an absolute path as it is; a relative one from the current
+    folder, else beside the data folder (its parent), else inside it -- the first that exists (the
+    first place, if none does: reading it then fails, naming all three)."""
+    given = Path(conditions).expanduser()
+    if given.is_absolute():
+        return given
+    data = Path(data_path).expanduser().resolve()
+    places = [Path.cwd() / given, data.parent / given, data / given]
+    return next((place for place in places if place.is_file()), places[0]).resolve()
+
+
 def read_sidecar(path: Path, known_files: Iterable[str]) -> Dict[str, List[str]]:
     """{relative image path: tags} of a user's conditions CSV, checked against the folder's files."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise ConfigError(
             f"dataset.conditions: expected a CSV file (header 'file,conditions'), found no file at {path}. "
+            "A relative path is looked for in the current folder, then beside the data folder, then in it. "
             "Write one, or leave dataset.conditions unset."
         )
     known = set(known_files)

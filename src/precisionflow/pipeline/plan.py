@@ -116,6 +116,10 @@ class PlanBuilder:
         from precisionflow.datasets import image_folder
 
         root = str(Path(params["path"]).expanduser().resolve())
+        if params.get("conditions"):  # a relative sidecar: the current folder, else beside the data folder, else in it
+            from precisionflow.datasets import conditions
+
+            params = {**params, "conditions": str(conditions.sidecar_path(params["conditions"], root))}
         if root not in self.fingerprints:
             if params["name"] == "coco_folder":
                 from precisionflow.detection import sources
