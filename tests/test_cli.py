@@ -36,3 +36,20 @@ def test_profile_slurm_without_slurm_fails_before_anything_runs(tmp_path, monkey
     assert code == 2 and len(error.splitlines()) == 1
     assert "--profile slurm: its executor is slurm, but sbatch, squeue, scancel is not on PATH here" in error
     assert not (tmp_path / "results").exists()
+
+
+def test_check_names_the_overrides_of_the_runs_on_its_folder(tmp_path):
+    """`check` without the run's overrides finds no evaluations: it says which overrides the runs on
+    that folder were made with, as check commands, newest first, each once."""
+    from types import SimpleNamespace
+
+    from precisionflow import cli
+
+    for overrides in (["model=small_cnn"], ["precisions=[fp32,int8]", "train.epochs=2"], ["model=small_cnn"]):
+        cli.remember_run(tmp_path, SimpleNamespace(overrides=overrides, multirun=False))
+    assert cli.earlier_runs(tmp_path) == [
+        "precisionflow check model=small_cnn",
+        "precisionflow check 'precisions=[fp32,int8]' train.epochs=2",
+    ]
+    cli.remember_run(tmp_path / "missing", SimpleNamespace(overrides=[], multirun=False))  # no folder: nothing written
+    assert not (tmp_path / "missing").exists()

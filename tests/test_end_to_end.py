@@ -205,6 +205,9 @@ def test_check_gates_on_budgets_and_runs_nothing(first_run, tmp_path):
     assert re.search(r"PASS\s+int8 .*x \[[\d.]+, [\d.]+\] fp32's throughput at bmax", speedy.stdout), speedy.stdout
     empty = check(tmp_path / "nothing-here")
     assert empty.returncode == 2 and "no finished evaluations" in empty.stderr
+    other = check(results, "evaluate.batch_size=17")  # not this run's configuration: it names the run's overrides
+    assert other.returncode == 2 and "check one of them with the same ones: precisionflow check" in other.stderr
+    assert "model=small_cnn" in other.stderr, other.stderr
     assert executed(run_cli(results)) == 0  # check wrote no node
 
 

@@ -18,6 +18,7 @@ the user's own groups (dataset/, model/, experiment/, ...) beside and over the b
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import time
 import sys
@@ -255,6 +256,7 @@ def cmd_run(args, extra: List[str]) -> int:
         print_why(plan)
         return code
     code = run_exclusively(plan, plan_file, args, extra)
+    remember_run(Path(plan["results_dir"]), args)
     after = node_mtimes(plan)
     executed = sum(1 for key, mtime in after.items() if before.get(key) != mtime)
     if code != 0:
@@ -278,15 +280,50 @@ def cmd_run(args, extra: List[str]) -> int:
     return print_verdicts(plan)
 
 
+RUNS_FILE = "runs.jsonl"  # one line per `precisionflow run` on a results folder: what `check` needs to find it again
+
+
+def remember_run(results: Path, args) -> None:
+    """The overrides of this run, so that `check` without them can say which to give."""
+    if not results.is_dir():  # the run stopped before it made its folder
+        return
+    line = {"at": time.strftime("%Y-%m-%dT%H:%M:%S"), "overrides": list(args.overrides), "multirun": bool(args.multirun)}
+    with open(results / RUNS_FILE, "a") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
+def earlier_runs(results: Path, most: int = 3) -> List[str]:
+    """The `precisionflow check ...` lines of the last distinct runs on this folder, newest first."""
+    path = results / RUNS_FILE
+    if not path.is_file():
+        return []
+    commands: List[str] = []
+    for text in reversed(path.read_text().splitlines()):
+        try:
+            found = json.loads(text)
+        except ValueError:
+            continue
+        words = ["precisionflow check"] + (["-m"] if found.get("multirun") else []) + [shlex.quote(o) for o in found["overrides"]]
+        if " ".join(words) not in commands:
+            commands.append(" ".join(words))
+    return commands[:most]
+
+
 def print_verdicts(plan: Dict) -> int:
     """Each engine's verdict against its budget; 1 when any engine breaks it (so CI can gate on it)."""
     from precisionflow.reporting.budget import format_verdicts, gate_fails, verdicts
 
     found = verdicts(plan)
     if not found:
+        runs = earlier_runs(Path(plan["results_dir"]))
+        hint = (
+            " Runs on this folder were made with other overrides; check one of them with the same ones: " + "; ".join(runs)
+            if runs
+            else " Run it first (precisionflow run ...)."
+        )
         print(
             f"precisionflow check: no finished evaluations (with their fp32 baseline) under {plan['results_dir']} "
-            "for this configuration; run it first (precisionflow run ...).",
+            f"for this configuration.{hint}",
             file=sys.stderr,
         )
         return 2
