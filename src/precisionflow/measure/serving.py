@@ -155,13 +155,14 @@ class Timeline:
         if not self.service_s:
             return {}
 
+        from precisionflow.measure.timing import percentile
+
         def spread(values: List[float]) -> Dict[str, float]:
             ordered = sorted(values)
-            pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
             return {
                 "mean": round(1000 * sum(ordered) / len(ordered), 4),
-                "p50": round(1000 * pick(0.5), 4),
-                "p99": round(1000 * pick(0.99), 4),
+                "p50": round(1000 * percentile(ordered, 50), 4),
+                "p99": round(1000 * percentile(ordered, 99), 4),
                 "max": round(1000 * ordered[-1], 4),
             }
 

@@ -11,7 +11,6 @@ configuration names now -- it runs nothing. A verdict names the number that brok
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
-import numpy as np
 
 from precisionflow.datasets import conditions
 from precisionflow.reporting import stats, verdict_rules
@@ -466,9 +465,8 @@ def map50_figures(metrics: Dict[str, Any], tag: str, confidence: float = 0.95) -
         return {}
     figures = {"map50": found["map50"], "map50_fp32": found["reference_map50"]}
     if found.get("drop_resamples"):
-        tail = (1 - confidence) / 2
-        low, high = np.quantile(np.asarray(found["drop_resamples"], dtype=float), [tail, 1 - tail])
-        figures.update({"map50_drop_low": round(float(low), 2), "map50_drop_high": round(float(high), 2)})
+        low, high = verdict_rules.resampled_interval(found["drop_resamples"], confidence)
+        figures.update({"map50_drop_low": round(low, 2), "map50_drop_high": round(high, 2)})
     return figures
 
 

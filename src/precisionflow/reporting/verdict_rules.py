@@ -136,14 +136,20 @@ def mean_check(per_image: Sequence[float], estimate: float, limit: float, confid
 MAP_METHOD = "bootstrap over images, paired (the same images for both engines), pycocotools' matches re-weighted"
 
 
+def resampled_interval(resampled: Sequence[float], confidence: float) -> tuple:
+    """The percentile interval of bootstrap resamples (e.g. paired mAP drops)."""
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(np.asarray(resampled, dtype=float), [tail, 1 - tail])
+    return float(low), float(high)
+
+
 def map_drop_check(drop: float, resampled: Sequence[float], limit: float, confidence: float, subject: str) -> Dict[str, str]:
     """A mAP drop in points (fp32 minus the engine, pycocotools' estimate) that may be at most
     `limit`, judged by the percentile interval of its paired bootstrap resamples; UNDECIDED
     without them (an estimate alone is no interval)."""
     if not len(resampled):
         return judged(UNDECIDED, f"{subject} {drop:.2f} points below fp32 (max {limit}): no resampled drops, so no interval")
-    tail = (1 - confidence) / 2
-    low, high = (float(value) for value in np.quantile(np.asarray(resampled, dtype=float), [tail, 1 - tail]))
+    low, high = resampled_interval(resampled, confidence)
     verdict = stats.verdict_at_most(low, high, limit)
     text = f"{subject} {drop:+.2f} points below fp32 [{low:+.2f}, {high:+.2f}] ({MAP_METHOD}, {len(resampled)} resamples; max {limit})"
     if verdict == UNDECIDED:

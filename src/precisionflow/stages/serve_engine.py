@@ -97,16 +97,17 @@ def server_max_batch(service_s: Dict[int, float], bound_s: float, max_wait_s: fl
     """The largest batch the Server scenario may form: a query that arrives just after a batch
     started waits for that batch, then rides its own, so 2 x its call + the wait must fit the
     bound. On the H200 ResNet-50 fp16 takes ~10 ms at b128: batches of 128 made a 15-ms p99
-    impossible at any rate, however fast the engine (benchmarks/results/h200/serving_2026-12-02b)."""
+    impossible at any rate, however fast the engine (benchmarks/results/h200/engine_vs_plain_2026-12-02/
+    sut_crossed_with_probe.jsonl)."""
     fitting = [size for size, seconds in service_s.items() if 2 * seconds + max_wait_s <= bound_s]
     return max(fitting) if fitting else min(service_s)
 
 
-def serve_side(engine_dir: Path, images: np.ndarray, settings: Dict[str, Any], logs: Path) -> Dict[str, Any]:
-    """Every scenario the settings name, for one engine, and Offline (Server is read against it);
-    the Server rate by search, repeated."""
-    _engine, runners, service_s = runners_of(engine_dir, images, settings["max_batch"])
-    return serve_with(runners, service_s, settings, logs)
+def serve_side(engine_dir: Path, images: np.ndarray, settings: Dict[str, Any], logs: Path):
+    """(the loaded engine, every scenario the settings name for it and Offline -- Server is read
+    against it -- with the Server rate by search, repeated)."""
+    engine, runners, service_s = runners_of(engine_dir, images, settings["max_batch"])
+    return engine, serve_with(runners, service_s, settings, logs)
 
 
 def serve_with(runners: Dict[int, Any], service_s: Dict[int, float], settings: Dict[str, Any], logs: Path) -> Dict[str, Any]:
@@ -145,14 +146,14 @@ def serve_with(runners: Dict[int, Any], service_s: Dict[int, float], settings: D
     found["Offline"] = run("Offline", rate=2 * largest / max(service_s[largest], 1e-6))
     if "Server" in settings["scenarios"]:
         offline = found["Offline"]
+        offline_rate = offline.get("samples_per_second") if offline["valid"] else None
         # The search starts near Offline, not low: on the H200 one engine call in a few thousand
         # stalled ~20 ms, which fails a short run at a low rate (few queries share the p99) but
         # not at 0.8x Offline -- a search that climbs from below stopped at 0.16x.
-        near = 0.8 * offline["samples_per_second"] if offline["valid"] and offline.get("samples_per_second") else None
-        found["Server"] = server_searches(run, single, settings, near)
-        rate, offline = found["Server"].get("rate"), found["Offline"].get("samples_per_second")
-        if rate and offline and found["Offline"]["valid"]:
-            found["server_over_offline"] = round(rate / offline, 3)
+        found["Server"] = server_searches(run, single, settings, 0.8 * offline_rate if offline_rate else None)
+        rate = found["Server"].get("rate")
+        if rate and offline_rate:
+            found["server_over_offline"] = round(rate / offline_rate, 3)
     if "MultiStream" in settings["scenarios"]:
         found["MultiStream"] = run("MultiStream")
     return found
@@ -240,7 +241,6 @@ def server_search(run, single: Dict[str, Any], settings: Dict[str, Any], start: 
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    from precisionflow.backends import engine_loader
     from precisionflow.datasets.store import Split
     from precisionflow.measure import speed
 
@@ -249,8 +249,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     images = test.head(max(64, settings["max_batch"]))
     taken = speed.conditions()
     sides = {"engine": inputs["engine"], **({"fp32": inputs["fp32_engine"]} if "fp32_engine" in inputs else {})}
-    results = {side: serve_side(folder, images, settings, out / "loadgen" / side) for side, folder in sides.items()}
-    engine = engine_loader(inputs["engine"])()
+    served = {side: serve_side(folder, images, settings, out / "loadgen" / side) for side, folder in sides.items()}
+    results = {side: found for side, (_engine, found) in served.items()}
+    engine = served["engine"][0]
     results["engine"]["AccuracyOnly"] = answers_through_server(
         engine.run, images, test.labels, settings, out / "loadgen" / "accuracy"
     )
