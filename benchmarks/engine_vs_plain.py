@@ -290,10 +290,12 @@ def options_matrix(graph_dir: Path, out: Path, names, seconds: float, work: Path
                 )
 
 
-def serving_stage(graph_dir: Path, out: Path, names, seconds: float, work: Path, verify_s: float) -> None:
+def serving_stage(graph_dir: Path, out: Path, names, seconds: float, work: Path, verify_s: float, probe_s: float = 0) -> None:
     """The serve stage's own choices (stages.serve_engine.serve_with: no batch wait outside Server, the
     Server batch bounded by the latency bound, the rate search) on the product's engine, runs of
-    `seconds`; then the found rate verified in one run of `verify_s`, and 0.8x Offline tried as long."""
+    `seconds`; then the found rate verified in one run of `verify_s`, and 0.8x Offline tried as long.
+    With `probe_s`: the stage as experiment=h200 runs it -- every run `seconds` long except the
+    search's probes (`probe_s`), whose answer the stage confirms at full length itself."""
     from precisionflow.measure import serving as srv
     from precisionflow.stages import serve_engine
 
@@ -302,6 +304,7 @@ def serving_stage(graph_dir: Path, out: Path, names, seconds: float, work: Path,
         "scenarios": ["SingleStream", "Server"],
         "search_precision": 0.05,
         "search_repeats": 1,
+        **({"search_duration_ms": int(probe_s * 1000)} if probe_s else {}),
     }
     for name in names:
         path = prepared(graph_dir, name, work)
@@ -325,12 +328,16 @@ def serving_stage(graph_dir: Path, out: Path, names, seconds: float, work: Path,
                 "server_rate": server.get("rate"),
                 "why": server.get("why"),
                 "server_over_offline": found.get("server_over_offline"),
+                "bracket": server.get("bracket"),
+                "confirmed_at_full_length": server.get("confirmed_at_full_length"),
                 "curve": [
-                    {k: c.get(k) for k in ("target_qps", "valid", "p99_ns", "batches", "where_time_went")}
+                    {k: c.get(k) for k in ("target_qps", "valid", "p99_ns", "duration_ms", "batches", "where_time_went")}
                     for c in server["curve"]
                 ],
             },
         )
+        if probe_s:
+            continue  # the stage confirmed its own answer at full length
         long = dict(settings, min_duration_ms=int(verify_s * 1000))
         batch = found["server_max_batch"]
         chosen = {size: r for size, r in runners.items() if size <= batch}
@@ -426,6 +433,7 @@ def main() -> None:
     parser.add_argument("--fractions", default="0.5,0.8")
     parser.add_argument("--max-batch", type=int, default=128)
     parser.add_argument("--verify-seconds", type=float, default=60.0)
+    parser.add_argument("--probe-seconds", type=float, default=0.0, help="stage: the search's probing runs")
     parser.add_argument("--work", type=Path, default=Path("/root/evp"))
     args = parser.parse_args()
     import onnxruntime
@@ -440,7 +448,7 @@ def main() -> None:
     if args.part == "engines":
         engines(args.graph_dir, args.out, names, args.seconds, args.work)
     elif args.part == "stage":
-        serving_stage(args.graph_dir, args.out, names, args.seconds, args.work, args.verify_seconds)
+        serving_stage(args.graph_dir, args.out, names, args.seconds, args.work, args.verify_seconds, args.probe_seconds)
     elif args.part == "options":
         options_matrix(args.graph_dir, args.out, names, args.seconds, args.work)
     elif args.part == "sut":

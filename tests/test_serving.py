@@ -60,7 +60,7 @@ def test_the_real_search_on_a_known_engine(tmp_path):
 
     runners = known_service(0.002, 0.0005)
     counter = iter(range(100))
-    run = lambda scenario, rate=0.0: serving.run_scenario(  # noqa: E731
+    run = lambda scenario, rate=0.0, duration_ms=None: serving.run_scenario(  # noqa: E731
         make_sut(runners), scenario, SETTINGS, tmp_path / f"{next(counter)}", rate
     )
     single = run("SingleStream")
@@ -230,3 +230,45 @@ def test_an_accuracy_run_through_the_server_answers_with_the_engines_outputs(tmp
     found = answers_through_server(engine_run, images, labels, settings, tmp_path / "accuracy")
     assert found["answered"] == 50 and found["same_predictions"] == 50 and found["max_abs_diff"] == 0.0
     assert found["top1_through_server"] == found["top1_direct"] == 0.9
+
+
+def stalling_run(capacity_short: float, capacity_long: float, seen: list):
+    """A side whose short probes fail above capacity_short (a rare stall dominates their p99) while
+    full-length runs hold up to capacity_long: the H200's ResNet-50 fp32 in 4-s and 60-s runs."""
+
+    def run(scenario, rate=0.0, duration_ms=None):
+        seen.append((round(rate), duration_ms))
+        limit = capacity_long if duration_ms >= 60000 else capacity_short
+        return {"valid": rate <= limit, "target_qps": rate, "p99_ns": 1e6}
+
+    return run
+
+
+def test_short_probes_are_confirmed_at_full_length_starting_from_the_start_rate():
+    from precisionflow.stages.serve_engine import server_search
+
+    seen = []
+    settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1)
+    found = server_search(stalling_run(3000, 11000, seen), {"mean_ns": 6e5}, settings, start=10300, ceiling=12900)
+    assert found["rate"] == 10300 and found["bracket"] == [10300, 12900] and found["confirmed_at_full_length"]
+    assert seen[-1] == (10300, 60000) and all(duration == 4000 for _, duration in seen[:-1])
+    assert found["at_rate"]["duration_ms"] == 60000  # the figure comes from the full-length run
+
+
+def test_no_rate_when_nothing_the_probes_found_holds_at_full_length():
+    from precisionflow.stages.serve_engine import server_search
+
+    seen = []
+    settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1)
+    found = server_search(stalling_run(3000, 100, seen), {"mean_ns": 6e5}, settings, start=10300, ceiling=12900)
+    assert found["rate"] is None and "full-length" in found["why"]
+    assert [duration for _, duration in seen[-2:]] == [60000, 60000]  # the start, then the probes' answer
+
+
+def test_without_a_probe_length_every_run_is_full_length():
+    from precisionflow.stages.serve_engine import server_search
+
+    seen = []
+    settings = dict(SETTINGS, min_duration_ms=60000, search_precision=0.1)
+    found = server_search(stalling_run(3000, 11000, seen), {"mean_ns": 6e5}, settings, start=10300, ceiling=12900)
+    assert found["rate"] and "confirmed_at_full_length" not in found and {d for _, d in seen} == {60000}

@@ -354,6 +354,10 @@ class ServingConf:
     # Independent Server searches per side (each its own arrival schedule): the ratio's interval
     # spans their answers, so it widens when runs disagree; any search with no valid rate withholds it.
     search_repeats: int = 2
+    # The search's probing runs (null: min_duration_ms). Shorter probes are cheaper, but on the H200
+    # one engine call in a few thousand stalls ~20 ms, which fails a 4-s run at any rate while 60-s
+    # runs at 0.8x Offline pass: so every rate reported is confirmed by a run of min_duration_ms.
+    search_duration_ms: Optional[int] = None
     coalesce_queries: bool = True  # LoadGen hands the SUT the queries due while it was busy in one call
     seed: int = 1
 

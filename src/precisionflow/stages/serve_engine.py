@@ -131,9 +131,10 @@ def serve_with(runners: Dict[int, Any], service_s: Dict[int, float], settings: D
     # 10 of 12 SingleStream runs of the default experiment), so both are over-estimated twofold.
     expected_single_ns = int(0.5 * 1e9 * service_s[min(service_s)])
 
-    def run(scenario: str, rate: float = 0.0, seed_offset: int = 0):
+    def run(scenario: str, rate: float = 0.0, seed_offset: int = 0, duration_ms: int = None):
         folder = logs / f"{next(counter):02d}-{scenario}"
         scenario_settings = dict(settings, seed=settings["seed"] + seed_offset, single_stream_expected_ns=expected_single_ns)
+        scenario_settings["min_duration_ms"] = duration_ms or settings["min_duration_ms"]
         return serving.run_scenario(make_sut, scenario, scenario_settings, folder, rate)
 
     largest = max(service_s)
@@ -150,7 +151,7 @@ def serve_with(runners: Dict[int, Any], service_s: Dict[int, float], settings: D
         # The search starts near Offline, not low: on the H200 one engine call in a few thousand
         # stalled ~20 ms, which fails a short run at a low rate (few queries share the p99) but
         # not at 0.8x Offline -- a search that climbs from below stopped at 0.16x.
-        found["Server"] = server_searches(run, single, settings, 0.8 * offline_rate if offline_rate else None)
+        found["Server"] = server_searches(run, single, settings, 0.8 * offline_rate if offline_rate else None, offline_rate)
         rate = found["Server"].get("rate")
         if rate and offline_rate:
             found["server_over_offline"] = round(rate / offline_rate, 3)
@@ -159,14 +160,22 @@ def serve_with(runners: Dict[int, Any], service_s: Dict[int, float], settings: D
     return found
 
 
-def server_searches(run, single: Dict[str, Any], settings: Dict[str, Any], start: float = None) -> Dict[str, Any]:
+def server_searches(
+    run, single: Dict[str, Any], settings: Dict[str, Any], start: float = None, ceiling: float = None
+) -> Dict[str, Any]:
     """The Server search `search_repeats` times, each with its own arrival schedule (LoadGen's seed
     + the repeat), the later ones starting from the first's answer. The rate is the lowest found;
     `repeats` keeps each search's answer and bracket for the ratio's interval. No rate when any
     search found none: one failed search is enough to withhold the figure."""
     repeats = []
     for index in range(max(1, int(settings.get("search_repeats", 1)))):
-        searched = server_search(lambda scenario, rate=0.0, index=index: run(scenario, rate, index), single, settings, start)
+        searched = server_search(
+            lambda scenario, rate=0.0, duration_ms=None, index=index: run(scenario, rate, index, duration_ms),
+            single,
+            settings,
+            start,
+            ceiling,
+        )
         repeats.append(searched)
         if searched["rate"] is None:
             break
@@ -195,8 +204,13 @@ def _brief(searched: Dict[str, Any]) -> Dict[str, Any]:
     return {"rate": searched["rate"], "bracket": searched["bracket"], "runs": len(searched.get("runs", []))}
 
 
-def server_search(run, single: Dict[str, Any], settings: Dict[str, Any], start: float = None) -> Dict[str, Any]:
-    """The largest valid Server rate, or the reason there is none (batch-1 latency over the bound)."""
+def server_search(
+    run, single: Dict[str, Any], settings: Dict[str, Any], start: float = None, ceiling: float = None
+) -> Dict[str, Any]:
+    """The largest valid Server rate, or the reason there is none (batch-1 latency over the bound).
+    With search_duration_ms shorter than min_duration_ms the search probes with short runs and the
+    answer is then confirmed at full length (`confirm`). `ceiling`: the Offline rate, above which no
+    Server rate can lie."""
     from precisionflow.measure import serving
 
     bound_ms, percentile = settings["latency_bound_ms"], settings["percentile"]
@@ -211,8 +225,11 @@ def server_search(run, single: Dict[str, Any], settings: Dict[str, Any], start: 
         }
     curve = []
 
-    def valid_at(rate: float) -> bool:
-        result = run("Server", rate)
+    probe_ms = settings.get("search_duration_ms") or settings["min_duration_ms"]
+    probing = probe_ms < settings["min_duration_ms"]
+
+    def valid_at(rate: float, duration_ms: int = None) -> bool:
+        result = run("Server", rate, duration_ms=duration_ms or probe_ms)
         curve.append(
             {
                 k: result.get(k)
@@ -230,14 +247,33 @@ def server_search(run, single: Dict[str, Any], settings: Dict[str, Any], start: 
                 )
             }
         )
+        curve[-1]["duration_ms"] = duration_ms or probe_ms
         return bool(result["valid"])
 
     start = start or 0.5 * 1e9 / max(single.get("mean_ns", 1e6), 1.0)  # half of what one stream completes
     searched = serving.max_server_rate(valid_at, start, settings["search_precision"])
+    if probing:
+        searched = confirm(searched, start, ceiling, lambda rate: valid_at(rate, settings["min_duration_ms"]))
     valid_runs = [
         point for point in curve if point["valid"] and math.isclose(point["target_qps"], searched["rate"] or -1, rel_tol=1e-6)
     ]
     return {**searched, "curve": curve, "at_rate": valid_runs[-1] if valid_runs else None}
+
+
+def confirm(searched: Dict[str, Any], start: float, ceiling: float, valid_at_full_length) -> Dict[str, Any]:
+    """The probing search's answer checked at full length: the start (0.8x Offline) first when the
+    probes ended below it -- short runs fail on rare stalls that a full-length p99 absorbs -- then
+    the probes' own answer. The first that holds is the rate; none holding is no rate. A confirmed
+    start's bracket reaches the Offline rate: nothing above it was tried at full length."""
+    candidates = [start] if start and (searched["rate"] or 0) < start else []
+    candidates += [searched["rate"]] if searched["rate"] else []
+    confirmed = {"confirmed_at_full_length": True}
+    for rate in candidates:
+        if valid_at_full_length(rate):
+            top = ceiling if rate == start and ceiling else searched["bracket"][1]
+            return {**searched, **confirmed, "rate": round(rate, 3), "bracket": [round(rate, 3), top and round(top, 3)]}
+    why = "no rate the short probes found held in a full-length run" if candidates else searched.get("why")
+    return {**searched, **confirmed, "rate": None, "bracket": [None, searched["bracket"][1]], "why": why}
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
