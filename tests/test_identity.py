@@ -197,13 +197,18 @@ EXPECTED = {
             "workers",
             "search_precision",
             "search_repeats",
+            "search_duration_ms",
             "coalesce_queries",
             "seed",
         )
     },
     "target_defs.local.serving": SERVING,
     "target_defs.cpu.serving": NOTHING,
-    **{f"target_defs.{name}.serving.min_duration_ms": NOTHING for name in ("a100", "h100", "h200")},
+    **{
+        f"target_defs.{name}.serving.{key}": NOTHING
+        for name in ("a100", "h100", "h200")
+        for key in ("min_duration_ms", "search_duration_ms", "max_batch")
+    },
     "target_defs.local.device": ENGINES | {"benchmark_framework"},
     "target_defs.local.expect_device": ENGINES | {"benchmark_framework"},
     "target_defs.local.resources": NOTHING,

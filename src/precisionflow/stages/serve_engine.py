@@ -26,6 +26,8 @@ def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str
 
     settings = {**cfg["evaluate"]["serving"], **cfg["target_defs"][target].get("serving", {})}
     settings.pop("enabled", None)
+    if settings.get("search_duration_ms") is None:  # unset: probes are full length (and earlier ids stand)
+        settings.pop("search_duration_ms", None)
     settings["scenarios"] = [str(getattr(s, "value", s)) for s in settings["scenarios"]]
     if settings["latency_bound_ms"] is None:  # by where the engine runs (see ServingConf)
         on_gpu = (
