@@ -1,7 +1,7 @@
 """The graphs the H200 engine benchmark (benchmarks/engine_vs_plain.py) runs, made here with TensorFlow.
 
 For ResNet-50 and MobileNetV2 at 224x224x3: the product's own export (modeling.models.build ->
-export_onnx._convert, fp16 by quantize_onnx.to_fp16 with the default op block list) and a reference
+export_onnx._convert, fp16 by precisions.fp16.to_fp16 with the default op block list) and a reference
 export of the same Keras application (keras.applications with its own top, tf2onnx opset 17, fp16
 by ONNX Runtime's float16 converter with no block list; what ../shared/probes/serving used).
 Weights are random (He-scaled) in every graph: the benchmark measures speed, not accuracy. To
@@ -69,7 +69,7 @@ def refill(path: Path, seed: int = 0) -> None:
 
 
 def main(out: Path) -> None:
-    from precisionflow.stages.quantize_onnx import to_fp16
+    from precisionflow.precisions.fp16 import to_fp16
     from precisionflow.config.schema import Fp16Conf
 
     out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +79,8 @@ def main(out: Path) -> None:
             fp32 = out / f"{name}_{kind}_fp32.onnx"
             make(name, fp32)
             zeroed(fp32)
-            to_fp16(fp32, out / f"{name}_{kind}_fp16.onnx", block_list if kind == "product" else [])
+            blocked = {"fp16": {"op_block_list": block_list if kind == "product" else []}}
+            to_fp16(fp32, out / f"{name}_{kind}_fp16.onnx", blocked, {}, out)
             print(f"{fp32.name} and its fp16 written", flush=True)
 
 

@@ -62,7 +62,7 @@ def test_calibration_records_its_sample_per_class(tmp_path):
 
 
 def test_int8_mixeds_ranking_sample_is_drawn_like_calibrations(tmp_path):
-    from precisionflow.stages.quantize_onnx import report_sample
+    from precisionflow.precisions.static_int8 import report_sample
 
     split = Split(class_by_class_node(tmp_path / "data"), "val")
     images, drawn = report_sample(split, {"report_samples": 128, "sampling": {"rule": "stratified", "seed": 0}})
@@ -199,11 +199,11 @@ def test_per_class_drops_use_the_data_nodes_class_names_not_the_metrics_key_orde
 
 
 def test_planning_warns_when_int8_mixeds_search_split_cannot_resolve_its_budget():
-    from precisionflow.pipeline.plan import mixed_search_warning
+    from precisionflow.precisions.int8_mixed import search_warning
 
-    int8 = {"mixed_max_val_drop": 2.0, "confidence": 0.95, "report_split": "val"}
-    assert "its 144 images cannot resolve" in mixed_search_warning(int8, 144)
-    assert mixed_search_warning(int8, 5000) is None
+    params = {"int8": {"mixed_max_val_drop": 2.0, "confidence": 0.95, "report_split": "val"}}
+    assert "its 144 images cannot resolve" in search_warning(params, lambda: {"val": 144})
+    assert search_warning(params, lambda: {"val": 5000}) is None
 
 
 def test_four_images_with_no_spurious_box_do_not_pass_a_tight_budget():

@@ -8,6 +8,7 @@ from precisionflow.datasets.store import Split, write_arrays
 from precisionflow.pipeline.nodeio import file_hash
 from precisionflow.quant import cache, qdq
 from precisionflow.stages import calibrate, quantize_onnx
+from precisionflow.precisions.static_int8 import read_rows
 from tests.conftest import make_tiny_cnn
 
 CALIBRATION = {
@@ -113,7 +114,7 @@ def test_int8_graph_is_trt_legal_and_keeps_the_output_layer_float(tmp_path, expo
 
 def test_per_layer_report_lists_every_quantized_tensor_with_finite_error(tmp_path, export_dir, data_dir):
     out, _ = _quantize(tmp_path, export_dir, data_dir, _calibrate(tmp_path, export_dir, data_dir))
-    rows = quantize_onnx._read_rows(out / "layer_error.csv")
+    rows = read_rows(out / "layer_error.csv")
     model = onnx.load(str(out / "model.onnx"))
     quantized = {n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
     assert quantized <= {row["tensor"] for row in rows}

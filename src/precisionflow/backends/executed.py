@@ -154,9 +154,12 @@ def label(graph_precision: str, counts: Counter, provider: str, typing: str = ""
     """What ran, and whether it is what the graph asked for: every compute op in fp32 (fp32 graph),
     most in fp16 (an fp16 graph keeps its blocked ops in fp32), or some in int8 (int8 graphs keep the
     output layer in float). `typing`: how TensorRT chose the types (strongly typed: the graph's)."""
+    from precisionflow import precisions
+
+    runs_in = precisions.get(graph_precision).runs_in
     ran = executed_precision(counts)
     notes = []
-    if graph_precision.startswith("int8"):
+    if runs_in == "integer":
         as_requested = counts.get("int8", 0) > 0
         if as_requested:  # "int8 5/6": the share of compute ops in integer kernels (the rest stayed float)
             total = sum(counts.values())
@@ -166,10 +169,10 @@ def label(graph_precision: str, counts: Counter, provider: str, typing: str = ""
                 "ONNX Runtime's CUDA provider has no int8 convolution kernels: this engine runs Q/DQ around "
                 "float convolutions, so its speed is not int8's; int8 speed on a GPU needs TensorRT"
             )
-    elif graph_precision == "fp16":
-        as_requested = bool(counts) and counts.most_common(1)[0][0] == "fp16"
+    elif runs_in != "fp32":  # a lower float type: most compute ops in it (blocked ops stay fp32)
+        as_requested = bool(counts) and counts.most_common(1)[0][0] == runs_in
     else:
-        as_requested = ran == graph_precision
+        as_requested = ran == runs_in
     where = f"{provider}, {typing}" if typing else provider
     found = {
         "graph_precision": graph_precision,

@@ -66,14 +66,14 @@ def check_version(version: str) -> Tuple[int, int, int]:
     return parsed
 
 
-WEAK_TYPING_PRECISIONS = ("int8", "int8_qat")  # never int8_mixed: its float ops were chosen in fp32
-
-
 def int8_over_fp16(precision: str, engine_params: Dict[str, Any], version: str) -> bool:
     """An int8 engine whose unquantized layers may run in fp16 (what `trtexec --int8 --fp16` builds):
     only when asked (engine.trt_int8_fp16), only TensorRT 10 (a weakly typed network), never
     int8_mixed. TensorRT 11 is always strongly typed: those layers run in the graph's types."""
-    return precision in WEAK_TYPING_PRECISIONS and bool(engine_params.get("trt_int8_fp16")) and check_version(version)[0] == 10
+    from precisionflow import precisions
+
+    weak = precisions.get(precision).trt_weak_typing  # never int8_mixed: its float ops were chosen in fp32
+    return weak and bool(engine_params.get("trt_int8_fp16")) and check_version(version)[0] == 10
 
 
 def typing_of(precision: str, engine_params: Dict[str, Any], version: str) -> str:
@@ -97,7 +97,9 @@ TRT10_WEAK_TYPING_FLAGS = ("INT8", "FP16")  # removed in TensorRT 11: set only o
 def builder_flag_changes(precision: str, engine_params: Dict[str, Any], version: str = "10") -> Dict[str, bool]:
     """BuilderFlag name -> set (True) / clear (False). In a strongly typed network the graph carries
     the types (no FP16/INT8 flags); an int8 engine allowed fp16 layers sets both."""
-    changes = {"TF32": precision != "fp32"}  # TF32 is on by default; a true fp32 baseline clears it
+    from precisionflow import precisions
+
+    changes = {"TF32": not precisions.get(precision).clears_tf32}  # TF32 is on by default; a true fp32 baseline clears it
     if int8_over_fp16(precision, engine_params, version):
         changes.update({name: True for name in TRT10_WEAK_TYPING_FLAGS})
     if engine_params.get("sparse_weights"):

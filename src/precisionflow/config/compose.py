@@ -13,6 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
+from precisionflow import precisions
 from precisionflow.errors import ConfigError
 
 DECISION_SPLITS = ("train", "val")  # splits a choice (calibration, ops kept in float) may look at
@@ -324,10 +325,13 @@ def check_task(cfg: Dict[str, Any]) -> None:
             f"task=detection needs a detector (model=center_net, or model=keras_file with its output "
             f"contract), found model={model}."
         )
-    if "int8_mixed" in cfg["precisions"]:
+    refused = [name for name in cfg["precisions"] if "detection" not in precisions.get(name).tasks]
+    if refused:
+        spec = precisions.get(refused[0])
+        working = [name for name in precisions.names() if "detection" in precisions.get(name).tasks]
         raise ConfigError(
-            "precisions: int8_mixed chooses ops by top-1 on the decision split, which a detector does not "
-            "have; drop int8_mixed for task=detection (int8, int8_qat work)."
+            f"precisions: {spec.why_not_detection}; drop {spec.name} for task=detection "
+            f"({', '.join(working)} work)."
         )
     if cfg["prune"]["method"] != "none":
         raise ConfigError(
@@ -346,7 +350,7 @@ def check_finetune(cfg: Dict[str, Any]) -> None:
         "finetune.mode=" + finetune["mode"]
         if finetune["mode"] != "none"
         else "int8_qat engines come from a QAT fine-tune"
-        if "int8_qat" in cfg["precisions"]
+        if any(precisions.get(name).qat_finetune for name in cfg["precisions"])
         else ""
     )
     for leaf in ("epochs", "batch_size"):
@@ -354,17 +358,33 @@ def check_finetune(cfg: Dict[str, Any]) -> None:
             raise ConfigError(f"finetune.{leaf}: expected an integer >= 1 ({why}), found {finetune[leaf]}.")
 
 
+def check_precisions(cfg: Dict[str, Any]) -> None:
+    """Names the registry knows, the reference among them, each one on a backend that runs it."""
+    if not cfg["precisions"]:
+        raise ConfigError(f"precisions: expected at least one of {', '.join(precisions.names())}; found an empty list.")
+    for name in cfg["precisions"]:
+        precisions.get(name)  # an unknown name: the choices and the closest one
+    reference = precisions.reference().name
+    if reference not in cfg["precisions"]:
+        raise ConfigError(
+            f"precisions: expected {reference} among {list(cfg['precisions'])} -- every engine is compared with "
+            f"the {reference} one; add {reference} (e.g. 'precisions=[{reference},fp16]')."
+        )
+    backend = str(getattr(cfg["engine"]["backend"], "value", cfg["engine"]["backend"]))
+    for name in cfg["precisions"]:
+        spec = precisions.get(name)
+        if backend not in spec.backends:
+            raise ConfigError(
+                f"precisions: {name} with engine.backend={backend}: {spec.why_not_tensorrt or 'not supported'}. "
+                f"Use engine.backend={spec.backends[0]} for {name}, or drop it."
+            )
+
+
 def validate(cfg: Dict[str, Any]) -> None:
     """Checks across keys that a type schema cannot express."""
     check_choices(cfg)
+    check_precisions(cfg)
     check_task(cfg)
-    if not cfg["precisions"]:
-        raise ConfigError("precisions: expected at least one of fp32, fp16, int8, int8_qat, int8_mixed; found an empty list.")
-    if "fp32" not in cfg["precisions"]:
-        raise ConfigError(
-            f"precisions: expected fp32 among {cfg['precisions']} -- every engine is compared with "
-            "the fp32 one; add fp32 (e.g. 'precisions=[fp32,fp16]')."
-        )
     unknown = [t for t in cfg["targets"] if t not in cfg["target_defs"]]
     if unknown:
         raise ConfigError(

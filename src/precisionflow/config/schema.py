@@ -28,14 +28,6 @@ OptimizationLevel = _choices("OptimizationLevel", "disabled basic extended all")
 Task = _choices("Task", "classification detection")
 
 
-class Precision(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    int8 = "int8"  # post-training calibration
-    int8_qat = "int8_qat"  # ranges learned by quantization-aware fine-tuning
-    int8_mixed = "int8_mixed"  # int8 with the most damaged ops kept in float
-
-
 class CalibrationMethod(str, Enum):
     entropy = "entropy"
     minmax = "minmax"
@@ -410,7 +402,8 @@ class Config:
     prune: PruneConf = field(default_factory=PruneConf)
     finetune: FinetuneConf = field(default_factory=FinetuneConf)
     export: ExportConf = field(default_factory=ExportConf)
-    precisions: List[Precision] = field(default_factory=lambda: [Precision.fp32, Precision.fp16])
+    # Names from the precision registry (precisions/: one file per precision), checked in compose.validate.
+    precisions: List[str] = field(default_factory=lambda: ["fp32", "fp16"])
     fp16: Fp16Conf = field(default_factory=Fp16Conf)
     calibration: CalibrationConf = field(default_factory=CalibrationConf)
     int8: Int8Conf = field(default_factory=Int8Conf)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from precisionflow import precisions
 from precisionflow.pipeline import identity
 from precisionflow.reporting.budget import budget_for
 from precisionflow.pipeline import flow
@@ -211,26 +212,29 @@ class PlanBuilder:
             model = self._add_finetune(cfg, cfg["finetune"], model, data)
         onnx = self._add_export(cfg, model, data)
         placements = {target: self.placement(cfg, target) for target in cfg["targets"]}
-        graphs: Dict[tuple, Node] = {}  # (precision, placement: int8 only) -> graph
-        for precision in cfg["precisions"]:  # int8_mixed needs the int8 graph's report: order matters
-            for placement in sorted(set(placements.values())) if precision.startswith("int8") else [None]:
+        graphs: Dict[tuple, Node] = {}  # (precision, placement: placement-dependent ones only) -> graph
+        for precision in cfg["precisions"]:  # a precision may build on an earlier one's graph (int8_mixed: int8's report)
+            for placement in sorted(set(placements.values())) if precisions.get(precision).placement_dependent else [None]:
                 graphs[(precision, placement)] = self._add_graph(cfg, precision, onnx, data, graphs, trained, placement)
         graph_of = {
-            (p, t): graphs[(p, placements[t] if p.startswith("int8") else None)]
+            (p, t): graphs[(p, placements[t] if precisions.get(p).placement_dependent else None)]
             for p in cfg["precisions"]
             for t in cfg["targets"]
         }
         engines = {key: self._add_engine(cfg, graph, key[1]) for key, graph in graph_of.items()}
+        reference = precisions.reference().name
         measured = []
-        if "int8_qat" in cfg["precisions"]:  # int8_qat's fair reference: its fine-tune, run in fp32
-            measured += self._add_qat_twin(cfg, trained, graph_of[("int8_qat", cfg["targets"][0])], onnx, data)
+        for precision in cfg["precisions"]:  # int8_qat's fair reference: its fine-tune, run in fp32
+            if precisions.get(precision).judged_against_twin:
+                measured += self._add_qat_twin(cfg, trained, graph_of[(precision, cfg["targets"][0])], onnx, data)
         for (precision, target), engine in engines.items():
             # Every engine is compared with the same fp32 reference: the main path's exported model.
             measured.append(self._add_evaluation(cfg, precision, target, engine, graph_of[(precision, target)], onnx, data))
-            measured.append(self._add_comparison(cfg, target, engine, engines[("fp32", target)], model, data))
+            measured.append(self._add_comparison(cfg, target, engine, engines[(reference, target)], model, data))
             if cfg["evaluate"]["serving"]["enabled"]:
-                measured.append(self._add_serving(cfg, target, engine, engines[("fp32", target)], data))
-            if precision.startswith("int8") and placements[target] != "tensorrt" and cfg["int8"]["simulate_tensorrt"]:
+                measured.append(self._add_serving(cfg, target, engine, engines[(reference, target)], data))
+            simulated = precisions.get(precision).simulate_tensorrt and cfg["int8"]["simulate_tensorrt"]
+            if simulated and placements[target] != "tensorrt":
                 measured.append(self._add_tensorrt_simulation(cfg, precision, target, onnx, data, graphs, trained))
         measured += [
             self._add_framework(cfg, target, model, data) for target in cfg["targets"] if cfg["target_defs"][target]["framework"]
@@ -307,7 +311,7 @@ class PlanBuilder:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
         params = {**stage_module("evaluate_engine").reads(cfg, precision, target, runtime), "simulates": "tensorrt"}
         inputs = {"engine": engine, "data": data, "reference": onnx}
-        if precision == "int8_qat":
+        if precisions.get(precision).compared_with_trained_model:
             qat_export = self.nodes[graph.inputs["onnx"]]
             inputs.update(qat_export=qat_export, qat_model=self.nodes[qat_export.inputs["model"]])
         return self.add("evaluate_engine", f"{precision}-trtsim-{target}", params, inputs, resources=resources)
@@ -322,24 +326,21 @@ class PlanBuilder:
         trained: Node,
         placement: Optional[str] = None,
     ) -> Node:
+        spec = precisions.get(precision)
         params = stage_module("quantize_onnx").reads(cfg, precision, placement or "tensorrt")
         inputs = {"onnx": onnx}
-        if precision == "int8_qat":
+        if spec.qat_finetune:
             qat_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="qat"), trained, data)
             inputs["onnx"] = self._add_export(cfg, qat_model, data)
-        if precision.startswith("int8"):
-            inputs["calibration"] = self._add_calibration(cfg, inputs["onnx"], data, "qat" if precision == "int8_qat" else "ptq")
+        if spec.calibration:
+            inputs["calibration"] = self._add_calibration(cfg, inputs["onnx"], data, spec.calibration)
             inputs["data"] = data
-        if precision == "int8_mixed":
-            inputs["int8"] = graphs.get(("int8", placement)) or self._add_graph(
-                cfg, "int8", onnx, data, graphs, trained, placement
+        if spec.builds_on:  # the graph node of the precision it builds on, the same placement
+            inputs[spec.builds_on] = graphs.get((spec.builds_on, placement)) or self._add_graph(
+                cfg, spec.builds_on, onnx, data, graphs, trained, placement
             )
-        slug = precision + ("-ortcpu" if placement == "onnxruntime_cpu" else "")
-        if precision == "int8_mixed":
-            drop = cfg["int8"]["mixed_max_val_drop"]
-            slug += f"-keep{cfg['int8']['mixed_keep_fp']}" if drop is None else f"-drop{drop}"
-        if precision == "int8_mixed" and params["int8"].get("mixed_max_val_drop") is not None:
-            self.warn_once(mixed_search_warning(params["int8"], self.split_sizes(data)[params["int8"]["report_split"]]))
+        slug = precision + ("-ortcpu" if placement == "onnxruntime_cpu" else "") + spec.slug_suffix(cfg)
+        self.warn_once(spec.planning_warning(params, lambda: self.split_sizes(data)))
         return self.add("quantize_onnx", slug, params, inputs)
 
     def _add_engine(self, cfg, graph: Node, target: str) -> Node:
@@ -351,7 +352,7 @@ class PlanBuilder:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
         params = stage_module("evaluate_engine").reads(cfg, precision, target, runtime)
         inputs = {"engine": engine, "data": data, "reference": onnx}
-        if precision == "int8_qat":  # deployed == trained: compared with the QAT model itself
+        if precisions.get(precision).compared_with_trained_model:  # deployed == trained: compared with the QAT model itself
             qat_export = self.nodes[graph.inputs["onnx"]]
             inputs.update(qat_export=qat_export, qat_model=self.nodes[qat_export.inputs["model"]])
         return self.add("evaluate_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, inputs, resources=resources)
@@ -364,7 +365,8 @@ class PlanBuilder:
 
         qat_model = self.nodes[self.nodes[qat_graph.inputs["onnx"]].inputs["model"]]
         twin_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="fp32"), trained, data)
-        twin_graph = self._add_graph(cfg, "fp32", self._add_export(cfg, twin_model, data), data, {}, trained, None)
+        reference = precisions.reference().name
+        twin_graph = self._add_graph(cfg, reference, self._add_export(cfg, twin_model, data), data, {}, trained, None)
         evaluations = []
         for target in cfg["targets"]:
             engine = self._add_engine(cfg, twin_graph, target)
@@ -478,7 +480,7 @@ def resolution_warnings(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]
     for key, budget in budgets.items():
         node = builder.nodes[key]
         limit = budget.get("max_top1_drop")
-        if limit is None or node.params["precision"] == "fp32" or node.params.get("task", "classification") != "classification":
+        if limit is None or node.params["precision"] == precisions.reference().name or node.params.get("task", "classification") != "classification":
             continue
         images = builder.split_sizes(builder.nodes[node.inputs["data"]])["test"]
         finest = stats.zero_flip_resolution(images, budget.get("confidence", 0.95))
@@ -515,25 +517,6 @@ def coverage_warning(
         f"precisionflow: warning: the calibration sample would hold fewer than calibration.min_per_class="
         f"{calibration['min_per_class']} images of condition(s) the test split holds: {named}. The int8 ranges "
         "barely see them: read their per-condition rows beside this coverage."
-    )
-
-
-def mixed_search_warning(int8: Dict[str, Any], images: int) -> Optional[str]:
-    """int8_mixed's search keeps ops in float until the top-1 drop's interval on int8.report_split
-    clears int8.mixed_max_val_drop: a split too small to resolve that budget keeps nearly every op
-    float (an engine slower than fp32) whatever the graph does. None when the split can resolve it."""
-    from precisionflow.reporting import stats
-
-    budget, confidence = int8["mixed_max_val_drop"], int8.get("confidence", 0.95)
-    finest = stats.zero_flip_resolution(images, confidence)
-    if budget >= finest:
-        return None
-    return (
-        f"precisionflow: warning: int8_mixed aims for a drop within int8.mixed_max_val_drop={budget} points on the "
-        f"{int8['report_split']} split, but its {images} images cannot resolve that (even with no image flipped the "
-        f"interval reaches {finest:.2f}): the search will keep nearly every op in float. Use a budget of at least "
-        f"{finest:.2f}, a larger {int8['report_split']} split (dataset.val_fraction), or int8.mixed_max_val_drop=null "
-        "with int8.mixed_keep_fp."
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from precisionflow import precisions
 from precisionflow.datasets import conditions
 from precisionflow.reporting import stats, verdict_rules
 from precisionflow.reporting.verdict_rules import judged, overall, share_check
@@ -62,7 +63,8 @@ def _finished(results: Path, key: str) -> Optional[Dict[str, Any]]:
 def twin_key(spec: Dict[str, Any]) -> Optional[tuple]:
     """int8_qat and its fp32 twin (the same fine-tune without fake-quant) meet on this key: the QAT
     fine-tune node and the target."""
-    if spec["params"]["precision"] == "int8_qat" and "qat_model" in spec["inputs"]:
+    judged_against_twin = getattr(precisions.find(spec["params"]["precision"]), "judged_against_twin", False)
+    if judged_against_twin and "qat_model" in spec["inputs"]:
         return spec["inputs"]["qat_model"], spec["params"]["target"]
     if spec["params"].get("twin_of"):
         return spec["params"]["twin_of"], spec["params"]["target"]
@@ -76,7 +78,7 @@ def _fp32_of(plan: Dict[str, Any]) -> Dict[tuple, str]:
     for key, spec in plan["nodes"].items():
         if spec["stage"] != "evaluate_engine":
             continue
-        if spec["params"]["precision"] == "fp32":
+        if precisions.is_reference(spec["params"]["precision"]):
             found[baseline_key(spec, spec["params"]["target"])] = key
         elif spec["params"]["precision"] == TWIN:
             found[("twin",) + twin_key(spec)] = key
@@ -421,7 +423,8 @@ def judge_entry(
         **condition_figures(judged_by["pairs"], results / key, tags, budget["confidence"], metrics),
         "timed": timed,
         # an fp16 or int8 graph whose backend ran fp32 kernels buys no speed of its own: no speed-up to claim
-        "ran_reference_kernels": spec["params"]["precision"] not in ("fp32", TWIN) and ran == "fp32",
+        "ran_reference_kernels": spec["params"]["precision"] not in (precisions.reference().name, TWIN)
+        and ran == precisions.reference().runs_in,
         "speed": speed_of(engine_ratios.get(f"x_fp32_{budget['speedup_at']}"), budget["confidence"]) if timed else None,
         "speedup_at": budget["speedup_at"],
         "verdict": judged_by["verdict"],
@@ -638,7 +641,9 @@ def verdict_inputs(eval_dirs: List[Path]):
     from precisionflow.pipeline.nodeio import read_node
 
     loaded = [(path, read_node(path), read_json(path / "metrics.json")) for path in eval_dirs]
-    fp32 = {baseline_key(node, metrics["target"]): metrics for _, node, metrics in loaded if metrics["precision"] == "fp32"}
+    fp32 = {
+        baseline_key(node, metrics["target"]): metrics for _, node, metrics in loaded if precisions.is_reference(metrics["precision"])
+    }
     return [
         (path, metrics, fp32[baseline_key(node, metrics["target"])])
         for path, node, metrics in loaded

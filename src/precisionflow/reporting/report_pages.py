@@ -4,6 +4,8 @@ and report.html -- verdicts first, then the table, the plots and the galleries."
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from precisionflow import precisions
+
 DATA_FILES = ("reporting/templates/report.html.j2",)  # read by html_page: part of the report stage's code id
 RIGHT_COLOURS = {"engine": "#2e7d32", "fp32": "#c62828", "neither": "#555555"}
 
@@ -266,7 +268,7 @@ def table_rows(rows: List[Dict[str, Any]], columns: List[str], failed: set) -> L
         shown = dict(row, model=str(row.get("model", "")).rsplit("-", 1)[0])  # resnet_mini-fp32-e12: the hash is the tip
         tips = {"precision": row["node"], "model": row.get("model", "")}
         cells = [{"text": str(shown[c]), "noisy": str(shown[c]).endswith("*"), "tip": tips.get(c, "")} for c in columns]
-        shaped.append({"css": "ref" if row["precision"] == "fp32" else "fail" if row["node"] in failed else "", "cells": cells})
+        shaped.append({"css": "ref" if precisions.is_reference(row["precision"]) else "fail" if row["node"] in failed else "", "cells": cells})
     return shaped
 
 

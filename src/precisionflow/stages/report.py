@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from precisionflow import precisions
 from precisionflow.reporting.compare import (
     engine_key,
     ratio_values,
@@ -778,7 +779,7 @@ def trade_offs(found: List[Dict[str, Any]]) -> List[str]:
             if entry["target"] == target
             and entry["verdict"] == "PASS"
             and entry.get("speed")
-            and entry["precision"] != "fp32"
+            and not precisions.is_reference(entry["precision"])
             and not entry.get("ran_reference_kernels")
         ]
         if not timed:

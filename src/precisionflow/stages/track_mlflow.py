@@ -11,6 +11,7 @@ import hashlib
 from pathlib import Path
 from typing import Any, Dict, List
 
+from precisionflow import precisions
 from precisionflow.reporting import tracking
 from precisionflow.reporting.compare import HEADLINE_METRICS, engine_key, ratio_values, ratios_by_engine, split_inputs, task_of
 from precisionflow.pipeline.nodeio import named_lineage, node_key, read_json
@@ -150,7 +151,8 @@ def log_child(client, context, eval_dir: Path) -> bool:
     lineage = named_lineage(eval_dir)
     metrics = read_json(eval_dir / "metrics.json")
     method = lineage.get("calibrate", {}).get("params", {}).get("method")  # two int8 engines of two calibrations
-    label = metrics["precision"] + (f" ({method})" if method and metrics["precision"] != "int8_qat" else "")
+    calibrated = getattr(precisions.find(metrics["precision"]), "calibration", None) == "ptq"  # QAT's ranges are learned
+    label = metrics["precision"] + (f" ({method})" if method and calibrated else "")
     if lineage["evaluate_engine"]["params"].get("simulates"):  # the TensorRT-placed graph run on this CPU
         label += " TRT-sim"
     name = f"{label} · {lineage['train_model']['id']} · {metrics['target']}"
