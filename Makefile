@@ -49,6 +49,7 @@ lock:
 # generated from the schema first. Strict: a broken link or a warning fails the build.
 docs: setup
 	$(BIN)/python tools/config_reference.py
+	$(BIN)/python tools/precision_reference.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 clean-results:

@@ -46,3 +46,10 @@ def test_the_docs_build_in_strict_mode(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "site" / "reference" / "config" / "index.html").is_file()
+
+
+def test_the_precision_reference_is_current():
+    check = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "precision_reference.py"), "--check"], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr

@@ -391,3 +391,53 @@ def test_a_failed_run_says_what_failed_and_where_its_log_is(tmp_path):
     assert "the run FAILED (export_onnx/" in done.stderr and "log: " in done.stderr
     assert "export.max_abs_diff=0" in done.stderr  # the stage's own message, from the end of its log
     assert "up to date" not in done.stdout + done.stderr
+
+
+TOY_PRECISION = '''
+"""A toy precision that exists only in this test: fp32 with every weight rounded to 3 decimals."""
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from precisionflow.precisions.spec import PrecisionSpec
+
+
+def rounded(source, target, params, inputs, out):
+    model = onnx.load(str(source))
+    for init in model.graph.initializer:
+        if init.data_type == onnx.TensorProto.FLOAT:
+            values = np.round(numpy_helper.to_array(init), params["rounded"]["decimals"]).astype(np.float32)
+            init.CopyFrom(numpy_helper.from_array(values, init.name))
+    onnx.save(model, str(target))
+    return {"rounded_to_decimals": params["rounded"]["decimals"]}
+
+
+SPEC = PrecisionSpec(
+    name="rounded_fp32",
+    summary="fp32 with its weights rounded to 3 decimals (a test's toy)",
+    make_graph=rounded,
+    graph_params=lambda cfg, placement: {"rounded": {"decimals": 3}},
+    runs_in="fp32",
+)
+'''
+
+
+def test_a_precision_from_a_plug_in_and_int8_dynamic_run_end_to_end(tmp_path):
+    """A precision defined only in this test's module (no edit of the package) and int8_dynamic plan,
+    build, evaluate and report; int8_dynamic's plan has no calibrate node."""
+    import os
+
+    (tmp_path / "toy_precision.py").write_text(TOY_PRECISION)
+    env = {**os.environ, "PRECISIONFLOW_PRECISIONS": "toy_precision"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    results = tmp_path / "results"
+    command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *TINY]
+    command += ["precisions=[fp32,int8_dynamic,rounded_fp32]", "evaluate.serving.enabled=false", "tracking.enabled=false"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = summary_rows(results, done.stdout)
+    assert {"fp32", "int8_dynamic", "rounded_fp32"} <= set(rows)
+    assert rows["int8_dynamic"]["ran"].startswith("int8") and float(rows["int8_dynamic"]["int8_frac"]) > 0
+    assert rows["rounded_fp32"]["ran"] == "fp32 (!)"  # a non-reference precision that ran fp32 kernels says so
+    assert float(rows["rounded_fp32"]["agreement"]) >= 0.95
+    assert not (results / "calibrate").exists()  # no precision here calibrates

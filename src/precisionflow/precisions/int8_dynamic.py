@@ -16,16 +16,15 @@ def to_dynamic_int8(source, target, params, inputs, out):
     from precisionflow.quant import qdq
 
     model = onnx.load(str(source))
-    kept = list(params["int8"]["exclude_nodes"])
-    if params["int8"]["keep_output_layer"]:
-        kept += sorted(qdq.output_layer_nodes(model))
+    excluded = list(params["int8"]["exclude_nodes"])
+    output_layer = sorted(qdq.output_layer_nodes(model)) if params["int8"]["keep_output_layer"] else []
     quantize_dynamic(
         str(source),
         str(target),
         per_channel=True,
         weight_type=QuantType.QInt8,
         op_types_to_quantize=["Conv", "MatMul", "Gemm"],
-        nodes_to_exclude=kept,
+        nodes_to_exclude=excluded + output_layer,
     )
     quantized = onnx.load(str(target))
     integer_ops = sum(1 for node in quantized.graph.node if node.op_type in ("ConvInteger", "MatMulInteger", "DynamicQuantizeMatMul"))
@@ -37,7 +36,12 @@ def to_dynamic_int8(source, target, params, inputs, out):
             f"int8.exclude_nodes={params['int8']['exclude_nodes']}). Such a graph would run in float and be reported as "
             "int8: exclude fewer nodes, or drop this precision."
         )
-    return {"integer_ops": integer_ops, "kept_float": kept, "activation_ranges": "per batch, at run time"}
+    return {
+        "integer_ops": integer_ops,
+        "kept_float": excluded,  # what the user kept float; the output layer stays float as int8's does
+        "output_layer_float": output_layer,
+        "activation_ranges": "per batch, at run time",
+    }
 
 
 SPEC = PrecisionSpec(

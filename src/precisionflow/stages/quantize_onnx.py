@@ -16,7 +16,10 @@ PACKAGES = ("onnx", "onnxconverter-common", "onnxruntime", "matplotlib", "numpy"
 
 def reads(cfg: Dict[str, Any], precision: str, placement: str = "tensorrt") -> Dict[str, Any]:
     """`placement`: the runtime int8 Q/DQ is placed for (qdq.placement_for the target)."""
-    return {"precision": precision, **precisions.get(precision).graph_params(cfg, placement)}
+    params = {"precision": precision, **precisions.get(precision).graph_params(cfg, placement)}
+    if precision in precisions.PLUGIN_SOURCES:  # its code is outside this package's import closure
+        params["plugin_sha256"] = precisions.PLUGIN_SOURCES[precision]
+    return params
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:

@@ -1,0 +1,79 @@
+"""Write docs/reference/precisions.md from the precision registry (src/precisionflow/precisions/):
+one row per registered precision, every field of its spec. Generated, so it cannot drift; `make docs`
+runs it, and tests/test_docs.py checks the committed page is current.
+
+    .venv/bin/python tools/precision_reference.py [--check]
+"""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "reference" / "precisions.md"
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def cell(value) -> str:
+    if value in (None, False, "", ()):
+        return "--"
+    if value is True:
+        return "yes"
+    if isinstance(value, tuple):
+        return ", ".join(value)
+    return str(value)
+
+
+def page() -> str:
+    from precisionflow import precisions
+
+    columns = (
+        ("calibration", "calibration"),
+        ("fine-tune", "qat_finetune"),
+        ("builds on", "builds_on"),
+        ("per placement", "placement_dependent"),
+        ("TensorRT simulation row", "simulate_tensorrt"),
+        ("judged against", None),
+        ("label: runs in", "runs_in"),
+        ("backends", "backends"),
+        ("tasks", "tasks"),
+    )
+    lines = [
+        "# Precisions",
+        "",
+        "Every precision precisionflow knows, generated from its registry (`src/precisionflow/precisions/`, one",
+        "file per precision) by `tools/precision_reference.py` (`make docs`). Adding one:",
+        "[How to add a precision](../how-to/add-a-precision.md).",
+        "",
+        "| precision | what it is | " + " | ".join(title for title, _ in columns) + " |",
+        "|---|---|" + "---|" * len(columns),
+    ]
+    for name in precisions.names():
+        spec = precisions.get(name)
+        against = "itself (the reference)" if spec.is_reference else "its fp32 twin" if spec.judged_against_twin else "fp32"
+        values = [against if field is None else cell(getattr(spec, field)) for _, field in columns]
+        lines.append(f"| `{name}` | {spec.summary} | " + " | ".join(values) + " |")
+    refusals = [
+        f"* `{name}`: {why}."
+        for name in precisions.names()
+        for why in (precisions.get(name).why_not_tensorrt, precisions.get(name).why_not_detection)
+        if why
+    ]
+    lines += ["", "Refused at planning, with the reason:", "", *refusals] if refusals else []
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    text = page()
+    if "--check" in sys.argv:
+        current = PAGE.read_text() if PAGE.is_file() else ""
+        if current != text:
+            print(f"{PAGE} is out of date: run `.venv/bin/python tools/precision_reference.py`", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(text)
+    print(f"wrote {PAGE} ({len(text.splitlines())} lines)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
