@@ -71,7 +71,7 @@ def measure(results: Path) -> list:
 
     from precisionflow.datasets.store import Split
     from precisionflow.measure import timing
-    from precisionflow.pipeline.nodeio import file_hash
+    from precisionflow.hashing import file_hash
     from precisionflow.quant import cache, qdq
 
     node = json.loads(next(results.glob("quantize_onnx/int8_qat-ortcpu-*/node.json")).read_text())

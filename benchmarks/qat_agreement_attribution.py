@@ -118,7 +118,7 @@ def folded_weight_codes(model, graph: Path) -> dict:
 
 
 def unrounded_tensor(results: Path, graph_node: Path, images, written, rebuilt) -> dict:
-    from precisionflow.pipeline.nodeio import file_hash
+    from precisionflow.hashing import file_hash
     from precisionflow.quant import cache, qdq
 
     node = json.loads((graph_node / "node.json").read_text())
@@ -140,7 +140,7 @@ def unrounded_tensor(results: Path, graph_node: Path, images, written, rebuilt) 
 def depthwise_bits(results: Path, images) -> dict:
     import onnx
 
-    from precisionflow.pipeline.nodeio import file_hash
+    from precisionflow.hashing import file_hash
     from precisionflow.quant import cache, qdq
 
     graph = max(results.glob("quantize_onnx/int8_qat-ortcpu-*/node.json"), key=lambda path: path.stat().st_mtime)

@@ -43,7 +43,7 @@ def photo_folder() -> Path:
 
 
 def with_interval(agreeing: int, n: int) -> dict:
-    from precisionflow.reporting.stats import wilson
+    from precisionflow.stats import wilson
 
     low, high = wilson(agreeing, n)
     return {"agreement": round(agreeing / n, 4), "interval_95": [round(low, 4), round(high, 4)], "disagreeing": n - agreeing}
@@ -67,7 +67,7 @@ def cpu_graph_agreements(results: Path) -> dict:
     import onnxruntime as ort
 
     from precisionflow.datasets.store import Split
-    from precisionflow.pipeline.nodeio import file_hash
+    from precisionflow.hashing import file_hash
     from precisionflow.quant import cache, qdq
 
     newest = max(results.glob("quantize_onnx/int8_qat-ortcpu-*/node.json"), key=lambda path: path.stat().st_mtime)

@@ -67,7 +67,11 @@ CATEGORIES = {
             "dataset=cifar: no such choice; choices of dataset: coco_folder, digits, image_folder, shadow_cars",
         ),
         ("misspelled group choice", ["calibration=entropi"], "Did you mean calibration=entropy?"),
-        ("unknown enum value", ["precisions=[fp32,fp8]"], "expected one of [fp32, fp16, int8, int8_qat, int8_mixed, int8_dynamic, bf16]"),
+        (
+            "unknown enum value",
+            ["precisions=[fp32,fp8]"],
+            "expected one of [fp32, fp16, int8, int8_qat, int8_mixed, int8_dynamic, bf16]",
+        ),
         (
             "unknown choice in a list",
             ["precisions=[fp32,int9]"],

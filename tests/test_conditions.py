@@ -8,7 +8,7 @@ import pytest
 from precisionflow.datasets import conditions, sampling
 from precisionflow.datasets.store import Split, write_arrays
 from precisionflow.errors import ConfigError
-from precisionflow.reporting import stats
+from precisionflow import stats
 
 
 def sidecar(tmp_path, text):

@@ -514,15 +514,7 @@ SOURCE_EDITS = {
     "reporting/report_pages.py": {"report", "track_mlflow"},
     # verdicts are drawn by the report; int8_mixed's search decides by the same intervals, and a
     # stage's closure is its module's (quantize_onnx imports the search for every precision)
-    "reporting/stats.py": {
-        "quantize_onnx",
-        "build_engine",
-        "evaluate_engine",
-        "compare_speed",
-        "serve_engine",
-        "report",
-        "track_mlflow",
-    },
+    "stats.py": {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed", "serve_engine", "report", "track_mlflow"},
 }
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from precisionflow.datasets import sampling
 from precisionflow.datasets.store import Split, write_arrays
-from precisionflow.reporting import stats, verdict_rules
+from precisionflow import stats
+from precisionflow.reporting import verdict_rules
 
 PRE_SPLIT_COUNTS = {"ants": 300, "bees": 100, "cats": 100}  # listed class by class, the first the largest
 

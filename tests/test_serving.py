@@ -6,7 +6,8 @@ import time
 import pytest
 
 from precisionflow.measure import serving
-from precisionflow.reporting import stats, verdict_rules
+from precisionflow import stats
+from precisionflow.reporting import verdict_rules
 
 SETTINGS = {"latency_bound_ms": 20, "percentile": 0.99, "min_duration_ms": 300, "min_query_count": 480, "seed": 1, "samples": 64}
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from precisionflow.reporting import stats
+from precisionflow import stats
 
 
 @pytest.mark.parametrize("successes,n", [(0, 10), (7, 20), (144, 144), (130, 144), (1, 450)])

@@ -4,7 +4,8 @@
 import numpy as np
 import pytest
 
-from precisionflow.reporting import budget, stats
+from precisionflow import stats
+from precisionflow.reporting import budget
 from precisionflow.reporting.compare import PER_SAMPLE_FILE
 from precisionflow.config.compose import expand
 

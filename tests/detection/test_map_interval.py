@@ -5,7 +5,8 @@ import numpy as np
 
 from precisionflow.detection import metrics
 from precisionflow.detection.boxes import Detections
-from precisionflow.reporting import stats, verdict_rules
+from precisionflow import stats
+from precisionflow.reporting import verdict_rules
 
 CLASSES = ["car", "person"]
 

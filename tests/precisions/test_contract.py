@@ -50,7 +50,9 @@ def test_every_precision_plans_with_the_default_experiment(name):
     builder = planning.PlanBuilder()
     measured = [node for point in expand(overrides) for node in builder.add_point(point)]
     spec = precisions.get(name)
-    graphs = [node for key, node in builder.nodes.items() if key.startswith("quantize_onnx/") and node.params["precision"] == name]
+    graphs = [
+        node for key, node in builder.nodes.items() if key.startswith("quantize_onnx/") and node.params["precision"] == name
+    ]
     assert graphs
     for graph in graphs:
         assert ("calibration" in graph.inputs) == bool(spec.calibration)
@@ -142,3 +144,33 @@ def test_a_plug_in_precision_needs_no_edit_of_the_package(tmp_path):
     env["PRECISIONFLOW_PRECISIONS"] = "no_such_module"
     done = subprocess.run([sys.executable, "-c", "import precisionflow.precisions"], env=env, capture_output=True, text=True)
     assert done.returncode != 0 and "PRECISIONFLOW_PRECISIONS: expected importable modules" in done.stderr
+
+
+def test_bf16_casts_a_tensor_two_ops_read_once(tmp_path):
+    """resnet_mini's block outputs feed two convolutions: one cast each, not two (an ONNX graph
+    names each tensor once -- the first default-data run failed there)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from precisionflow.precisions.bf16 import to_bf16
+
+    weights = [numpy_helper.from_array(np.ones((4, 4), np.float32), name) for name in ("w1", "w2")]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["shared"]),
+            helper.make_node("MatMul", ["shared", "w1"], ["a"]),
+            helper.make_node("MatMul", ["shared", "w2"], ["b"]),
+            helper.make_node("Add", ["a", "b"], ["y"]),
+        ],
+        "shared",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        weights,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "in.onnx"))
+    for placement in ("onnxruntime_cpu", "tensorrt"):
+        made = to_bf16(tmp_path / "in.onnx", tmp_path / f"{placement}.onnx", {"bf16": {"placement": placement}}, {}, tmp_path)
+        casts = [
+            n for n in onnx.load(str(tmp_path / f"{placement}.onnx")).graph.node if n.op_type == "Cast" and n.input[0] == "shared"
+        ]
+        assert len(casts) == 1 and made["weights_in_bf16"] == 2

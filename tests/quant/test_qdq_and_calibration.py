@@ -5,7 +5,7 @@ import onnx
 import pytest
 
 from precisionflow.datasets.store import Split, write_arrays
-from precisionflow.pipeline.nodeio import file_hash
+from precisionflow.hashing import file_hash
 from precisionflow.quant import cache, qdq
 from precisionflow.stages import calibrate, quantize_onnx
 from precisionflow.precisions.static_int8 import read_rows

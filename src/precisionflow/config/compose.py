@@ -330,8 +330,7 @@ def check_task(cfg: Dict[str, Any]) -> None:
         spec = precisions.get(refused[0])
         working = [name for name in precisions.names() if "detection" in precisions.get(name).tasks]
         raise ConfigError(
-            f"precisions: {spec.why_not_detection}; drop {spec.name} for task=detection "
-            f"({', '.join(working)} work)."
+            f"precisions: {spec.why_not_detection}; drop {spec.name} for task=detection ({', '.join(working)} work)."
         )
     if cfg["prune"]["method"] != "none":
         raise ConfigError(

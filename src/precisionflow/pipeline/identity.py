@@ -18,7 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from precisionflow.pipeline.nodeio import file_hash
+from precisionflow.hashing import file_hash
 
 PACKAGE = "precisionflow"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # src/precisionflow

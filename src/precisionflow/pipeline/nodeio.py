@@ -6,7 +6,6 @@ leaves a half-written artifact where a downstream stage could read it.
 """
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator
 
 from precisionflow.errors import StageError
+from precisionflow.hashing import file_hash
 
 NODE_FILE = "node.json"
 
@@ -26,15 +26,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
     with os.fdopen(fd, "w") as handle:
         json.dump(data, handle, indent=2, sort_keys=True, default=str)
     os.replace(tmp, path)
-
-
-def file_hash(path: Path) -> str:
-    """sha256 of a file (graphs are identified by content: lineage checks compare these)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def node_files(node_dir: Path) -> Dict[str, Path]:

@@ -474,13 +474,17 @@ def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequen
 def resolution_warnings(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) -> List[str]:
     """Budgets finer than their test split can resolve: with n images even an engine that flips not
     one of them has a drop interval wider than the budget, so its verdict can only be UNDECIDED."""
-    from precisionflow.reporting import stats
+    from precisionflow import stats
 
     found = set()
     for key, budget in budgets.items():
         node = builder.nodes[key]
         limit = budget.get("max_top1_drop")
-        if limit is None or node.params["precision"] == precisions.reference().name or node.params.get("task", "classification") != "classification":
+        if (
+            limit is None
+            or node.params["precision"] == precisions.reference().name
+            or node.params.get("task", "classification") != "classification"
+        ):
             continue
         images = builder.split_sizes(builder.nodes[node.inputs["data"]])["test"]
         finest = stats.zero_flip_resolution(images, budget.get("confidence", 0.95))

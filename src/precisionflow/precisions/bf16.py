@@ -39,20 +39,23 @@ def to_bf16(source, target, params, inputs, out):
     floats = {init.name for init in model.graph.initializer if init.data_type == TensorProto.FLOAT}
     in_bf16 = {op for op in BF16_CANDIDATES if on_gpu and takes_bf16(op, opset)}
     nodes, stored, counts = [], {}, {"bf16_ops": 0, "fp32_ops_with_bf16_operands": 0}
+    casts = {}  # (tensor, type) -> its cast: a tensor several ops read is cast once
+
+    def cast(name: str, to: int, suffix: str) -> str:
+        if (name, to) not in casts:
+            casts[(name, to)] = f"{name}__{suffix}"
+            nodes.append(helper.make_node("Cast", [name], [casts[(name, to)]], to=to, name=f"{name}__{suffix}_cast"))
+        return casts[(name, to)]
 
     def as_bf16(name: str) -> str:
         """The tensor in bfloat16: a weight stored so, an activation cast."""
         if name in floats:
             stored[name] = f"{name}__bf16"
             return stored[name]
-        cast = f"{name}__to_bf16"
-        nodes.append(helper.make_node("Cast", [name], [cast], to=TensorProto.BFLOAT16, name=f"{cast}_cast"))
-        return cast
+        return cast(name, TensorProto.BFLOAT16, "to_bf16")
 
     def to_float(name: str) -> str:
-        cast = f"{name}__to_fp32"
-        nodes.append(helper.make_node("Cast", [name], [cast], to=TensorProto.FLOAT, name=f"{cast}_cast"))
-        return cast
+        return cast(name, TensorProto.FLOAT, "to_fp32")
 
     for node in model.graph.node:
         float_inputs = [i for i, name in enumerate(node.input) if name and (i < 2 or node.op_type != "BatchNormalization")]
@@ -64,7 +67,9 @@ def to_bf16(source, target, params, inputs, out):
                 node.output[i] = f"{name}__bf16_out"
             nodes.append(node)
             for name in outputs:
-                nodes.append(helper.make_node("Cast", [f"{name}__bf16_out"], [name], to=TensorProto.FLOAT, name=f"{name}_to_fp32"))
+                nodes.append(
+                    helper.make_node("Cast", [f"{name}__bf16_out"], [name], to=TensorProto.FLOAT, name=f"{name}_to_fp32")
+                )
             counts["bf16_ops"] += 1
         elif node.op_type in COMPUTE_OPS:  # rounded operands, fp32 arithmetic
             for i in float_inputs:

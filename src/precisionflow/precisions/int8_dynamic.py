@@ -27,7 +27,9 @@ def to_dynamic_int8(source, target, params, inputs, out):
         nodes_to_exclude=excluded + output_layer,
     )
     quantized = onnx.load(str(target))
-    integer_ops = sum(1 for node in quantized.graph.node if node.op_type in ("ConvInteger", "MatMulInteger", "DynamicQuantizeMatMul"))
+    integer_ops = sum(
+        1 for node in quantized.graph.node if node.op_type in ("ConvInteger", "MatMulInteger", "DynamicQuantizeMatMul")
+    )
     if not integer_ops:
         from precisionflow.errors import ConfigError
 

@@ -41,7 +41,7 @@ def search_warning(params, split_sizes):
     """int8_mixed's search keeps ops in float until the top-1 drop's interval on int8.report_split
     clears int8.mixed_max_val_drop: a split too small to resolve that budget keeps nearly every op
     float (an engine slower than fp32) whatever the graph does. None when the split can resolve it."""
-    from precisionflow.reporting import stats
+    from precisionflow import stats
 
     int8 = params["int8"]
     if int8.get("mixed_max_val_drop") is None:

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from precisionflow.errors import ConfigError
-from precisionflow.pipeline.nodeio import file_hash
+from precisionflow.hashing import file_hash
 
 INT8_KEYS = ("exclude_nodes", "keep_output_layer", "report_samples", "report_split")
 # (source, its fp32 model, ranges, quantizable nodes, input folders, int8 params) -> (kept float, search record)
@@ -146,5 +146,3 @@ def read_rows(path: Path):
 
     with open(path) as handle:
         return [dict(row, sqnr_vs_fp32_db=float(row["sqnr_vs_fp32_db"])) for row in csv.DictReader(handle)]
-
-

@@ -102,7 +102,7 @@ def choose(
     ops stay float (a trial one image away from a 6-point drop is common on small splits), so a
     trial counts only when its interval clears the budget, and the budget is reported met only
     when the chosen trial's does. Returns (kept, record of every trial with its interval)."""
-    from precisionflow.reporting import stats
+    from precisionflow import stats
 
     reference_right = reference == labels
     trials: Dict[int, stats.PairedDrop] = {}

@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional
 
 from precisionflow import precisions
 from precisionflow.datasets import conditions
-from precisionflow.reporting import stats, verdict_rules
+from precisionflow import stats
+from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.verdict_rules import judged, overall, share_check
 from precisionflow.reporting.compare import task_of
 from precisionflow.config.schema import BudgetConf
@@ -642,7 +643,9 @@ def verdict_inputs(eval_dirs: List[Path]):
 
     loaded = [(path, read_node(path), read_json(path / "metrics.json")) for path in eval_dirs]
     fp32 = {
-        baseline_key(node, metrics["target"]): metrics for _, node, metrics in loaded if precisions.is_reference(metrics["precision"])
+        baseline_key(node, metrics["target"]): metrics
+        for _, node, metrics in loaded
+        if precisions.is_reference(metrics["precision"])
     }
     return [
         (path, metrics, fp32[baseline_key(node, metrics["target"])])

@@ -268,7 +268,12 @@ def table_rows(rows: List[Dict[str, Any]], columns: List[str], failed: set) -> L
         shown = dict(row, model=str(row.get("model", "")).rsplit("-", 1)[0])  # resnet_mini-fp32-e12: the hash is the tip
         tips = {"precision": row["node"], "model": row.get("model", "")}
         cells = [{"text": str(shown[c]), "noisy": str(shown[c]).endswith("*"), "tip": tips.get(c, "")} for c in columns]
-        shaped.append({"css": "ref" if precisions.is_reference(row["precision"]) else "fail" if row["node"] in failed else "", "cells": cells})
+        shaped.append(
+            {
+                "css": "ref" if precisions.is_reference(row["precision"]) else "fail" if row["node"] in failed else "",
+                "cells": cells,
+            }
+        )
     return shaped
 
 

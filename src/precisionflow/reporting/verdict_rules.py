@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from precisionflow.reporting import stats
+from precisionflow import stats
 
 PASS, FAIL, UNDECIDED = stats.PASS, stats.FAIL, stats.UNDECIDED
 SPEED_METHOD = "Student t interval of the mean log per-round ratio (rounds alternate the sides), exponentiated"

@@ -17,7 +17,8 @@ from typing import Any, Dict
 import numpy as np
 
 from precisionflow.errors import ConfigError
-from precisionflow.pipeline.nodeio import file_hash, read_json, read_node
+from precisionflow.hashing import file_hash
+from precisionflow.pipeline.nodeio import read_json, read_node
 from precisionflow.quant import cache, qdq
 from precisionflow.quant.reader import array_reader, graph_input_name
 from precisionflow.datasets.store import Split

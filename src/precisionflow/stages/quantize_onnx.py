@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from precisionflow import precisions
-from precisionflow.pipeline.nodeio import file_hash
+from precisionflow.hashing import file_hash
 
 PACKAGES = ("onnx", "onnxconverter-common", "onnxruntime", "matplotlib", "numpy")
 
