@@ -90,3 +90,29 @@ def test_an_engine_with_inf_or_nan_outputs_is_named_under_the_table():
     [note] = non_finite_notes(metrics)
     assert note.startswith("(!) fp16-local-1: 1540 non-finite outputs (inf/NaN) on the test split")
     assert "overflow" in note and "not rounding" in note
+
+
+ROWS = [  # the default run's report (2026-12-02): fp16 ran fp32's kernels, timed 3.3x apart in two jobs
+    {"target": "local", "model": "m-1", "precision": "fp32", "variant": "", "top1": "0.9956", "sps_bmax": "16151",
+     "x_fp32_bmax": "", "x_fp32_low": "", "x_fp32_high": "", "x_fp32_at": ""},
+    {"target": "local", "model": "m-1", "precision": "fp16", "variant": "", "top1": "0.9956", "sps_bmax": "53277",
+     "x_fp32_bmax": "=fp32", "x_fp32_low": "", "x_fp32_high": "", "x_fp32_at": ""},
+    {"target": "local", "model": "m-1", "precision": "int8", "variant": "entropy", "top1": "0.9911", "sps_bmax": "30000*",
+     "x_fp32_bmax": "1.61", "x_fp32_low": "1.43", "x_fp32_high": "1.69", "x_fp32_at": "bmax"},
+    {"target": "local", "model": "m-1", "precision": "int8", "variant": "entropy, TRT-sim", "top1": "0.9933", "sps_bmax": "",
+     "x_fp32_bmax": "", "x_fp32_low": "", "x_fp32_high": "", "x_fp32_at": ""},
+    {"target": "local", "model": "m-1", "precision": "tensorflow", "variant": "", "top1": "", "sps_bmax": "900",
+     "x_fp32_bmax": "", "x_fp32_low": "", "x_fp32_high": "", "x_fp32_at": ""},
+]  # fmt: skip
+
+
+def test_the_pareto_plot_reads_side_by_side_ratios_so_identical_kernels_share_a_place():
+    points = {p.label: p for p in report_pages.speed_points(ROWS, "local", "bmax", "top1", False)}
+    assert set(points) == {"fp32 (reference)", "fp16 (ran fp32's kernels)", "int8 entropy"}  # no sim, no TF
+    assert points["fp16 (ran fp32's kernels)"].ratio == points["fp32 (reference)"].ratio == 1.0
+    assert (points["int8 entropy"].ratio, points["int8 entropy"].low, points["int8 entropy"].high) == (1.61, 1.43, 1.69)
+
+
+def test_the_pareto_plot_is_drawn(tmp_path):
+    report_pages.pareto_plot(ROWS, "local", tmp_path / "pareto.png", "bmax")
+    assert (tmp_path / "pareto.png").stat().st_size > 10_000

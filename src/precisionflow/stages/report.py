@@ -1,5 +1,5 @@
 """report: one row per evaluated engine (and per framework baseline) -> summary.csv, a printed
-comparison table, a Pareto plot (accuracy vs latency) per target and report.html.
+comparison table, a Pareto plot (accuracy vs side-by-side speed-up over fp32) per target and report.html.
 
 What a row claims is what it measured:
   * absolute figures (latency, samples/s) are the engine's own timing job, with when and under
@@ -895,7 +895,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     data_cache: Dict[str, Any] = {}
     detection = [path for path in evals if metrics[path].get("task") == "detection"]
     plots = {
-        f"Pareto plots (accuracy vs throughput at {headline_setting(found)}; hollow: timed on a loaded machine)": pareto,
+        f"Pareto plots (accuracy vs speed-up over fp32 at {headline_setting(found)}, measured side by side; bars: its interval)": pareto,
         "Per-class change against fp32 (top-1, or AP for a detector)": class_changes(evals, out),
         "Per condition (images the data set tags; red = loss)": condition_changes(found, out),
         "Serving: latency percentile against offered rate (MLPerf LoadGen Server runs)": serving_curves(
