@@ -356,7 +356,6 @@ def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
 def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[str, Any]], served=None) -> Dict[str, Any]:
     lineage = named_lineage(eval_dir)
     executed = metrics["engine"].get("executed", {})
-    graph = lineage["quantize_onnx"]["summary"]
     row = {column: "" for column in COLUMNS + ["change_95"]}
     row.update(
         {
@@ -371,7 +370,9 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
             "qat_agreement": round(metrics["qat"]["vs_qat_model"]["agreement"], 4) if "qat" in metrics else "",
             # one definition: the share of compute ops the built engine ran in integer kernels (the
             # label's "int8 k/n"), not the share of graph nodes quantize_onnx asked for
-            "int8_frac": executed.get("integer_fraction", "") if graph.get("quantized_fraction") is not None else "",
+            "int8_frac": executed.get("integer_fraction", "")
+            if getattr(precisions.find(metrics["precision"]), "integer", False)
+            else "",
             **speed_columns(metrics["speed"]),
             **ratio_columns(ratios.get(engine_key(eval_dir))),
             **serving_columns((served or {}).get(engine_key(eval_dir))),
