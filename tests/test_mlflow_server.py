@@ -102,7 +102,7 @@ def test_compare_lines_up_sweeps_logged_from_two_machines(server, tmp_path):
     assert both.returncode == 0, both.stderr
     lines = both.stdout.strip().splitlines()
     assert (
-        lines[0].startswith("precision,calibration,verdict,model,target") and len(lines) == 1 + 6
+        lines[0].startswith("precision,variant,ran,verdict,change,x_fp32") and len(lines) == 1 + 6
     )  # 3 engines from each machine
     only_a = compare(server, "--sweep", sweep_id(machine_a), "--format", "markdown")
     assert only_a.returncode == 0 and only_a.stdout.count("\n") == 2 + 3

@@ -14,18 +14,22 @@ from typing import List, Optional
 from precisionflow.errors import ConfigError
 from precisionflow.reporting.tracking import SWEEP_TAG
 
+# (column, MLflow field); the derived columns (variant, ran, change, x_fp32) are made in `table`
+# from the fields beside them, so two engines of one precision are told apart and every change
+# and ratio carries its sign and interval, as the console prints them.
 COLUMNS = [
     ("precision", "tags.precision"),
-    ("calibration", "params.calibrate.method"),
+    ("variant", None),
+    ("ran", None),
     ("verdict", "tags.verdict"),
+    ("change", None),
+    ("x_fp32", None),
+    ("x_server", "metrics.x_server"),
     ("model", "tags.node.train_model"),
     ("target", "tags.target"),
     ("device", "tags.device_name"),
-    ("executed", "tags.executed"),
     ("top1", "metrics.top1"),
-    ("change", "metrics.top1_drop_points"),
     ("worst_condition", "tags.worst_condition"),
-    ("x_server", "metrics.x_server"),
     ("agreement", "metrics.agreement"),
     ("flipped", "metrics.flipped"),
     ("map50", "metrics.map50"),
@@ -37,9 +41,21 @@ COLUMNS = [
     ("x_tf_b1", "metrics.x_tf_b1"),
     ("x_tf_bmax", "metrics.x_tf_bmax"),
     ("b1_p50_ms", "metrics.b1_p50_ms"),
+    ("executed", "tags.executed"),
     ("evaluation", "tags.precisionflow.node"),
     ("commit", "tags.git_commit"),
 ]
+SOURCES = {  # what the derived columns read
+    "method": "params.calibrate.method",
+    "simulates": "tags.simulates",
+    "drop": "metrics.top1_drop_points",
+    "drop_low": "metrics.top1_drop_low",
+    "drop_high": "metrics.top1_drop_high",
+    "x_fp32_verdict": "metrics.x_fp32_verdict",
+    "x_fp32_low": "metrics.x_fp32_low",
+    "x_fp32_high": "metrics.x_fp32_high",
+    "as_requested": "tags.executed_as_requested",
+}
 
 
 def default_uri(results: Path) -> str:
@@ -73,18 +89,53 @@ def model_name(node: str) -> str:
     return node.split("/", 1)[-1].rsplit("-", 1)[0] if node else node
 
 
+def _field(run, column: str):
+    value = run.get(column) if column else None
+    return None if value is None or value != value else value  # NaN: not logged
+
+
+def ran_of(label: str, as_requested: str) -> str:
+    """'int8 graph, ran int8 9/10 on CPUExecutionProvider -- ...' -> 'int8 9/10' ('(!)' when not as asked)."""
+    if ", ran " not in (label or ""):
+        return ""
+    ran = label.split(", ran ", 1)[1].split(" on ", 1)[0]
+    return ran + (" (!)" if as_requested == "False" else "")
+
+
+def signed(value: float) -> str:
+    return f"{value + 0.0:+.2f}" if round(value, 2) != 0 else "+0.00"  # no "-0.00"
+
+
+def derived(run, row: dict) -> dict:
+    """variant, ran, the signed change with its interval, the speed-up with its interval."""
+    get = {name: _field(run, column) for name, column in SOURCES.items()}
+    variant = [str(get["method"])] if get["method"] and row["precision"] != "int8_qat" else []
+    variant += ["TRT-sim"] if get["simulates"] else []
+    change = ""
+    if get["drop"] is not None:  # the budget's figure is a drop; the column is the change (a drop is negative)
+        change = signed(-get["drop"])
+        if get["drop_low"] is not None and get["drop_high"] is not None:
+            change += f" [{signed(-get['drop_high'])}, {signed(-get['drop_low'])}]"
+    ran = ran_of(row["executed"], str(get["as_requested"]))
+    speed = ""
+    if None not in (get["x_fp32_verdict"], get["x_fp32_low"], get["x_fp32_high"]):  # the ratio the verdict read
+        speed = f"{get['x_fp32_verdict']:.2f} [{get['x_fp32_low']:.2f}, {get['x_fp32_high']:.2f}]"
+    elif ran.startswith("fp32") and row["precision"] not in ("fp32", "tensorflow") and not get["simulates"]:
+        speed = "=fp32"  # its graph ran fp32's kernels: no speed-up of its own (as the console says)
+    return {"variant": ", ".join(variant), "ran": ran, "change": change, "x_fp32": speed}
+
+
 def table(runs) -> List[dict]:
     rows = []
     for _, run in runs.iterrows():
         row = {}
         for name, column in COLUMNS:
-            value = run.get(column)
-            row[name] = "" if value is None or value != value else (round(value, 4) if isinstance(value, float) else str(value))
-        if row["change"] != "":  # the budget's figure: the change in points (a drop is negative)
-            row["change"] = round(0.0 - float(row["change"]), 2)
+            value = _field(run, column)
+            row[name] = "" if value is None else (round(value, 4) if isinstance(value, float) else str(value))
+        row.update(derived(run, row))
         row["model"] = model_name(row["model"])
         rows.append(row)
-    return sorted(rows, key=lambda r: (r["model"], r["target"], r["precision"]))
+    return sorted(rows, key=lambda r: (r["model"], r["target"], r["precision"], r["variant"]))
 
 
 # The markdown table fits this many columns (like the run's table): the first columns that fit,

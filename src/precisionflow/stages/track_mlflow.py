@@ -214,7 +214,9 @@ def verdict_metrics(verdict: Dict[str, Any]) -> Dict[str, float]:
         found.update({f"cond.{tag}.{extra}": figures[extra] for extra in ("agreement", "map50") if extra in figures})
     own_speed = not verdict.get("ran_reference_kernels")  # else no speed-up of its own: the console says =fp32
     if verdict.get("speed") and own_speed:
-        found.update({"x_fp32_low": verdict["speed"]["low"], "x_fp32_high": verdict["speed"]["high"]})
+        # the ratio the verdict read (at the budget's speedup_at), beside its interval
+        speed = verdict["speed"]
+        found.update({"x_fp32_verdict": speed["median"], "x_fp32_low": speed["low"], "x_fp32_high": speed["high"]})
     if verdict.get("server") and own_speed:  # the Server rate within the latency bound over the fp32 engine's
         server = verdict["server"]
         found.update({"x_server": server["median"], "x_server_low": server["low"], "x_server_high": server["high"]})

@@ -1,0 +1,30 @@
+"""`precisionflow compare`'s table from constructed MLflow runs (the real store: test_mlflow_server.py)."""
+
+
+def test_compare_tells_rows_apart_and_signs_changes():
+    """Two int8 rows (an engine and its TensorRT simulation), a change with its sign and interval,
+    the verdict's speed-up with its interval, and an fp16 that ran fp32's kernels."""
+    import pandas
+
+    from precisionflow.reporting import mlflow_compare
+
+    label = "{} graph, ran {} on CPUExecutionProvider"
+    runs = pandas.DataFrame(
+        [
+            {"tags.precision": "int8", "params.calibrate.method": "entropy", "tags.executed": label.format("int8", "int8 9/10"),
+             "tags.executed_as_requested": "True", "metrics.top1_drop_points": 0.44, "metrics.top1_drop_low": -0.54,
+             "metrics.top1_drop_high": 1.68, "metrics.x_fp32_verdict": 1.3612, "metrics.x_fp32_low": 1.34,
+             "metrics.x_fp32_high": 1.54, "metrics.x_fp32_bmax": 1.3612, "tags.target": "local"},
+            {"tags.precision": "int8", "params.calibrate.method": "entropy", "tags.simulates": "tensorrt",
+             "tags.executed": label.format("int8", "fp32"), "tags.executed_as_requested": "False",
+             "metrics.top1_drop_points": 0.22, "tags.target": "local"},
+            {"tags.precision": "fp16", "tags.executed": label.format("fp16", "fp32"), "tags.executed_as_requested": "False",
+             "metrics.top1_drop_points": 0.0, "metrics.x_fp32_bmax": 3.1, "tags.target": "local"},
+        ]
+    )  # fmt: skip
+    rows = {(r["precision"], r["variant"]): r for r in mlflow_compare.table(runs)}
+    assert set(rows) == {("int8", "entropy"), ("int8", "entropy, TRT-sim"), ("fp16", "")}
+    engine = rows[("int8", "entropy")]
+    assert engine["ran"] == "int8 9/10" and engine["change"] == "-0.44 [-1.68, +0.54]" and engine["x_fp32"] == "1.36 [1.34, 1.54]"
+    assert rows[("int8", "entropy, TRT-sim")]["ran"] == "fp32 (!)" and rows[("int8", "entropy, TRT-sim")]["x_fp32"] == ""
+    assert rows[("fp16", "")]["x_fp32"] == "=fp32" and rows[("fp16", "")]["change"] == "+0.00"
