@@ -116,3 +116,14 @@ def test_the_pareto_plot_reads_side_by_side_ratios_so_identical_kernels_share_a_
 def test_the_pareto_plot_is_drawn(tmp_path):
     report_pages.pareto_plot(ROWS, "local", tmp_path / "pareto.png", "bmax")
     assert (tmp_path / "pareto.png").stat().st_size > 10_000
+
+
+def test_a_gallery_of_one_image_is_wide_enough_for_its_title_and_legend(tmp_path):
+    from PIL import Image
+
+    images = np.zeros((3, 8, 8, 1), np.float32)
+    row = {"test_index": "1", "label": "3", "fp32_prediction": "3", "engine_prediction": "5", "right": "fp32"}
+    title = "int8-ortcpu-local-8a36d358f355 on 'dusk' images"
+    report_pages.flipped_grid(images, [row], [str(i) for i in range(10)], title, tmp_path / "grid.png")
+    width, height = Image.open(tmp_path / "grid.png").size
+    assert width >= 6 * len(title) and height > 72 + 4 * 12  # the header sits above the picture, not over it

@@ -145,17 +145,18 @@ def per_class_changes(changes: Dict[str, Dict[str, float]], classes: Sequence[st
     engines = list(changes)
     grid = np.array([[changes[engine].get(name, np.nan) for name in classes] for engine in engines])
     limit = max(1.0, float(np.nanmax(np.abs(grid)))) if grid.size else 1.0
-    fig, axis = plt.subplots(figsize=(max(5.0, 0.55 * len(classes) + 3), 0.42 * len(engines) + 1.4))
+    fig, axis = plt.subplots(figsize=(max(6.0, 0.7 * len(classes) + 4), 0.5 * len(engines) + 1.6))
     image = axis.imshow(grid, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
-    axis.set_xticks(range(len(classes)), labels=list(classes), fontsize=7)
-    axis.set_yticks(range(len(engines)), labels=engines, fontsize=7)
+    axis.set_xticks(range(len(classes)), labels=list(classes), fontsize=8)
+    axis.set_yticks(range(len(engines)), labels=engines, fontsize=8)
     for (row, col), value in np.ndenumerate(grid):
-        if np.isfinite(value) and value != 0:
-            axis.text(col, row, f"{value:+.1f}", ha="center", va="center", fontsize=6)
-    fig.colorbar(image, ax=axis, label="top-1 change vs fp32 (points)")
-    axis.set_title(title, fontsize=9)
+        if np.isfinite(value) and value != 0:  # white on the dark end of the scale, black on the pale middle
+            ink = "white" if abs(value) > 0.55 * limit else "black"
+            axis.text(col, row, f"{value:+.1f}", ha="center", va="center", fontsize=8, color=ink)
+    fig.colorbar(image, ax=axis, label="change vs fp32 (points; red = loss)")
+    axis.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -169,18 +170,23 @@ def flipped_grid(images, rows: List[Dict[str, str]], class_names: List[str], tit
     shown, cell, caption = rows[:limit], 72, 26
     columns = max(1, min(8, len(shown)))
     lines = -(-len(shown) // columns)
-    sheet = Image.new("RGB", (columns * (cell + 8) + 8, lines * (cell + caption + 8) + 24), "white")
+    header = [  # above the pictures, never over them; the sheet is as wide as its longest line
+        f"{title} ({len(rows)} flipped{f', first {len(shown)} shown' if len(rows) > len(shown) else ''})",
+        "caption: true label: fp32's prediction (confidence)",
+        "         -> the engine's prediction (confidence)",
+        "green = the engine right, red = fp32 right, grey = neither",
+    ]
+    top = 8 + 12 * len(header)
+    width = max(columns * (cell + 8) + 8, 6 * max(len(line) for line in header) + 16)
+    sheet = Image.new("RGB", (width, lines * (cell + caption + 8) + top), "white")
     pen = ImageDraw.Draw(sheet)
-    pen.text(
-        (6, 4),
-        f"{title}: label: fp32 -> engine (confidence); green = engine right, red = fp32 right ({len(rows)} flipped)"[:160],
-        fill="black",
-    )
+    for index, line in enumerate(header):
+        pen.text((6, 4 + 12 * index), line, fill="black")
     for position, row in enumerate(shown):
         picture = np.asarray(images[int(row["test_index"])], dtype=np.float32)
         picture = np.repeat(picture, 3, axis=-1) if picture.shape[-1] == 1 else picture
         scaled = Image.fromarray((np.clip(picture, 0, 1) * 255).astype(np.uint8)).resize((cell, cell), Image.NEAREST)
-        x, y = 8 + (position % columns) * (cell + 8), 24 + (position // columns) * (cell + caption + 8)
+        x, y = 8 + (position % columns) * (cell + 8), top + (position // columns) * (cell + caption + 8)
         sheet.paste(scaled, (x, y))
         name = lambda key, row=row: class_names[int(row[key])]
         confidence = lambda key, row=row: f" {float(row[key]):.2f}" if row.get(key) not in (None, "") else ""

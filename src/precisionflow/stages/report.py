@@ -353,6 +353,12 @@ def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
+def engine_label(eval_dir: Path, precision: str) -> str:
+    """An engine as the figures name it: precision, variant (TRT-sim for a simulation) and the
+    end of its node id -- two int8 rows are never told apart by a hash alone."""
+    return f"{precision} {variant(named_lineage(eval_dir))}".strip() + f" [{eval_dir.name[-6:]}]"
+
+
 def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[str, Any]], served=None) -> Dict[str, Any]:
     lineage = named_lineage(eval_dir)
     executed = metrics["engine"].get("executed", {})
@@ -533,7 +539,7 @@ def serving_curves(served: Dict[str, Any], metrics, evals: List[Path], out: Path
     for path in evals:
         entry = served.get(engine_key(path))
         if entry:
-            by_target.setdefault(metrics[path]["target"], {})[f"{metrics[path]['precision']} [{path.name[-6:]}]"] = entry
+            by_target.setdefault(metrics[path]["target"], {})[engine_label(path, metrics[path]["precision"])] = entry
     pictures = []
     for target, engines in sorted(by_target.items()):
         pictures.append(f"{FIGURES}/serving-{target}.png")
@@ -541,7 +547,7 @@ def serving_curves(served: Dict[str, Any], metrics, evals: List[Path], out: Path
     return pictures
 
 
-def condition_changes(found: List[Dict[str, Any]], out: Path) -> List[str]:
+def condition_changes(found: List[Dict[str, Any]], out: Path, labels: Dict[str, str]) -> List[str]:
     """per_condition.csv (every engine, every condition: its figure with the interval, and the
     calibration sample's images of that condition) and one condition x engine heat map per target."""
     rows, by_target = [], {}
@@ -560,9 +566,8 @@ def condition_changes(found: List[Dict[str, Any]], out: Path) -> List[str]:
             )
             # loss reads red: a top-1 change (points), or spurious boxes per 100 images as a negative
             shown = -figures["drop"] if "drop" in figures else -100 * figures["spurious_per_image"]
-            by_target.setdefault(entry["target"], {}).setdefault(f"{entry['precision']} [{entry['node'][-6:]}]", {})[tag] = round(
-                shown, 2
-            )
+            label = labels.get(entry["node"], f"{entry['precision']} [{entry['node'][-6:]}]")
+            by_target.setdefault(entry["target"], {}).setdefault(label, {})[tag] = round(shown, 2)
     if not rows:
         return []
     fields = [
@@ -607,7 +612,7 @@ def class_changes(eval_dirs: List[Path], out: Path) -> List[str]:
     rows, pictures, by_target, measure = [], [], {}, "top-1"
     for eval_dir, metrics, fp32 in verdict_inputs(eval_dirs):
         key, measure = ("per_class_ap", "AP") if metrics.get("task") == "detection" else ("per_class_top1", "top-1")
-        label = f"{metrics['precision']} {variant(named_lineage(eval_dir))}".strip() + f" [{eval_dir.name[-6:]}]"
+        label = engine_label(eval_dir, metrics["precision"])
         changes = {name: round(100 * (value - fp32[key][name]), 2) for name, value in metrics[key].items() if name in fp32[key]}
         by_target.setdefault(metrics["target"], {})[label] = changes
         rows += [
@@ -898,7 +903,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     plots = {
         f"Pareto plots (accuracy vs speed-up over fp32 at {headline_setting(found)}, measured side by side; bars: its interval)": pareto,
         "Per-class change against fp32 (top-1, or AP for a detector)": class_changes(evals, out),
-        "Per condition (images the data set tags; red = loss)": condition_changes(found, out),
+        "Per condition (images the data set tags; red = loss)": condition_changes(
+            found, out, {f"evaluate_engine/{path.name}": engine_label(path, metrics[path]["precision"]) for path in evals}
+        ),
         "Serving: latency percentile against offered rate (MLPerf LoadGen Server runs)": serving_curves(
             served, metrics, evals, out
         ),
