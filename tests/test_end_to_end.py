@@ -356,6 +356,8 @@ def test_report_files_hold_every_table_and_picture(first_run):
     assert page.tables == 2  # verdicts, comparison
     assert sorted(page.images) == sorted(f"figures/{p.name}" for p in (folder / "figures").glob("*.png"))
     assert (folder / "per_class.csv").read_text().count("\n") > 10
+    text = (folder / "report.html").read_text()
+    assert "qps_\u200bserver" in text and "srv_\u200bover_\u200boff" in text  # serving beside accuracy and speed
 
 
 def test_snakemake_report_registers_the_report_items(first_run, tmp_path):

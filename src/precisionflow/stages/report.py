@@ -181,6 +181,14 @@ HTML_COLUMNS = [
     "x_tf_b1",
     "x_tf_bmax",
     "x_tf_streams",
+    # serving (MLPerf LoadGen): each figure only from a VALID run, else INVALID, named under the table
+    "qps_server",
+    "p99_ms_server",
+    "x_server",
+    "qps_offline",
+    "srv_over_off",
+    "p50_ms_single",
+    "bound_ms",
     "engine_kb",
 ]
 SPEED_COLUMNS = [
