@@ -85,17 +85,10 @@ def page() -> str:
 
 
 def main() -> int:
+    from generated_page import write_or_check
+
     text = page()
-    if "--check" in sys.argv:
-        current = PAGE.read_text() if PAGE.is_file() else ""
-        if current != text:
-            print(f"{PAGE} is out of date: run `.venv/bin/python tools/config_reference.py`", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.parent.mkdir(parents=True, exist_ok=True)
-    PAGE.write_text(text)
-    print(f"wrote {PAGE} ({text.count(chr(10)) - 9} keys)")
-    return 0
+    return write_or_check(PAGE, text, "tools/config_reference.py", f"{text.count(chr(10)) - 9} keys")
 
 
 if __name__ == "__main__":

@@ -63,16 +63,10 @@ def page() -> str:
 
 
 def main() -> int:
+    from generated_page import write_or_check
+
     text = page()
-    if "--check" in sys.argv:
-        current = PAGE.read_text() if PAGE.is_file() else ""
-        if current != text:
-            print(f"{PAGE} is out of date: run `.venv/bin/python tools/precision_reference.py`", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(text)
-    print(f"wrote {PAGE} ({len(text.splitlines())} lines)")
-    return 0
+    return write_or_check(PAGE, text, "tools/precision_reference.py", f"{len(text.splitlines())} lines")
 
 
 if __name__ == "__main__":
