@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from precisionflow.pipeline.nodeio import read_node
+from precisionflow.nodeio import read_node
 
 
 def main() -> None:

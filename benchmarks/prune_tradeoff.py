@@ -113,7 +113,7 @@ def run_sweep(name: str) -> Path:
 
 def points(results: Path):
     """{ratio: (evaluation metrics, engine folder, prune summary, onnx bytes)}."""
-    from precisionflow.pipeline.nodeio import named_lineage, read_json
+    from precisionflow.nodeio import named_lineage, read_json
 
     found = {}
     for metrics_file in results.glob("evaluate_engine/*/metrics.json"):
@@ -133,7 +133,7 @@ def side_by_side(found, rounds: int = 12, window_s: float = 0.2):
     """Throughput of every ratio's fp32 engine in alternating rounds; ratio to the unpruned one."""
     from precisionflow.measure import speed, timing
     from precisionflow.backends import onnxruntime_backend
-    from precisionflow.pipeline.nodeio import read_json
+    from precisionflow.nodeio import read_json
     from precisionflow.datasets.store import Split
 
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[-1:])  # the engines' one thread, one CPU

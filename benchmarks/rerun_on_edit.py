@@ -1,6 +1,6 @@
 """Issue 31: which stages of the default experiment rerun when a shared module is edited.
 
-For each module every stage imports (pipeline/nodeio.py, pipeline/runner.py, errors.py) and for the
+For each module every stage imports (nodeio.py, pipeline/runner.py, errors.py) and for the
 report's template: the nodes whose id changes after (a) a prose-only edit -- a reworded docstring,
 new comments, blank lines -- and (b) one line of code added. Planning only (nothing trains): the
 package is copied, the copy edited and made the package the code identity reads.
@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import save  # noqa: E402
 
-SHARED = ["pipeline/nodeio.py", "pipeline/runner.py", "errors.py"]
+SHARED = ["nodeio.py", "pipeline/runner.py", "errors.py"]
 TEMPLATE = "reporting/templates/report.html.j2"
 
 

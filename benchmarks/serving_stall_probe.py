@@ -79,7 +79,7 @@ def hand_off(run_once, seconds: float, interval_s: float = 0.001) -> dict:
 
 def fp16_engine(bundle: Path, folder: Path):
     from precisionflow.backends import onnxruntime_backend as backend
-    from precisionflow.pipeline.nodeio import write_json_atomic
+    from precisionflow.nodeio import write_json_atomic
 
     plan = json.loads((bundle / "plan.json").read_text())
     name = next(key for key in plan["nodes"] if key.startswith("build_engine/fp16"))

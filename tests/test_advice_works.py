@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from precisionflow.pipeline.nodeio import content_hashes, file_stats
+from precisionflow.nodeio import content_hashes, file_stats
 from tests.test_end_to_end import TINY
 
 pytestmark = pytest.mark.slow

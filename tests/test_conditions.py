@@ -191,7 +191,12 @@ def test_each_engine_gets_a_gallery_of_its_most_damaged_conditions_images(tmp_pa
     pictures = report.condition_galleries(found, [engine], tmp_path / "out", {})
     assert pictures == [f"{report.FIGURES}/condition-dusk-e.png"]
     grid = Image.open(tmp_path / "out" / pictures[0])
-    assert grid.width == 2 * (72 + 8) + 8  # the two dusk images, not the noon one
+    import numpy as np
+
+    pixels, top = np.asarray(grid.convert("L")), 8 + 12 * 4  # below the four header lines
+    cells = [pixels[top : top + 72, 8 + k * 80 : 8 + k * 80 + 72] for k in range(3)]
+    drawn = [cell.size and bool((cell < 250).any()) for cell in cells]
+    assert drawn == [True, True, False]  # the two dusk images, not the noon one
 
 
 # ---- calibration coverage ---------------------------------------------------------------------

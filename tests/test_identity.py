@@ -452,7 +452,7 @@ def test_code_is_the_import_closure_of_the_stage():
         "datasets/store.py",
         "pipeline/runner.py",
         "pipeline/identity.py",
-        "pipeline/nodeio.py",
+        "nodeio.py",
     ):
         assert needed in closure
     assert "pipeline/plan.py" not in closure and "stages/train_model.py" not in closure
@@ -553,7 +553,7 @@ def prose_only(text: str) -> str:
     return reworded.replace("\ndef ", "\n# another comment\n\n\ndef ", 1) + "\n# trailing comment\n"
 
 
-@pytest.mark.parametrize("shared", ["pipeline/nodeio.py", "pipeline/runner.py", "errors.py"])
+@pytest.mark.parametrize("shared", ["nodeio.py", "pipeline/runner.py", "errors.py"])
 def test_a_comment_or_docstring_edit_in_a_shared_module_reruns_nothing(default_point, shared, tmp_path, monkeypatch):
     from precisionflow.pipeline import identity
 

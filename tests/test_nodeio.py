@@ -1,6 +1,6 @@
 import pytest
 
-from precisionflow.pipeline import nodeio
+from precisionflow import nodeio
 from precisionflow.errors import StageError
 
 
@@ -80,7 +80,7 @@ def test_a_node_edited_after_it_finished_is_refused_and_the_advice_works(tmp_pat
     import json
 
     from precisionflow.errors import LineageError, StageError
-    from precisionflow.pipeline.nodeio import content_hashes, verify_node
+    from precisionflow.nodeio import content_hashes, verify_node
 
     node = tmp_path / "calibrate" / "ptq-abc"
     node.mkdir(parents=True)
@@ -106,7 +106,7 @@ def test_a_run_checks_finished_nodes_by_stat_and_hashes_only_what_changed(tmp_pa
     import os
 
     from precisionflow.errors import LineageError
-    from precisionflow.pipeline.nodeio import content_hashes, file_stats, verify_finished_node
+    from precisionflow.nodeio import content_hashes, file_stats, verify_finished_node
 
     node = tmp_path / "build_engine" / "e1"
     node.mkdir(parents=True)

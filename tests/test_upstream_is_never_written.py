@@ -14,7 +14,7 @@ import pytest
 
 from precisionflow.config.compose import expand
 from precisionflow.pipeline.plan import build_plan
-from precisionflow.pipeline.nodeio import write_json_atomic
+from precisionflow.nodeio import write_json_atomic
 
 pytestmark = pytest.mark.slow
 

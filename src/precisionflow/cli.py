@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from precisionflow.errors import ConfigError, PrecisionflowError
-from precisionflow.pipeline.nodeio import NODE_FILE
+from precisionflow.nodeio import NODE_FILE
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -379,7 +379,7 @@ def print_summary(plan: Dict) -> None:
     print(f"Per-engine:     {results / 'evaluate_engine'}/<node>/metrics.json and flipped.csv")
     tracked = [key for key in plan["final"] if key.startswith("track_mlflow/")]
     for key in tracked:
-        from precisionflow.pipeline.nodeio import read_json
+        from precisionflow.nodeio import read_json
         from precisionflow.reporting.tracking import ui_links
 
         summary = read_json(results / key / NODE_FILE)["summary"]
@@ -429,7 +429,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from precisionflow.pipeline.nodeio import read_json
+    from precisionflow.nodeio import read_json
     from precisionflow.pipeline.plan import plan_from_overrides
 
     plan_file = plan_from_overrides(args.overrides, args.multirun)
@@ -494,7 +494,7 @@ def cmd_status(args) -> int:
 
 def cmd_ship(args) -> int:
     from precisionflow.pipeline import remote
-    from precisionflow.pipeline.nodeio import read_json
+    from precisionflow.nodeio import read_json
     from precisionflow.pipeline.plan import plan_from_overrides
 
     manifest = remote.pack(read_json(plan_from_overrides(args.overrides, args.multirun)), args.target, args.bundle)
@@ -508,7 +508,7 @@ def cmd_ship(args) -> int:
 
 def cmd_land(args) -> int:
     from precisionflow.pipeline import remote
-    from precisionflow.pipeline.nodeio import read_json
+    from precisionflow.nodeio import read_json
     from precisionflow.pipeline.plan import plan_from_overrides
 
     landed = remote.land(args.collected, read_json(plan_from_overrides(args.overrides, args.multirun)))

@@ -9,7 +9,7 @@ from typing import Any, Dict, List
 from precisionflow.backends import BACKENDS, get_backend
 from precisionflow.backends.devices import cpu_name, gpu_facts
 from precisionflow.errors import PrecisionflowError
-from precisionflow.pipeline.nodeio import read_json
+from precisionflow.nodeio import read_json
 
 
 def backend_lines() -> List[str]:

@@ -10,7 +10,7 @@ import pytest
 
 from precisionflow.config.compose import expand
 from precisionflow.datasets.store import Split, write_arrays
-from precisionflow.pipeline.nodeio import write_json_atomic
+from precisionflow.nodeio import write_json_atomic
 from precisionflow.pipeline.runner import run_node
 from precisionflow.stages import calibrate, export_onnx, finetune_model, quantize_onnx, train_model
 

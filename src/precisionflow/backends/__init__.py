@@ -25,7 +25,7 @@ def engine_loader(engine_dir):
     """A function loading a fresh instance of a built engine (timing and serving stages load several)."""
     from pathlib import Path
 
-    from precisionflow.pipeline.nodeio import read_json, read_node
+    from precisionflow.nodeio import read_json, read_node
 
     node = read_node(Path(engine_dir))
     description = read_json(Path(engine_dir) / "engine.json")

@@ -80,7 +80,7 @@ def _checked_tags(path: Path, line: int, row: List[str]) -> List[str]:
 
 
 def save(folder: Path, split: str, tags: Sequence[Sequence[str]]) -> None:
-    from precisionflow.pipeline.nodeio import write_json_atomic
+    from precisionflow.nodeio import write_json_atomic
 
     write_json_atomic(Path(folder) / FILE.format(split), {"tags": [sorted(each) for each in tags]})
 

@@ -182,7 +182,7 @@ def write_arrays(folder: Path, splits: dict, classes: List[str], divisor: int = 
     """A data node from in-memory splits {name: (uint8 images, labels)} (small data sets made by
     tests and benchmarks; prepare_dataset writes large ones chunk by chunk). Labels None: a
     detection node, whose boxes the caller writes (detection.data.save_objects)."""
-    from precisionflow.pipeline.nodeio import write_json_atomic
+    from precisionflow.nodeio import write_json_atomic
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

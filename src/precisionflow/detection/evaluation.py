@@ -16,7 +16,7 @@ from precisionflow.datasets import conditions
 from precisionflow.datasets.store import Split
 from precisionflow.detection import boxes, metrics
 from precisionflow.detection.data import load_objects
-from precisionflow.pipeline.nodeio import write_json_atomic
+from precisionflow.nodeio import write_json_atomic
 
 WORST_IMAGES = 12
 WORST_PER_CONDITION = 8

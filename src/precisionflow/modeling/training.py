@@ -11,7 +11,7 @@ import numpy as np
 
 from precisionflow.datasets.store import Split, predict_in_batches
 from precisionflow.errors import ConfigError, StageError
-from precisionflow.pipeline.nodeio import write_json_atomic
+from precisionflow.nodeio import write_json_atomic
 
 
 def stop_on_nan(keras):

@@ -581,7 +581,7 @@ def default_results_dir(points: List[Dict[str, Any]]) -> str:
 
 def write_plan(plan: Dict[str, Any]) -> Path:
     """Write the plan under results/.plans/<content hash>.json (atomically, once) and return its path."""
-    from precisionflow.pipeline.nodeio import write_json_atomic
+    from precisionflow.nodeio import write_json_atomic
 
     text = json.dumps(plan, sort_keys=True)
     path = Path(plan["results_dir"]) / ".plans" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
@@ -602,7 +602,7 @@ def missing_under_finished(plan: Dict[str, Any]) -> List[str]:
     is finished. Snakemake would leave them missing (nothing up to date needs them), so the lineage
     of what was built from them could no longer be walked: the run recomputes them and everything
     downstream."""
-    from precisionflow.pipeline.nodeio import NODE_FILE
+    from precisionflow.nodeio import NODE_FILE
 
     results = Path(plan["results_dir"])
     finished = {key for key in plan["nodes"] if (results / key / NODE_FILE).is_file()}
@@ -616,7 +616,7 @@ def recheck_finished(plan: Dict[str, Any]) -> None:
     (an engine or calibration cache copied in, a graph edited: refused here, not after Snakemake
     decided they are up to date), and their thresholds hold (ids do not cover thresholds, so a
     tightened threshold must still fail the run)."""
-    from precisionflow.pipeline.nodeio import NODE_FILE, verify_finished_node
+    from precisionflow.nodeio import NODE_FILE, verify_finished_node
 
     results = Path(plan["results_dir"])
     for key, spec in plan["nodes"].items():

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from precisionflow.errors import LineageError, PrecisionflowError, StageError
-from precisionflow.pipeline.nodeio import NODE_FILE, PACKED_FILE, read_json, write_json_atomic
+from precisionflow.nodeio import NODE_FILE, PACKED_FILE, read_json, write_json_atomic
 
 GPU_STAGES = ("build_engine", "evaluate_engine", "compare_speed", "serve_engine")
 # What the GPU stages open of each upstream node, by the role the node plays for them. The data

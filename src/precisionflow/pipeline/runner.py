@@ -19,15 +19,7 @@ from typing import Any, Dict
 
 from precisionflow.pipeline import identity
 from precisionflow.errors import PrecisionflowError, StageError
-from precisionflow.pipeline.nodeio import (
-    NODE_FILE,
-    content_hashes,
-    file_stats,
-    read_json,
-    staged_node_dir,
-    verify_node,
-    write_json_atomic,
-)
+from precisionflow.nodeio import NODE_FILE, content_hashes, file_stats, read_json, staged_node_dir, verify_node, write_json_atomic
 
 
 def package_versions(names) -> Dict[str, str]:

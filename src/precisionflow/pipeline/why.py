@@ -7,7 +7,7 @@ Used by `precisionflow plan --why` and `precisionflow run -n`.
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from precisionflow.pipeline.nodeio import NODE_FILE, read_json
+from precisionflow.nodeio import NODE_FILE, read_json
 from precisionflow.reporting.tracking import flatten
 
 

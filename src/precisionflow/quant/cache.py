@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Dict, Tuple
 
 from precisionflow.errors import LineageError
-from precisionflow.pipeline.nodeio import read_json, write_json_atomic
+from precisionflow.nodeio import read_json, write_json_atomic
 
 RANGES_FILE = "ranges.json"
 TRT_CACHE_FILE = "calibration.trt.cache"

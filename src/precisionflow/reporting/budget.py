@@ -19,7 +19,7 @@ from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.verdict_rules import judged, overall, share_check
 from precisionflow.reporting.compare import task_of
 from precisionflow.config.schema import BudgetConf
-from precisionflow.pipeline.nodeio import NODE_FILE, named_lineage, read_json
+from precisionflow.nodeio import NODE_FILE, named_lineage, read_json
 
 BUDGET_KEYS = tuple(field.name for field in fields(BudgetConf))
 TWIN = "fp32_twin"  # the evaluation of int8_qat's fine-tune run in fp32: its fair reference
@@ -330,7 +330,7 @@ def spurious_by_condition(eval_dir: Path, tags: List[List[str]]) -> Dict[str, Li
 
 def test_tags(results: Path, key: str) -> Optional[List[List[str]]]:
     """Each test image's condition tags, from the data node the evaluation scored (None: no conditions)."""
-    from precisionflow.pipeline.nodeio import read_node
+    from precisionflow.nodeio import read_node
 
     return conditions.load(results / read_node(results / key)["inputs"]["data"], "test")
 
@@ -338,7 +338,7 @@ def test_tags(results: Path, key: str) -> Optional[List[List[str]]]:
 def class_names(results: Path, key: str) -> List[str]:
     """The class names of the data node an evaluation scored, in label-index order: per-image labels
     are indices into this list (never into the order of a metrics file's keys)."""
-    from precisionflow.pipeline.nodeio import read_node
+    from precisionflow.nodeio import read_node
 
     data_key = read_node(results / key)["inputs"]["data"]
     return read_json(results / data_key / "meta.json")["classes"]
@@ -639,7 +639,7 @@ def gate_fails(entry: Dict[str, Any]) -> bool:
 def verdict_inputs(eval_dirs: List[Path]):
     """(evaluation folder, its metrics, the metrics of the fp32 evaluation of its model and target)
     for every evaluation among `eval_dirs` whose fp32 baseline is among them too."""
-    from precisionflow.pipeline.nodeio import read_node
+    from precisionflow.nodeio import read_node
 
     loaded = [(path, read_node(path), read_json(path / "metrics.json")) for path in eval_dirs]
     fp32 = {

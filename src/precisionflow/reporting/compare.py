@@ -7,7 +7,7 @@ engine and TensorFlow in alternating rounds. Nothing here divides figures of two
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from precisionflow.pipeline.nodeio import read_json, read_node
+from precisionflow.nodeio import read_json, read_node
 
 PER_SAMPLE_FILE = "per_sample.npz"  # an evaluation's test-split predictions and labels (classification)
 RATIOS = (("vs_fp32", "x_fp32"), ("vs_tf", "x_tf"))

@@ -10,7 +10,7 @@ from typing import Any, Dict
 
 from precisionflow.measure import speed
 from precisionflow.measure.keras_runner import KerasRunner
-from precisionflow.pipeline.nodeio import write_json_atomic
+from precisionflow.nodeio import write_json_atomic
 from precisionflow.datasets.store import Split
 
 PACKAGES = ("tensorflow", "tf-keras", "numpy")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from precisionflow.backends import check_runtime, get_backend
-from precisionflow.pipeline.nodeio import read_node, write_json_atomic
+from precisionflow.nodeio import read_node, write_json_atomic
 from precisionflow.measure.targets import device_params
 
 PACKAGES = ("onnx", "numpy")  # the backend's own version is in params["runtime"]

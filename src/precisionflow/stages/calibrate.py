@@ -18,7 +18,7 @@ import numpy as np
 
 from precisionflow.errors import ConfigError
 from precisionflow.hashing import file_hash
-from precisionflow.pipeline.nodeio import read_json, read_node
+from precisionflow.nodeio import read_json, read_node
 from precisionflow.quant import cache, qdq
 from precisionflow.quant.reader import array_reader, graph_input_name
 from precisionflow.datasets.store import Split

@@ -18,7 +18,7 @@ from precisionflow import errors
 
 from precisionflow.measure import speed, timing
 from precisionflow.backends import engine_loader
-from precisionflow.pipeline.nodeio import write_json_atomic
+from precisionflow.nodeio import write_json_atomic
 from precisionflow.datasets.store import Split
 from precisionflow.errors import PrecisionflowError, StageError
 

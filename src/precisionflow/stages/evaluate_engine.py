@@ -17,7 +17,7 @@ from precisionflow.measure import speed
 from precisionflow.backends import get_backend
 from precisionflow.reporting.compare import HEADLINE_METRICS, PER_SAMPLE_FILE, task_of
 from precisionflow.datasets.store import Split, predict_in_batches
-from precisionflow.pipeline.nodeio import read_json, read_node, write_json_atomic
+from precisionflow.nodeio import read_json, read_node, write_json_atomic
 from precisionflow.measure.targets import device_params, timing_settings
 
 PACKAGES = ("numpy",)  # the backend's own version is in params["runtime"]

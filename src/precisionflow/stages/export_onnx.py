@@ -66,7 +66,7 @@ def _onnx_logits(path: Path, split: Split) -> np.ndarray:
 
 def _map_qat_ranges(model_dir: Path, model_proto, out: Path):
     """QAT ranges learned per Keras layer -> per tensor of this graph (qat_tensor_ranges.json)."""
-    from precisionflow.pipeline.nodeio import read_json, write_json_atomic
+    from precisionflow.nodeio import read_json, write_json_atomic
     from precisionflow.quant.onnx_names import map_ranges
 
     source = model_dir / "qat_ranges.json"

@@ -12,7 +12,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-from precisionflow.pipeline.nodeio import read_json, read_node, write_json_atomic
+from precisionflow.nodeio import read_json, read_node, write_json_atomic
 from precisionflow.modeling import training
 
 PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy", "matplotlib", "h5py")

@@ -21,7 +21,7 @@ import numpy as np
 from precisionflow.datasets import store
 from precisionflow.errors import ConfigError, DataError
 from precisionflow.datasets.source import Source
-from precisionflow.pipeline.nodeio import write_json_atomic
+from precisionflow.nodeio import write_json_atomic
 
 PACKAGES = ("numpy", "scikit-learn", "pillow")
 SPLITS = ("train", "val", "test")

@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from precisionflow.pipeline.nodeio import write_json_atomic
+from precisionflow.nodeio import write_json_atomic
 
 PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy", "h5py")
 CHANNEL_KEYS = ("method", "criterion", "ratio", "threshold", "granularity", "min_channels", "bn_scale", "exclude_layers")

@@ -25,7 +25,7 @@ from precisionflow.reporting.compare import (
     serving_inputs,
     split_inputs,
 )
-from precisionflow.pipeline.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
+from precisionflow.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
 from precisionflow.reporting import report_pages
 
 PACKAGES = ("matplotlib", "numpy")

@@ -14,7 +14,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-from precisionflow.pipeline.nodeio import write_json_atomic
+from precisionflow.nodeio import write_json_atomic
 
 PACKAGES = ("numpy", "mlcommons-loadgen")
 GPU_BOUND_MS, CPU_BOUND_MS = 15.0, 33.0

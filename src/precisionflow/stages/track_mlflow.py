@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 from precisionflow import precisions
 from precisionflow.reporting import tracking
 from precisionflow.reporting.compare import HEADLINE_METRICS, engine_key, ratio_values, ratios_by_engine, split_inputs, task_of
-from precisionflow.pipeline.nodeio import named_lineage, node_key, read_json
+from precisionflow.nodeio import named_lineage, node_key, read_json
 from precisionflow.quant import cache
 
 PACKAGES = ("mlflow",)

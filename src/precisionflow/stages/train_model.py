@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from precisionflow.errors import StageError
-from precisionflow.pipeline.nodeio import read_json
+from precisionflow.nodeio import read_json
 from precisionflow.modeling.training import at_chance_message, fit, optimizer, rebuild_fp32, save_outputs
 
 PACKAGES = ("tensorflow", "tf-keras", "numpy", "matplotlib", "h5py")

@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 from precisionflow.pipeline.plan import plan_from_overrides
-from precisionflow.pipeline.nodeio import read_json
+from precisionflow.nodeio import read_json
 from precisionflow.pipeline import flow as FLOW
 from precisionflow.reporting import tracking
 
