@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from precisionflow import precisions
 from precisionflow.errors import ConfigError
 from precisionflow.reporting.tracking import SWEEP_TAG
 
@@ -109,7 +110,8 @@ def signed(value: float) -> str:
 def derived(run, row: dict) -> dict:
     """variant, ran, the signed change with its interval, the speed-up with its interval."""
     get = {name: _field(run, column) for name, column in SOURCES.items()}
-    variant = [str(get["method"])] if get["method"] and row["precision"] != "int8_qat" else []
+    calibrated = getattr(precisions.find(row["precision"]), "calibration", None) == "ptq"  # QAT's ranges are learned
+    variant = [str(get["method"])] if get["method"] and calibrated else []
     variant += ["TRT-sim"] if get["simulates"] else []
     change = ""
     if get["drop"] is not None:  # the budget's figure is a drop; the column is the change (a drop is negative)
