@@ -181,7 +181,9 @@ def test_single_stream_latency_is_the_service_time_and_server_reaches_offline(tm
         max_wait_ms=1.0,
         workers=1,
         scenarios=["SingleStream", "Server"],
-        search_precision=0.1,
+        # a 10% bracket let the answer sit up to 10% under the rate the server holds: 0.786 on a
+        # loaded CI machine; 5% asks what the test claims (>= 0.8x) without that slack
+        search_precision=0.05,
         search_repeats=1,
     )
     found = serve_engine.serve_with(runners, service, settings, tmp_path)

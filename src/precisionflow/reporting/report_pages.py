@@ -248,7 +248,7 @@ STYLE = (
     "table{border-collapse:collapse;font-size:11px;margin-bottom:8px}td,th{border:1px solid #ccc;padding:2px 3px}"
     "th{background:#f0f0f0;font-size:10px}tr.ref td{font-weight:bold;background:#eef4fb}tr.fail td{background:#fde7e7}"
     "td.noisy{background:#fff4c2}td.pass{color:#2e7d32;font-weight:bold}td.fail{color:#c62828;font-weight:bold}td.undecided{color:#b26a00;font-weight:bold}"
-    "img{max-width:100%;height:auto}.note{font-size:12px;color:#333;margin:2px 0}"
+    "img{max-width:100%;height:auto}.note{font-size:12px;color:#333;margin:2px 0}.wide{overflow-x:auto;max-width:100%}"
 )
 # After load: each picture says whether it loaded, and the page whether it is wider than the window.
 CHECK_SCRIPT = (
