@@ -423,9 +423,104 @@ def sut_matrix(graph_dir: Path, out: Path, names, fraction: float, seconds: floa
                 )
 
 
+def ceiling(graph_dir: Path, out: Path, names, fractions, seconds: float, work: Path) -> None:
+    """How far above 0.8x Offline the stage's Server holds: the stage's own SUT (its Server batch bound,
+    1-ms wait, queue limit) on the product's engine, Offline as the stage runs it, then Server at each
+    fraction of that Offline in one run of `seconds`, lowest first; the first INVALID ends the climb."""
+    from precisionflow.measure import serving as srv
+    from precisionflow.stages import serve_engine
+
+    settings = {**serving_settings(seconds), "scenarios": []}
+    for name in names:
+        path = prepared(graph_dir, name, work)
+        _description, load = build_engine(path, work / f"engine-{name}")
+        images = np.random.default_rng(0).random((128, 224, 224, 3), dtype=np.float32)
+        _engine, runners, service_s = serve_engine.runners_of(None, images, 128, load=load)
+        batch = serve_engine.server_max_batch(service_s, 0.015, 0.001)
+        limit = srv.queue_limit(0.015, service_s[batch], batch, 1)
+        chosen = {size: r for size, r in runners.items() if size <= batch}
+        logs = Path(tempfile.mkdtemp())
+        offline = srv.run_scenario(
+            lambda s: srv.BatchingSUT(runners, 128, 0.0, 1, 10**9),
+            "Offline",
+            dict(settings, min_duration_ms=10000),
+            logs / "offline",
+            rate=2 * 128 / service_s[128],
+        )
+        base = offline.get("samples_per_second") or 0
+        emit(out, {"graph": name, "what": "ceiling_offline", "per_s": base, "valid": offline["valid"], "server_max_batch": batch})
+        for fraction in fractions:
+            server = srv.run_scenario(
+                lambda s: srv.BatchingSUT(chosen, batch, 0.001, 1, limit),
+                "Server",
+                settings,
+                logs / f"s{fraction}",
+                rate=fraction * base,
+            )
+            emit(
+                out,
+                {
+                    "graph": name,
+                    "what": "ceiling_server",
+                    "fraction": fraction,
+                    "target": round(fraction * base),
+                    "seconds": seconds,
+                    "valid": server["valid"],
+                    "p50_ms": server.get("p50_ns", 0) / 1e6,
+                    "p99_ms": server.get("p99_ns", 0) / 1e6,
+                    "where_time_went": server.get("where_time_went"),
+                },
+            )
+            if not server["valid"]:
+                break
+
+
+def bf16_on_gpu(graph_dir: Path, out: Path, names, seconds: float, work: Path) -> None:
+    """The bf16 precision's GPU graph (precisions/bf16.py, placement tensorrt) built by the product's
+    ONNX Runtime backend on the GPU: what its label says ran, its speed at b128 beside the fp32 engine's,
+    and how far its outputs move from fp32 on the same inputs; also on the graph first converted to
+    opset 22, where Conv's schema takes bfloat16."""
+    import onnx
+    from onnx import version_converter
+
+    from precisionflow.backends import onnxruntime_backend as backend
+    from precisionflow.precisions import bf16
+
+    device = os.environ.get("PF_DEVICE", "cuda")
+    target = {"device": device}
+    params = {"optimization_level": "all", "intra_op_threads": 1, "cuda": dict(H200_CUDA) if device == "cuda" else None}
+    for name in names:
+        path = prepared(graph_dir, name, work)
+        images = np.random.default_rng(0).random((128, 224, 224, 3), dtype=np.float32)
+        fp32_description, fp32_load = build_engine(path, work / f"engine-{name}")
+        fp32_engine = fp32_load()
+        reference = fp32_engine.run(images)
+        timed = device == "cuda"  # engine_figures reads device events (a CPU smoke run checks the rest)
+        emit(out, {"graph": name, "what": "bf16_reference", **(engine_figures(fp32_load, 128, seconds) if timed else {})})
+        opset22 = work / f"{name}_opset22.onnx"
+        onnx.save(version_converter.convert_version(onnx.load(str(path)), 22), str(opset22))
+        for variant, source in (("as_exported", path), ("opset22", opset22)):
+            graph = work / f"{name}_{variant}_bf16.onnx"
+            record = {"graph": name, "what": "bf16", "variant": variant}
+            try:
+                record["conversion"] = bf16.to_bf16(source, graph, {"bf16": {"placement": "tensorrt"}}, {}, None)
+                where = work / f"engine-{name}-{variant}-bf16"
+                where.mkdir(parents=True, exist_ok=True)
+                description = backend.build(graph, where, params, target, "bf16")
+                record["executed"] = description["executed"]
+                load = lambda where=where, description=description: backend.load(where, description, target)  # noqa: E731
+                outputs = load().run(images)
+                record["max_abs_diff"] = float(np.max(np.abs(outputs - reference)))
+                record["top1_agreement"] = float(np.mean(outputs.argmax(1) == reference.argmax(1)))
+                record.update(engine_figures(load, 128, seconds) if timed else {})
+            except Exception as error:  # the record says what failed; the next variant still runs
+                record["error"] = f"{type(error).__name__}: {str(error)[:400]}"
+            emit(out, record)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("part", choices=("engines", "serving", "options", "sut", "stage"))
+    parser.add_argument("part", choices=("engines", "serving", "options", "sut", "stage", "ceiling", "bf16"))
     parser.add_argument("graph_dir", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--graphs", nargs="*")
@@ -449,6 +544,10 @@ def main() -> None:
         engines(args.graph_dir, args.out, names, args.seconds, args.work)
     elif args.part == "stage":
         serving_stage(args.graph_dir, args.out, names, args.seconds, args.work, args.verify_seconds, args.probe_seconds)
+    elif args.part == "ceiling":
+        ceiling(args.graph_dir, args.out, names, [float(f) for f in args.fractions.split(",")], args.seconds, args.work)
+    elif args.part == "bf16":
+        bf16_on_gpu(args.graph_dir, args.out, names, args.seconds, args.work)
     elif args.part == "options":
         options_matrix(args.graph_dir, args.out, names, args.seconds, args.work)
     elif args.part == "sut":
