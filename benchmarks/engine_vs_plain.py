@@ -441,7 +441,7 @@ def ceiling(graph_dir: Path, out: Path, names, fractions, seconds: float, work: 
         chosen = {size: r for size, r in runners.items() if size <= batch}
         logs = Path(tempfile.mkdtemp())
         offline = srv.run_scenario(
-            lambda s: srv.BatchingSUT(runners, 128, 0.0, 1, 10**9),
+            lambda s, runners=runners: srv.BatchingSUT(runners, 128, 0.0, 1, 10**9),
             "Offline",
             dict(settings, min_duration_ms=10000),
             logs / "offline",
@@ -451,7 +451,7 @@ def ceiling(graph_dir: Path, out: Path, names, fractions, seconds: float, work: 
         emit(out, {"graph": name, "what": "ceiling_offline", "per_s": base, "valid": offline["valid"], "server_max_batch": batch})
         for fraction in fractions:
             server = srv.run_scenario(
-                lambda s: srv.BatchingSUT(chosen, batch, 0.001, 1, limit),
+                lambda s, chosen=chosen, batch=batch, limit=limit: srv.BatchingSUT(chosen, batch, 0.001, 1, limit),
                 "Server",
                 settings,
                 logs / f"s{fraction}",
