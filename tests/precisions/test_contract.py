@@ -174,3 +174,12 @@ def test_bf16_casts_a_tensor_two_ops_read_once(tmp_path):
             n for n in onnx.load(str(tmp_path / f"{placement}.onnx")).graph.node if n.op_type == "Cast" and n.input[0] == "shared"
         ]
         assert len(casts) == 1 and made["weights_in_bf16"] == 2
+
+
+def test_bf16_warns_at_planning_on_a_gpu_placement_only():
+    """Measured on the H200: ONNX Runtime's CUDA provider runs no bf16 convolution, so a bf16 row there
+    is slower than fp32; planning says so, and stays quiet on the CPU placement (whose label says fp32)."""
+    spec = precisions.get("bf16")
+    gpu = spec.planning_warning({"bf16": {"placement": "tensorrt"}}, lambda: {})
+    assert gpu and "no bfloat16 convolution" in gpu and "slower than fp32" in gpu
+    assert spec.planning_warning({"bf16": {"placement": "onnxruntime_cpu"}}, lambda: {}) is None
