@@ -198,6 +198,7 @@ EXPECTED = {
             "search_precision",
             "search_repeats",
             "search_duration_ms",
+            "full_length_climb",
             "coalesce_queries",
             "seed",
         )
@@ -207,7 +208,7 @@ EXPECTED = {
     **{
         f"target_defs.{name}.serving.{key}": NOTHING
         for name in ("a100", "h100", "h200")
-        for key in ("min_duration_ms", "search_duration_ms", "max_batch")
+        for key in ("min_duration_ms", "search_duration_ms", "full_length_climb", "max_batch")
     },
     "target_defs.local.device": ENGINES | {"benchmark_framework"},
     "target_defs.local.expect_device": ENGINES | {"benchmark_framework"},

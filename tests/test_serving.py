@@ -258,6 +258,31 @@ def test_short_probes_are_confirmed_at_full_length_starting_from_the_start_rate(
     assert found["at_rate"]["duration_ms"] == 60000  # the figure comes from the full-length run
 
 
+def test_a_confirmed_start_climbs_at_full_length_until_a_run_fails():
+    """The H200's ResNet-50 held 0.90x Offline in 60-s runs and not 0.95x: with full_length_climb the
+    stage reports 0.90x with the failed 0.95x as its bracket's top, not the 0.80x it confirmed first."""
+    from precisionflow.stages.serve_engine import server_search
+
+    seen = []
+    settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1, full_length_climb=3)
+    offline = 12000
+    found = server_search(
+        stalling_run(3000, 0.92 * offline, seen), {"mean_ns": 6e5}, settings, start=0.8 * offline, ceiling=offline
+    )
+    assert found["rate"] == 10800 and found["bracket"] == [10800, 11400]
+    assert [rate for rate, duration in seen if duration == 60000] == [9600, 10200, 10800, 11400]
+
+
+def test_the_climb_spends_no_more_full_length_runs_than_allowed():
+    from precisionflow.stages.serve_engine import server_search
+
+    seen = []
+    settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1, full_length_climb=1)
+    found = server_search(stalling_run(3000, 12000, seen), {"mean_ns": 6e5}, settings, start=9600, ceiling=12000)
+    assert found["rate"] == 10200 and found["bracket"] == [10200, 12000]  # nothing failed: the top is Offline
+    assert len([1 for _, duration in seen if duration == 60000]) == 2
+
+
 def test_no_rate_when_nothing_the_probes_found_holds_at_full_length():
     from precisionflow.stages.serve_engine import server_search
 

@@ -350,6 +350,9 @@ class ServingConf:
     # one engine call in a few thousand stalls ~20 ms, which fails a 4-s run at any rate while 60-s
     # runs at 0.8x Offline pass: so every rate reported is confirmed by a run of min_duration_ms.
     search_duration_ms: Optional[int] = None
+    # With short probes, the confirmed 0.8x Offline then climbs by 0.05x Offline in at most this many
+    # more full-length runs (the first INVALID stops it): the GPU targets use 3 (0.85, 0.90, 0.95).
+    full_length_climb: int = 0
     coalesce_queries: bool = True  # LoadGen hands the SUT the queries due while it was busy in one call
     seed: int = 1
 
