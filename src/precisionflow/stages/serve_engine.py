@@ -28,6 +28,8 @@ def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str
     settings.pop("enabled", None)
     if settings.get("search_duration_ms") is None:  # unset: probes are full length (and earlier ids stand)
         settings.pop("search_duration_ms", None)
+    if not settings.get("search_duration_ms") or not settings.get("full_length_climb"):  # no climb: ids stand
+        settings.pop("full_length_climb", None)
     settings["scenarios"] = [str(getattr(s, "value", s)) for s in settings["scenarios"]]
     if settings["latency_bound_ms"] is None:  # by where the engine runs (see ServingConf)
         on_gpu = (
