@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Optional
 
 from precisionflow.errors import StageError
 from precisionflow.hashing import file_hash
@@ -107,6 +107,16 @@ def read_node(node_dir: Path) -> Dict[str, Any]:
             "Run the workflow (precisionflow run) so the upstream stage completes first."
         )
     return read_json(marker)
+
+
+def declined(node_dir: Path) -> Optional[str]:
+    """Why a finished node built nothing (int8_mixed when no mix of int8 and float helps), or None.
+    A declined node holds only its node.json; every node downstream of it declines too (the
+    runner), and the aggregate stages list it as "not built" instead of reading its files."""
+    marker = Path(node_dir) / NODE_FILE
+    if not marker.is_file():
+        return None
+    return (read_json(marker).get("summary") or {}).get("declined")
 
 
 @contextlib.contextmanager

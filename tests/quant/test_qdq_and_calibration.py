@@ -226,3 +226,120 @@ def test_entropy_calibration_clips_a_long_tail_that_minmax_keeps(tiny_onnx):
     minmax = calibrate.measure_ranges(tiny_onnx, samples, {"method": "minmax", "batch_size": 16})
     entropy = calibrate.measure_ranges(tiny_onnx, samples, {"method": "entropy", "batch_size": 16})
     assert entropy["relu"][1] < 0.9 * minmax["relu"][1]
+
+
+def _sabotaged_search_inputs(tmp_path, export_dir):
+    """The tiny classifier, 400 validation images it labels itself, and ranges that clip the
+    classifier's input to nothing (int8 as a whole breaks any budget)."""
+    import onnxruntime as ort
+
+    source = export_dir / "model.onnx"
+    pixels = np.random.default_rng(3).integers(0, 256, (400, 8, 8, 1), dtype=np.uint8)
+    images = pixels.astype(np.float32) / np.float32(255)
+    session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+    labels = session.run(None, {"image": images})[0].argmax(1)
+    data = tmp_path / "decision-data"
+    write_arrays(data, {"val": (pixels, labels), "test": (pixels[:0], labels[:0])}, "abcd")
+    return source, data
+
+
+def test_int8_mixed_builds_nothing_when_no_mix_meets_the_budget(tmp_path, export_dir):
+    """Both ops' inputs clipped to nothing: keeping either in float still breaks a 5-point budget.
+    Before, the search kept all but one op float and built that engine anyway (the MobileNetV2 photo
+    run: 61 of 62 float, 0.52x fp32, 5 points down); now it declines and says why."""
+    from precisionflow.quant import mixed
+
+    source, data = _sabotaged_search_inputs(tmp_path, export_dir)
+    ranges = {"nchw": (-0.002, 0.002), "flat": (-0.002, 0.002)}
+    kept, record = mixed.search(source, ranges, ["conv0", "logits"], data, {"report_split": "val", "mixed_max_val_drop": 5.0})
+    assert kept == [] and not record["budget_met"]
+    assert "nothing built" in record["declined"] and "within 5.0 points" in record["declined"]
+
+
+def test_the_int8_mixed_graph_stage_publishes_the_reason_and_no_graph(tmp_path, export_dir, data_dir):
+    """Through the quantize stage: a declined int8_mixed writes no model.onnx and its summary says why
+    (the runner then declines every node downstream; pipeline/runner.declined_upstream)."""
+    from precisionflow.precisions import static_int8
+
+    source, data = _sabotaged_search_inputs(tmp_path, export_dir)
+
+    def choose_float(*args):
+        return [], {"declined": "no mix worth building (constructed)"}
+
+    out = tmp_path / "graph"
+    out.mkdir()
+    calibration = _calibrate(tmp_path, export_dir, data_dir)
+    params = {
+        "precision": "int8_mixed",
+        "int8": {"placement": "onnxruntime_cpu", "exclude_nodes": [], "keep_output_layer": False},
+    }
+    details = static_int8.to_int8(
+        source, out / "model.onnx", params, {"calibration": calibration, "data": data}, out, choose_float
+    )
+    assert details["declined"] == "no mix worth building (constructed)" and not (out / "model.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    "rounds, declined",
+    [([0.5, 0.55, 0.52, 0.5, 0.53], True), ([0.98, 1.04, 1.01, 0.97, 1.03], True), ([1.6, 1.7, 1.65, 1.62, 1.68], False)],
+)
+def test_a_mix_within_budget_is_built_only_when_faster_than_fp32_by_its_interval(tmp_path, export_dir, rounds, declined):
+    """On the CPU placement the candidate mixes are timed against fp32 (constructed timings here):
+    slower than fp32, or not faster by its interval, is no trade-off."""
+    from precisionflow import stats
+    from precisionflow.quant import mixed
+
+    def timer(source, graphs, batch, confidence):
+        low, high = stats.ratio_interval(rounds, confidence)
+        return {name: {"median": float(np.median(rounds)), "interval": [low, high], "rounds": rounds} for name in graphs}
+
+    source = export_dir / "model.onnx"
+    images = np.random.default_rng(0).random((8, 8, 8, 1), dtype=np.float32)
+    labels = np.zeros(8, dtype=np.int64)
+    record = {"max_drop_points": 5.0, "of": 2}
+    ranges = calibrate.measure_ranges(source, images, {"method": "minmax", "batch_size": 8})
+    reference = np.zeros((8, 4), dtype=np.float32)
+    kept, why = mixed.fastest_mix(
+        source,
+        ranges,
+        ["conv0", "logits"],
+        ["logits"],
+        images,
+        labels,
+        reference,
+        tmp_path,
+        "onnxruntime_cpu",
+        record,
+        0.95,
+        timer,
+    )
+    assert bool(why) == declined and (kept == []) == declined
+    assert record["fastest"] == "chosen" and "speed_vs_fp32" in record
+    if declined:
+        assert "not faster than fp32 by its interval" in why
+
+
+def test_an_int8_op_alone_between_float_ops_joins_them(tmp_path):
+    """a -> b -> c (convolutions with ReLUs between): keeping a and c float leaves b alone in int8,
+    paying a quantize and a dequantize for one op, so it joins them; with only a float, b keeps its
+    int8 neighbour c and stays int8."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from precisionflow.quant import mixed
+
+    weights = [numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), f"w{i}") for i in range(3)]
+    nodes, current = [], "x"
+    for i, name in enumerate("abc"):
+        nodes.append(helper.make_node("Conv", [current, f"w{i}"], [f"{name}_out"], name=name))
+        nodes.append(helper.make_node("Relu", [f"{name}_out"], [f"{name}_relu"], name=f"{name}_relu"))
+        current = f"{name}_relu"
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info(current, TensorProto.FLOAT, [1, 2, 4, 4])],
+        weights,
+    )
+    onnx.save(helper.make_model(graph), str(tmp_path / "chain.onnx"))
+    assert mixed.join_isolated_int8(tmp_path / "chain.onnx", ["a", "b", "c"], ["a", "c"]) == ["a", "c", "b"]
+    assert mixed.join_isolated_int8(tmp_path / "chain.onnx", ["a", "b", "c"], ["a"]) == ["a"]

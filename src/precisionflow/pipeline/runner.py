@@ -19,7 +19,16 @@ from typing import Any, Dict
 
 from precisionflow.pipeline import identity
 from precisionflow.errors import PrecisionflowError, StageError
-from precisionflow.nodeio import NODE_FILE, content_hashes, file_stats, read_json, staged_node_dir, verify_node, write_json_atomic
+from precisionflow.nodeio import (
+    NODE_FILE,
+    content_hashes,
+    declined,
+    file_stats,
+    read_json,
+    staged_node_dir,
+    verify_node,
+    write_json_atomic,
+)
 
 
 def package_versions(names) -> Dict[str, str]:
@@ -52,6 +61,18 @@ def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
     return round(resource.getrusage(who).ru_maxrss / 1024, 1)
 
 
+def declined_upstream(stage, spec: Dict[str, Any], inputs: Dict[str, Path]) -> Dict[str, Any]:
+    """A node whose input built nothing builds nothing either (an engine of no graph, the speed of
+    no engine), and says why; the aggregate stages (AGGREGATES = True) run and list it instead."""
+    if getattr(stage, "AGGREGATES", False):
+        return {}
+    for role, folder in sorted(inputs.items()):
+        why = declined(folder)
+        if why:
+            return {"declined": why, "declined_upstream": f"{spec['inputs'][role]}"}
+    return {}
+
+
 def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[str, Any]:
     """`results_dir` replaces the plan's where the plan was made on another machine (a GPU node
     given the plan and its upstream node folders: see precisionflow.pipeline.remote)."""
@@ -70,8 +91,8 @@ def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[s
     from precisionflow.pipeline import gpuslots
 
     with staged_node_dir(results / key) as out, gpuslots.for_node(spec, results) as gpu:
-        summary = stage.run(spec["params"], inputs, out) or {}
-        if spec.get("checks"):
+        summary = declined_upstream(stage, spec, inputs) or stage.run(spec["params"], inputs, out) or {}
+        if spec.get("checks") and "declined" not in summary:
             stage.check(spec["checks"], summary)  # a failed check publishes nothing
         record = {
             **{k: spec[k] for k in ("stage", "id", "params", "inputs")},

@@ -40,6 +40,8 @@ def to_int8(
     candidates = qdq.quantizable_nodes(fp32_model, (), keep_output_layer=False)
     nodes = qdq.quantizable_nodes(fp32_model, int8["exclude_nodes"], int8["keep_output_layer"])
     kept_float, search = choose_float(source, fp32_model, ranges, nodes, inputs, int8) if choose_float else ([], {})
+    if search.get("declined"):  # no mix worth building: the stage publishes the reason, not a graph
+        return {"declined": search["declined"], "placement": placement, "mixed_search": search}
     nodes = [name for name in nodes if name not in kept_float]
     refuse_empty(params, nodes, candidates, kept_float)
     placed = {}  # what the placement did beyond the ranges: QAT coverage, tensors left float or rounded

@@ -6,6 +6,13 @@ is how far its outputs move from the fp32 graph's. Ops are then kept in float mo
 and the number kept is found by bisection: the fewest whose top-1 drop on the decision split is
 within `mixed_max_val_drop` points of fp32 by its paired interval (stats.py), never by the bare
 estimate. The test split is never read here.
+
+Then speed is weighed: an int8 op left alone between float ops pays a quantize and a dequantize for
+one op, so such ops join the float run around them when the budget still holds; on the CPU
+placement (where the graph is the engine) each candidate mix is timed against the fp32 graph side
+by side and the fastest kept. When no mix is worth building -- int8 itself meets the budget, none
+meets it, or the one that does is not faster than fp32 by its interval -- the search says so and
+nothing is built (the MobileNetV2 photo run had built a 61-of-62-float engine at 0.52x fp32).
 """
 
 import tempfile
@@ -26,12 +33,16 @@ def _outputs(graph: Path, images: np.ndarray) -> np.ndarray:
     return session.run(None, {session.get_inputs()[0].name: images})[0]
 
 
+def _trial_graph(source: Path, ranges, nodes: Sequence[str], scratch: Path, placement: str = "tensorrt") -> Path:
+    target = scratch / f"trial-{len(list(scratch.iterdir()))}.onnx"
+    qdq.quantize_int8(source, target, ranges, list(nodes), placement)
+    return target
+
+
 def _quantized_outputs(
     source: Path, ranges, nodes: Sequence[str], images: np.ndarray, scratch: Path, placement: str = "tensorrt"
 ) -> np.ndarray:
-    target = scratch / f"trial-{len(list(scratch.iterdir()))}.onnx"
-    qdq.quantize_int8(source, target, ranges, list(nodes), placement)
-    return _outputs(target, images)
+    return _outputs(_trial_graph(source, ranges, nodes, scratch, placement), images)
 
 
 def sensitivity(
@@ -76,16 +87,167 @@ def search(
             return _quantized_outputs(source, ranges, quantized, images, scratch, placement).argmax(1)
 
         chosen, record = choose(len(order), predictions, reference.argmax(1), labels, int8["mixed_max_val_drop"], confidence)
-    kept = [op for op, _ in order[:chosen]]
-    record.update(
-        {
-            "split": int8["report_split"],
-            "kept": len(kept),
-            "of": len(order),
-            "sensitivity": [[op, round(score, 6)] for op, score in order],
-        }
-    )
+        kept = [op for op, _ in order[:chosen]]
+        record.update(
+            {"split": int8["report_split"], "of": len(order), "sensitivity": [[op, round(score, 6)] for op, score in order]}
+        )
+        why = nothing_to_build(record, chosen, len(order))
+        if not why:
+            kept, why = fastest_mix(
+                source, ranges, nodes, kept, images, labels, reference, scratch, placement, record, confidence
+            )
+    record["kept"] = len(kept)
+    if why:
+        record["declined"] = why
+        return [], record
     return kept, record
+
+
+def nothing_to_build(record: Dict[str, Any], chosen: int, ops: int) -> str:
+    """Why no mix is worth building on accuracy alone, or ''."""
+    if not record["budget_met"]:
+        return (
+            f"no mix of int8 and float kept top-1 within {record['max_drop_points']} points of fp32 by its interval on "
+            f"the {record['split']} split ({record.get('why_not_met', '')}); an engine with nearly every op in float "
+            "would be slower than fp32 and less accurate than it: nothing built. Read the int8 and fp32 rows, or set "
+            "a budget this split can resolve."
+        )
+    if chosen == 0:
+        trial = record["trials"]["0"]
+        return (
+            f"int8 itself is within the budget on the {record['split']} split (drop {trial['drop']} "
+            f"[{trial['low']}, {trial['high']}] <= {record['max_drop_points']} points): int8_mixed would be the int8 "
+            "graph again -- nothing built; read the int8 row."
+        )
+    return ""
+
+
+def fastest_mix(source, ranges, nodes, kept, images, labels, reference, scratch, placement, record, confidence, timer=None):
+    """(ops kept in float, why nothing is built or ''): the chosen mix and, when it differs, the mix
+    with its isolated int8 ops joined to the float around them (if the budget still holds by its
+    interval); on the CPU placement the candidates are timed against fp32 and the fastest kept --
+    unless it is not faster than fp32 by its interval."""
+    from precisionflow import stats
+
+    candidates = {"chosen": kept}
+    joined = join_isolated_int8(source, nodes, kept)
+    if joined != kept and len(joined) < len(nodes):  # at least one op stays int8: the graph must be int8
+        quantized = [op for op in nodes if op not in joined]
+        drop = stats.paired_drop(
+            reference.argmax(1) == labels,
+            _quantized_outputs(source, ranges, quantized, images, scratch, placement).argmax(1) == labels,
+            confidence,
+        )
+        record["joined"] = {
+            "kept": len(joined),
+            "drop": round(drop.drop, 3),
+            "interval": [round(drop.low, 3), round(drop.high, 3)],
+        }
+        if drop.high <= record["max_drop_points"]:
+            candidates["isolated int8 ops joined to float"] = joined
+    if placement != "onnxruntime_cpu":
+        record["speed"] = "not weighed: the TensorRT placement's graph runs only simulated on this machine"
+        return kept, ""
+    graphs = {
+        name: _trial_graph(source, ranges, [op for op in nodes if op not in ops], scratch, placement)
+        for name, ops in candidates.items()
+    }
+    timed = (timer or time_against_fp32)(source, graphs, images[:32], confidence)
+    record["speed_vs_fp32"] = timed
+    best = max(timed, key=lambda name: timed[name]["median"])
+    record["fastest"] = best
+    low, high = timed[best]["interval"]
+    if low <= 1.0:
+        return [], (
+            f"the fastest mix within the budget ({len(candidates[best])} of {record['of']} ops in float) runs at "
+            f"{timed[best]['median']:.2f}x fp32 [{low:.2f}, {high:.2f}] on this CPU, not faster than fp32 by its "
+            "interval, while int8 breaks the budget: no trade-off to build -- nothing built."
+        )
+    return candidates[best], ""
+
+
+def join_isolated_int8(source: Path, nodes: Sequence[str], kept: Sequence[str]) -> List[str]:
+    """`kept` plus every quantized op whose neighbouring quantizable ops (through the float ops
+    between them: activations, adds, pooling) are all kept in float: alone, it pays a quantize and a
+    dequantize for one op. Order: `kept`'s, then the joined in graph order."""
+    import onnx
+
+    model = onnx.load(str(source), load_external_data=False)
+    quantizable, float_ops = set(nodes), set(kept)
+    producer = {output: node for node in model.graph.node for output in node.output}
+    consumers: Dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def neighbours(node) -> set:
+        found, seen = set(), set()
+        frontier = [(n, "up") for n in (producer.get(i) for i in node.input) if n is not None]
+        frontier += [(n, "down") for output in node.output for n in consumers.get(output, [])]
+        while frontier:
+            current, direction = frontier.pop()
+            if current.name in seen:
+                continue
+            seen.add(current.name)
+            if current.name in quantizable:
+                found.add(current.name)
+            elif direction == "up":
+                frontier += [(n, "up") for n in (producer.get(i) for i in current.input) if n is not None]
+            else:
+                frontier += [(n, "down") for output in current.output for n in consumers.get(output, [])]
+        return found
+
+    joined = [
+        node.name
+        for node in model.graph.node
+        if node.name in quantizable and node.name not in float_ops and (lambda near: near and near <= float_ops)(neighbours(node))
+    ]
+    return list(kept) + joined
+
+
+def time_against_fp32(source: Path, graphs: Dict[str, Path], batch: np.ndarray, confidence: float, rounds: int = 9):
+    """{name: {median, interval, rounds}}: each graph's throughput over the fp32 graph's, timed in
+    alternating rounds in this process (one thread each, as the CPU engine runs), a t interval on the
+    rounds' log ratios (stats.ratio_interval)."""
+    import time
+
+    import onnxruntime as ort
+
+    from precisionflow import stats
+
+    def session(path: Path):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        made = ort.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=qdq.ORT_DISABLED_OPTIMIZERS
+        )
+        feed = {made.get_inputs()[0].name: batch}
+        made.run(None, feed)  # warm-up
+        return lambda: made.run(None, feed)
+
+    def seconds(call) -> float:
+        started = time.perf_counter()
+        for _ in range(3):
+            call()
+        return time.perf_counter() - started
+
+    runs = {"fp32": session(source), **{name: session(path) for name, path in graphs.items()}}
+    ratios: Dict[str, list] = {name: [] for name in graphs}
+    for index in range(rounds):
+        order = list(runs) if index % 2 == 0 else list(reversed(runs))
+        taken = {name: seconds(runs[name]) for name in order}
+        for name in graphs:
+            ratios[name].append(taken["fp32"] / taken[name])
+    found = {}
+    for name, values in ratios.items():
+        low, high = stats.ratio_interval(values, confidence)
+        found[name] = {
+            "median": round(float(np.median(values)), 3),
+            "interval": [round(low, 3), round(high, 3)],
+            "rounds": [round(v, 3) for v in values],
+        }
+    return found
 
 
 def choose(

@@ -7,7 +7,7 @@ engine and TensorFlow in alternating rounds. Nothing here divides figures of two
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from precisionflow.nodeio import read_json, read_node
+from precisionflow.nodeio import declined, read_json, read_node
 
 PER_SAMPLE_FILE = "per_sample.npz"  # an evaluation's test-split predictions and labels (classification)
 RATIOS = (("vs_fp32", "x_fp32"), ("vs_tf", "x_tf"))
@@ -25,14 +25,20 @@ def task_of(metrics: Dict[str, Any]) -> str:
 def split_inputs(inputs: Dict[str, Path]) -> Tuple[List[Path], List[Path], List[Path]]:
     """(evaluation, ratio, framework-baseline) node folders of an aggregate stage (serving_inputs: the serving ones)."""
     picked = {
-        prefix: [path for role, path in sorted(inputs.items()) if role.startswith(prefix)]
+        prefix: [path for role, path in sorted(inputs.items()) if role.startswith(prefix) and not declined(path)]
         for prefix in ("eval", "speed", "framework")
     }
     return picked["eval"], picked["speed"], picked["framework"]
 
 
 def serving_inputs(inputs: Dict[str, Path]) -> List[Path]:
-    return [path for role, path in sorted(inputs.items()) if role.startswith("serve")]
+    return [path for role, path in sorted(inputs.items()) if role.startswith("serve") and not declined(path)]
+
+
+def declined_evaluations(inputs: Dict[str, Path]) -> List[Tuple[Path, str]]:
+    """(evaluation node, why) for each engine that was never built (nodeio.declined): the aggregate
+    stages list these as "not built" rather than reading figures that do not exist."""
+    return [(path, declined(path)) for role, path in sorted(inputs.items()) if role.startswith("eval") and declined(path)]
 
 
 def serving_by_engine(serve_dirs: List[Path]) -> Dict[str, Dict[str, Any]]:

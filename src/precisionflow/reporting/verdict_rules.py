@@ -23,7 +23,6 @@ The method per check:
   Server rate ratios                               the span of the repeated searches' brackets
 """
 
-import math
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -273,18 +272,9 @@ def worst_group(drops: Dict[str, stats.PairedDrop]) -> Optional[tuple]:
 
 
 def speed_interval(rounds: Sequence[float], confidence: float = 0.95) -> Optional[tuple]:
-    """(low, high) of a speed ratio from its per-round ratios, or None with fewer than two rounds.
-
-    Each round timed both sides close together, so each round's ratio is one paired measurement;
-    ratios multiply, so the interval is taken on their logarithms (a t interval of the mean) and
-    exponentiated back. A bootstrap over 12 rounds would be narrower than the rounds warrant."""
-    values = np.log(np.asarray([r for r in rounds if r and r > 0], dtype=float))
-    if len(values) < 2:
-        return None
-    from scipy.stats import t
-
-    half = float(t.ppf(1 - (1 - confidence) / 2, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values)))
-    return float(math.exp(values.mean() - half)), float(math.exp(values.mean() + half))
+    """(low, high) of a speed ratio from its per-round ratios (a t interval on their logarithms:
+    stats.ratio_interval), or None with fewer than two rounds."""
+    return stats.ratio_interval(rounds, confidence)
 
 
 def speed_check(

@@ -27,6 +27,8 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     target = out / "model.onnx"
     precision = params["precision"]
     details = precisions.get(precision).make_graph(source, target, params, inputs, out)
+    if details.get("declined"):  # nothing worth building (int8_mixed): no graph, and the reason
+        return {"precision": precision, "source_sha256": file_hash(source), **details}
     return {
         "precision": precision,
         "graph_sha256": file_hash(target),

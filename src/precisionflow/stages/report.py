@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from precisionflow import precisions
 from precisionflow.reporting.compare import (
+    declined_evaluations,
     engine_key,
     ratio_values,
     ratios_by_engine,
@@ -27,6 +28,9 @@ from precisionflow.reporting.compare import (
 )
 from precisionflow.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
 from precisionflow.reporting import report_pages
+
+# Reads every evaluation: a declined one is listed as not built, not carried (pipeline/runner.py).
+AGGREGATES = True
 
 PACKAGES = ("matplotlib", "numpy")
 NOISY_MARK = "*"
@@ -747,6 +751,11 @@ def chance_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     return [f"(!) {key}: {message}." for key, message in sorted(found.items())]
 
 
+def not_built(inputs: Dict[str, Path]) -> List[str]:
+    """One line per engine the workflow declined to build, with the reason its graph stage gave."""
+    return [f"NOT BUILT {path.name.rsplit('-', 1)[0]}: {why}" for path, why in declined_evaluations(inputs)]
+
+
 def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     """What a reader must know to read the table right."""
     lines = [
@@ -899,7 +908,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    reading_notes = trade_offs(found) + notes(rows, metrics)
+    reading_notes = not_built(inputs) + trade_offs(found) + notes(rows, metrics)
     table = "\n".join([printed_table(rows), ""] + reading_notes)
     (out / "summary.txt").write_text(table + "\n")
     pareto = []

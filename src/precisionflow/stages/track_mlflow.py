@@ -17,6 +17,9 @@ from precisionflow.reporting.compare import HEADLINE_METRICS, engine_key, ratio_
 from precisionflow.nodeio import named_lineage, node_key, read_json
 from precisionflow.quant import cache
 
+# Reads every evaluation: a declined one is listed as not built, not carried (pipeline/runner.py).
+AGGREGATES = True
+
 PACKAGES = ("mlflow",)
 PARAM_LIMIT = 500  # characters; longer values (long lists) are cut, MLflow stores up to 6000
 TRAINING_STAGES = ("train_model", "finetune_model")
