@@ -444,3 +444,23 @@ def test_a_precision_from_a_plug_in_and_int8_dynamic_run_end_to_end(tmp_path):
     assert rows["rounded_fp32"]["ran"] == "fp32" and rows["rounded_fp32"]["x_fp32_bmax"] == "=fp32"
     assert float(rows["rounded_fp32"]["agreement"]) >= 0.95
     assert not (results / "calibrate").exists()  # no precision here calibrates
+
+
+def test_an_int8_mixed_worth_nothing_is_not_built_and_the_run_says_why(tmp_path):
+    """A budget the validation split cannot resolve: no mix meets it, so int8_mixed builds nothing --
+    no engine, no timing, no serving, no MLflow run -- and the console and summary say NOT BUILT with
+    the search's reason; the other rows, `check` and `compare` carry on (issue 43, item 4)."""
+    results = tmp_path / "results"
+    overrides = ["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=0.5"]
+    output = run_cli(results, *overrides)
+    assert "NOT BUILT int8_mixed" in output and "nothing built" in output, output[-3000:]
+    rows = summary_rows(results, output)
+    assert set(rows) == {"fp32", "int8", "tensorflow"}
+    for stage in ("build_engine", "evaluate_engine", "compare_speed", "serve_engine"):
+        (node,) = [path for path in (results / stage).glob("int8_mixed*") if path.is_dir()]
+        assert [path.name for path in node.iterdir()] == ["node.json"], (stage, list(node.iterdir()))
+    runs = mlflow_runs(results)
+    assert {"fp32", "int8"} == set(runs["tags.precision"].dropna())
+    checked = check(results, *overrides)
+    assert checked.returncode == 0 and checked.stdout.count("int8_mixed") == 1, checked.stdout  # no verdict row
+    assert "NOT BUILT int8_mixed" in checked.stdout and "can ever pass is" in checked.stdout

@@ -353,7 +353,21 @@ def print_verdicts(plan: Dict) -> int:
         )
         + "."
     )
+    for key, why in not_built(plan):
+        print(f"NOT BUILT {key.split('/', 1)[1].rsplit('-', 1)[0]}: {why}")
     return 1 if any(gate_fails(entry) for entry in found) else 0
+
+
+def not_built(plan: Dict) -> List[tuple]:
+    """(evaluation node, why) for each engine the workflow declined to build (nodeio.declined)."""
+    from precisionflow.nodeio import declined
+
+    results = Path(plan["results_dir"])
+    found = []
+    for key, spec in sorted(plan["nodes"].items()):
+        why = spec["stage"] == "evaluate_engine" and declined(results / key)
+        found += [(key, why)] if why else []
+    return found
 
 
 def print_failures(plan: Dict) -> List[str]:

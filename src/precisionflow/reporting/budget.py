@@ -19,7 +19,7 @@ from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.verdict_rules import judged, overall, share_check
 from precisionflow.reporting.compare import task_of
 from precisionflow.config.schema import BudgetConf
-from precisionflow.nodeio import NODE_FILE, named_lineage, read_json
+from precisionflow.nodeio import NODE_FILE, declined, named_lineage, read_json
 
 BUDGET_KEYS = tuple(field.name for field in fields(BudgetConf))
 TWIN = "fp32_twin"  # the evaluation of int8_qat's fine-tune run in fp32: its fair reference
@@ -58,7 +58,9 @@ def check_config(evaluate: Dict[str, Any]) -> None:
 
 def _finished(results: Path, key: str) -> Optional[Dict[str, Any]]:
     folder = results / key
-    return read_json(folder / "metrics.json") if (folder / NODE_FILE).is_file() else None
+    if not (folder / NODE_FILE).is_file() or declined(folder):  # unfinished, or built nothing: no figures
+        return None
+    return read_json(folder / "metrics.json")
 
 
 def twin_key(spec: Dict[str, Any]) -> Optional[tuple]:
