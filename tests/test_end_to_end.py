@@ -270,7 +270,7 @@ def test_report_page_renders_in_a_real_browser(first_run, tmp_path):
     assert shot.stat().st_size > 10_000
 
 
-def chromium_flags(tmp_path, budget_ms: int):
+def chromium_flags(tmp_path, budget_ms: int, width: int = 1600):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("Chromium is not installed (.ci/run installs Debian's chromium)")
@@ -284,7 +284,7 @@ def chromium_flags(tmp_path, budget_ms: int):
         "--disable-component-update",
         "--disable-sync",
         f"--user-data-dir={tmp_path / 'profile'}",
-        "--window-size=1600,900",
+        f"--window-size={width},900",
         f"--virtual-time-budget={budget_ms}",
     ]
 
@@ -321,7 +321,7 @@ def test_the_printed_mlflow_link_opens_the_runs_page_with_the_trade_off_columns(
         # longer than 25 s of Chromium's virtual time (CI, 2026-12-02). Load the page again with a
         # longer budget rather than fail on a half-rendered page; the checks below are unchanged.
         for budget_ms in (25000, 60000, 120000):
-            flags = chromium_flags(tmp_path, budget_ms)
+            flags = chromium_flags(tmp_path, budget_ms, width=1400)
             dom = subprocess.run(flags + ["--dump-dom", link], capture_output=True, text=True, timeout=240).stdout
             if all(column in dom for column in ("top1", "x_fp32_bmax")):
                 break
@@ -334,6 +334,13 @@ def test_the_printed_mlflow_link_opens_the_runs_page_with_the_trade_off_columns(
     for column in ("top1", "top1_drop_low", "top1_drop_high", "x_fp32_bmax"):  # the metric columns the view selects
         assert column in dom, column
     assert "int8" in dom and "fp16" in dom  # the engine runs, not only their collapsed sweep
+    # engine runs only: the training run and the sweep's parent are filtered out by the link
+    runs = mlflow_runs(results)
+    names = dict(zip(runs["tags.precisionflow.node"].fillna(""), runs["tags.mlflow.runName"], strict=True))
+    engines = [name for node, name in names.items() if node.startswith("evaluate_engine/")]
+    others = [name for node, name in names.items() if not node.startswith("evaluate_engine/")]
+    assert engines and all(name in dom for name in engines), engines
+    assert others and not any(name in dom for name in others), others
 
 
 def test_report_files_hold_every_table_and_picture(first_run):

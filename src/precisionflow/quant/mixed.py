@@ -152,18 +152,26 @@ def fastest_mix(source, ranges, nodes, kept, images, labels, reference, scratch,
         name: _trial_graph(source, ranges, [op for op in nodes if op not in ops], scratch, placement)
         for name, ops in candidates.items()
     }
-    timed = (timer or time_against_fp32)(source, graphs, images[:32], confidence)
+    timer = timer or time_against_fp32
+    timed = {f"b{size}": timer(source, graphs, images[:size], confidence) for size in TIMED_BATCHES}
     record["speed_vs_fp32"] = timed
-    best = max(timed, key=lambda name: timed[name]["median"])
+    best = max(graphs, key=lambda name: min(at[name]["median"] for at in timed.values()))
     record["fastest"] = best
-    low, high = timed[best]["interval"]
-    if low <= 1.0:
+    slow = {at: found[best] for at, found in timed.items() if found[best]["interval"][0] <= 1.0}
+    if slow:
+        said = "; ".join(f"{at}: {x['median']:.2f}x [{x['interval'][0]:.2f}, {x['interval'][1]:.2f}]" for at, x in slow.items())
         return [], (
-            f"the fastest mix within the budget ({len(candidates[best])} of {record['of']} ops in float) runs at "
-            f"{timed[best]['median']:.2f}x fp32 [{low:.2f}, {high:.2f}] on this CPU, not faster than fp32 by its "
-            "interval, while int8 breaks the budget: no trade-off to build -- nothing built."
+            f"the fastest mix within the budget ({len(candidates[best])} of {record['of']} ops in float) is not "
+            f"faster than fp32 by its interval on this CPU ({said}), while int8 breaks the budget: no trade-off to "
+            "build -- nothing built."
         )
     return candidates[best], ""
+
+
+# The workflow times batch 1 and larger batches: a mix must be faster than fp32 at both ends (at
+# batch 1 the quantize/dequantize around float runs weigh most). The MobileNetV2 photo mix was
+# 1.18x fp32 at batch 32 in the search and 0.83x at batch 1 in the workflow's timing.
+TIMED_BATCHES = (1, 32)
 
 
 def join_isolated_int8(source: Path, nodes: Sequence[str], kept: Sequence[str]) -> List[str]:
