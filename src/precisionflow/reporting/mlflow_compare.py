@@ -223,4 +223,4 @@ def runs_link(uri: str, base: str) -> str:
 
     client = tracking.client_for(uri)
     found = client.get_experiment_by_name("precisionflow")
-    return tracking.ui_links(base, found.experiment_id, [], tracking.view_sort_metric(found))["runs"] if found else base
+    return tracking.ui_links(base, found.experiment_id, [])["runs"] if found else base

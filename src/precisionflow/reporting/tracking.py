@@ -109,16 +109,17 @@ def flatten(tree: Any, prefix: str = "") -> Iterator[Tuple[str, Any]]:
 # .../runs?viewStateShareKey=<key>; the format is MLflow's internal ExperimentPageUIState, so
 # requirements.lock pins MLflow and tests/test_mlflow_ui.py checks the page in Chromium).
 VIEW_KEY = "precisionflow"
-# The trade-off first (at 1400 px the grid renders about eight columns beside the run name; the
-# long "executed" label comes after them).
+# The trade-off first: at 1400 px, beside MLflow's own Run Name / Created / Dataset columns and its
+# assistant panel, the grid renders about six columns (Chromium, MLflow 3.17.2); the long
+# "executed" label comes after them.
 VIEW_COLUMNS = (
     "tags.`precision`",
     "tags.`verdict`",
     "metrics.`top1_drop_points`",
-    "metrics.`top1_drop_low`",
-    "metrics.`top1_drop_high`",
     "metrics.`x_fp32_bmax`",
     "metrics.`x_server`",
+    "metrics.`top1_drop_low`",
+    "metrics.`top1_drop_high`",
     "metrics.`top1`",
     "tags.`executed`",
     "metrics.`map`",
@@ -126,6 +127,9 @@ VIEW_COLUMNS = (
     "tags.`target`",
     "tags.`worst_condition`",
 )
+
+
+ENGINE_RUNS_FILTER = "tags.precision LIKE '%'"
 
 
 def share_view(client, experiment_id: str, sort_metric: str = "top1") -> None:
@@ -144,34 +148,22 @@ def share_view(client, experiment_id: str, sort_metric: str = "top1") -> None:
         "orderByKey": f"metrics.`{sort_metric}`",
         "orderByAsc": False,
         "groupBy": None,
+        # Only the engine runs: evaluate_engine children carry a `precision` tag, training, fine-tune
+        # and sweep runs do not. (Set in the URL instead, the filter resets the view's columns and
+        # order: checked in Chromium with MLflow 3.17.)
+        "searchFilter": ENGINE_RUNS_FILTER,
     }
     client.set_experiment_tag(experiment_id, f"mlflow.sharedViewState.{VIEW_KEY}", json.dumps(state))
 
 
-# Only the engine runs (evaluate_engine children carry a `precision` tag; training, fine-tune and
-# sweep runs do not). MLflow 3.17 lets the URL set the search facets, and a URL that sets the filter
-# resets the shared view's order to creation time, where children fold under their collapsed sweep:
-# so the link repeats the order (checked in Chromium, tests/test_end_to_end.py).
-ENGINE_RUNS_FILTER = "tags.precision LIKE '%'"
-
-
-def ui_links(base: str, experiment_id: str, run_ids, sort_metric: str = "top1") -> dict:
-    """The runs page in model-training mode with precisionflow's view, engine runs only, best first;
+def ui_links(base: str, experiment_id: str, run_ids) -> dict:
+    """The runs page in model-training mode with precisionflow's view (engine runs only, best first),
     and the comparison page of the runs."""
     import json
     from urllib.parse import quote
 
     runs = quote(json.dumps(list(run_ids)))
-    facets = f"&searchFilter={quote(ENGINE_RUNS_FILTER)}&orderByKey={quote(f'metrics.`{sort_metric}`')}&orderByAsc=false"
     return {
-        "runs": f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}{facets}",
+        "runs": f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}",
         "compare": f"{base}/#/compare-runs?runs={runs}&experiments={quote(json.dumps([experiment_id]))}",
     }
-
-
-def view_sort_metric(experiment) -> str:
-    """The metric precisionflow's shared view sorts the experiment by (share_view), top1 if unset."""
-    import json
-
-    state = json.loads(experiment.tags.get(f"mlflow.sharedViewState.{VIEW_KEY}", "{}"))
-    return state.get("orderByKey", "metrics.`top1`").split("`")[1]

@@ -286,8 +286,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     client.set_terminated(parent.info.run_id)
     # the view sorts by top-1 while the store holds classification runs, by mAP when only detection
     classifies = client.search_runs([experiment_id], filter_string="metrics.top1 >= 0", max_results=1)
-    sort_metric = "top1" if classifies else "map"
-    tracking.share_view(client, experiment_id, sort_metric=sort_metric)
+    tracking.share_view(client, experiment_id, sort_metric="top1" if classifies else "map")
     marked = f"tags.`{tracking.SWEEP_TAG}.{sweep_id}` = '1' and tags.`{tracking.NODE_TAG}` LIKE 'evaluate_engine/%'"
     children = [run.info.run_id for run in client.search_runs([experiment_id], filter_string=marked, max_results=50)]
     return {
@@ -298,5 +297,4 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "children": len(eval_dirs),
         "children_logged_now": logged,
         "engine_runs": children,  # the comparison link's runs
-        "sort_metric": sort_metric,  # the runs link's order
     }
