@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from precisionflow import precisions
+from precisionflow.stats import wilson
 from precisionflow.reporting.compare import (
     declined_evaluations,
     engine_key,
@@ -756,6 +757,34 @@ def not_built(inputs: Dict[str, Path]) -> List[str]:
     return [f"NOT BUILT {path.name.rsplit('-', 1)[0]}: {why}" for path, why in declined_evaluations(inputs)]
 
 
+QAT_FIDELITY = 0.995  # deployed == trained: int8_qat's engine should agree with its QAT model on 99.5%
+
+
+def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
+    """An int8_qat engine whose agreement with its QAT model is below 99.5% says by how much, and the
+    known cause where its placement has one (measured: benchmarks/results/qat_unseen_data.json)."""
+    lines = []
+    for eval_dir, found in metrics.items():
+        qat = found.get("qat", {}).get("vs_qat_model")
+        if not qat or qat["agreement"] >= QAT_FIDELITY:
+            continue
+        n = found["test_images"]
+        agreeing = round(qat["agreement"] * n)
+        low, high = wilson(agreeing, n)
+        cpu = "-ortcpu-" in eval_dir.name
+        why = (
+            "on the CPU placement convolution weights are stored in 7 bits (ONNX Runtime's AVX2 integer kernels "
+            "saturate with 8, quant/qdq.py) where QAT trained 8-bit grids, and outputs are requantized in integers"
+            if cpu
+            else "the graph rounds where QAT rounded; what is left is the runtime's arithmetic order"
+        )
+        lines.append(
+            f"(qat) {eval_dir.name}: agrees with its QAT model on {agreeing} of {n} test images "
+            f"({100 * qat['agreement']:.2f}% [{100 * low:.2f}, {100 * high:.2f}]), below {100 * QAT_FIDELITY:.1f}%: {why}."
+        )
+    return lines
+
+
 def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     """What a reader must know to read the table right."""
     lines = [
@@ -775,6 +804,7 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> Li
             lines.append(
                 f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision."
             )
+    lines += qat_fidelity_notes(metrics)
     lines += load_notes(rows)
     lines += serving_notes(rows)
     lines += non_finite_notes(metrics)
