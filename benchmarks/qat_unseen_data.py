@@ -143,14 +143,15 @@ def by_condition(results: Path, node: dict) -> dict:
 
     engine_dir = results / node["inputs"]["engine"]
     data = results / node["inputs"]["data"]
-    tags_file = data / "conditions_test.json"
-    if not tags_file.is_file():
+    from precisionflow.datasets import conditions
+
+    tags = conditions.load(data, "test")
+    if tags is None:
         return {}
     description = read_json(engine_dir / "engine.json")
     engine = get_backend(description["backend"]).load(engine_dir, description, read_node(engine_dir)["params"]["target_def"])
     logits = predict(engine, Split(data, "test"), 64).argmax(1)
     qat = np.load(results / node["inputs"]["qat_model"] / "qat_logits.npy").argmax(1)
-    tags = json.loads(tags_file.read_text())
     found = {}
     for tag in sorted({tag for image in tags for tag in image}):
         chosen = np.array([tag in image for image in tags])
