@@ -1,0 +1,42 @@
+"""Issue 43, item 3: how much of int8_qat's CPU-placement disagreement with its QAT model the 7-bit weights make.
+
+The CPU int8_qat graph rebuilt from a finished run's own cache (benchmarks/qat_unseen_data.py) with 7-bit weights
+(the workflow's, quant/qdq.CPU_WEIGHTS_7BIT) and with 8-bit ones, each scored against the QAT model's test predictions.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/qat_cpu_weight_bits.py benchmarks/out/qat_unseen_data/<set>-<model>
+"""
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+import numpy as np
+import onnx
+import onnxruntime as ort
+from precisionflow.datasets.store import Split
+from precisionflow.hashing import file_hash
+from precisionflow.quant import cache, qdq
+
+results = Path(sys.argv[1])
+newest = max(results.glob("quantize_onnx/int8_qat-ortcpu-*/node.json"), key=lambda p: p.stat().st_mtime)
+node = json.loads(newest.read_text())
+source = results / node["inputs"]["onnx"] / "model.onnx"
+ranges, lineage = cache.load_cache(results / node["inputs"]["calibration"], file_hash(source))
+test = Split(results / node["inputs"]["data"], "test")
+images = test.images(np.arange(len(test))).astype(np.float32)
+export = json.loads((results / node["inputs"]["onnx"] / "node.json").read_text())
+qat = np.load(results / export["inputs"]["model"] / "qat_logits.npy").argmax(1)
+nodes = qdq.quantizable_nodes(onnx.load(str(source)), (), True)
+for bits7 in (True, False):
+    qdq.CPU_WEIGHTS_7BIT = bits7
+    with tempfile.TemporaryDirectory() as folder:
+        graph = Path(folder) / "g.onnx"
+        qdq.quantize_int8(source, graph, ranges, nodes, "onnxruntime_cpu", lineage["ranges"]["learned_tensors"])
+        s = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"], disabled_optimizers=qdq.ORT_DISABLED_OPTIMIZERS)
+        pred = np.concatenate(
+            [s.run(None, {s.get_inputs()[0].name: images[i : i + 64]})[0].argmax(1) for i in range(0, len(images), 64)]
+        )
+    print(
+        json.dumps({"results": results.name, "weights_7bit": bits7, "disagree": int(np.sum(pred != qat)), "n": len(qat)}),
+        flush=True,
+    )
