@@ -8,7 +8,10 @@ row's test top-1 change against fp32 with its interval, its side-by-side speed o
 interval, the ops float / int8 as built -- or, for int8_mixed, NOT BUILT and why -- and the
 search's record (trials, the candidate mixes' speed against fp32).
 
-    .venv/bin/python benchmarks/int8_mixed_worth.py [LABEL] -> benchmarks/results/int8_mixed_worth_LABEL.json
+    .venv/bin/python benchmarks/int8_mixed_worth.py [LABEL [OVERRIDE ...]] -> benchmarks/results/int8_mixed_worth_LABEL.json
+
+The review's own case had the default validation split (10%: 288 images, which cannot resolve 2
+points): `int8_mixed_worth.py small_val_after dataset.val_fraction=0.1`.
 
 Run it from an older checkout (PYTHONPATH=<checkout>/src) for the "before" figures.
 """
@@ -105,7 +108,7 @@ def rows(results: Path):
 def main() -> None:
     label = sys.argv[1] if len(sys.argv) > 1 else "after"
     results = OUT / f"int8_mixed_worth_{label}"
-    seconds = run_sweep(results, [*OVERRIDES, f"dataset.path={photos()}"])
+    seconds = run_sweep(results, [*OVERRIDES, f"dataset.path={photos()}", *sys.argv[2:]])
     found = rows(results)
     for row in found:
         print(json.dumps({k: v for k, v in row.items() if k != "search"})[:1500], flush=True)
