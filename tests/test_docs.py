@@ -2,11 +2,14 @@
 key; the MkDocs site builds in strict mode (a broken link or a warning fails)."""
 
 import dataclasses
+import re
 import os
 import subprocess
 import sys
 import typing
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,3 +56,30 @@ def test_the_precision_reference_is_current():
         [sys.executable, str(ROOT / "tools" / "precision_reference.py"), "--check"], capture_output=True, text=True
     )
     assert check.returncode == 0, check.stderr
+
+
+CONSOLE_SAMPLE_STARTS = ("model: ", "Budgets (")
+
+
+def console_samples(page: Path):
+    """The fenced blocks of a page that show the program's console (a table or the verdicts)."""
+    blocks = page.read_text().split("```")[1::2]
+    for block in blocks:
+        body = block.split("\n", 1)[1] if not block.startswith("\n") else block[1:]
+        if body.startswith(CONSOLE_SAMPLE_STARTS):
+            yield body.strip("\n")
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_console_samples_are_copied_from_a_recorded_run(page):
+    """A sample table or verdict list in the docs is the console of a real run, kept under
+    benchmarks/results/ and named on the page -- never typed by hand (the review found a sample row
+    the program never prints)."""
+    text = (ROOT / page).read_text()
+    named = sorted(set(re.findall(r"benchmarks/results/(default_run_console[\w.-]*\.txt)", text)))
+    assert named, f"{page} shows console samples but names no recorded console under benchmarks/results/"
+    recorded = "\n".join((ROOT / "benchmarks" / "results" / name).read_text() for name in named)
+    samples = list(console_samples(ROOT / page))
+    assert samples, f"{page}: no console sample found (the test would check nothing)"
+    for sample in samples:
+        assert sample in recorded, f"{page}: this sample is in none of {named}:\n{sample[:400]}"
