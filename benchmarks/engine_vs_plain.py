@@ -305,6 +305,7 @@ def serving_stage(graph_dir: Path, out: Path, names, seconds: float, work: Path,
         "search_precision": 0.05,
         "search_repeats": 1,
         **({"search_duration_ms": int(probe_s * 1000)} if probe_s else {}),
+        "full_length_climb": int(os.environ.get("CLIMB", "0")),  # the GPU targets' 3: CLIMB=3
     }
     for name in names:
         path = prepared(graph_dir, name, work)
