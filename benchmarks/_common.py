@@ -64,3 +64,29 @@ def save(name: str, data) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / name).write_text(json.dumps(data, indent=2, default=str) + "\n")
     print(json.dumps(data, indent=2, default=str))
+
+
+def qat_cpu_graph_inputs(results: Path) -> Dict:
+    """What rebuilding a finished run's CPU int8_qat graph needs (its newest quantize node): the
+    fp32 source graph, the QAT cache's ranges and lineage, the test images, and the QAT model's and
+    the exported graph's test predictions."""
+    import numpy as np
+
+    from precisionflow.datasets.store import Split
+    from precisionflow.hashing import file_hash
+    from precisionflow.quant import cache
+
+    newest = max(results.glob("quantize_onnx/int8_qat-ortcpu-*/node.json"), key=lambda p: p.stat().st_mtime)
+    node = json.loads(newest.read_text())
+    source = results / node["inputs"]["onnx"] / "model.onnx"
+    ranges, lineage = cache.load_cache(results / node["inputs"]["calibration"], file_hash(source))
+    test = Split(results / node["inputs"]["data"], "test")
+    export = json.loads((results / node["inputs"]["onnx"] / "node.json").read_text())
+    return {
+        "source": source,
+        "ranges": ranges,
+        "lineage": lineage,
+        "images": test.images(np.arange(len(test))).astype(np.float32),
+        "qat": np.load(results / export["inputs"]["model"] / "qat_logits.npy").argmax(1),
+        "reference": np.load(results / node["inputs"]["onnx"] / "reference_logits.npy").argmax(1),
+    }

@@ -15,9 +15,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
-from precisionflow.datasets.store import Split
-from precisionflow.hashing import file_hash
-from precisionflow.quant import cache, qdq
+from precisionflow.quant import qdq
 
 
 def fold_bn_behind_identity_reshape(model):
@@ -72,16 +70,12 @@ def fold_bn_behind_identity_reshape(model):
     return folded
 
 
-results = Path(sys.argv[1])
-newest = max(results.glob("quantize_onnx/int8_qat-ortcpu-*/node.json"), key=lambda p: p.stat().st_mtime)
-node = json.loads(newest.read_text())
-source = results / node["inputs"]["onnx"] / "model.onnx"
-ranges, lineage = cache.load_cache(results / node["inputs"]["calibration"], file_hash(source))
-test = Split(results / node["inputs"]["data"], "test")
-images = test.images(np.arange(len(test))).astype(np.float32)
-export = json.loads((results / node["inputs"]["onnx"] / "node.json").read_text())
-qat = np.load(results / export["inputs"]["model"] / "qat_logits.npy").argmax(1)
-ref = np.load(results / node["inputs"]["onnx"] / "reference_logits.npy").argmax(1)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import qat_cpu_graph_inputs  # noqa: E402
+
+run = qat_cpu_graph_inputs(Path(sys.argv[1]))
+source, ranges, lineage, images, qat = (run[key] for key in ("source", "ranges", "lineage", "images", "qat"))
+ref = run["reference"]
 with tempfile.TemporaryDirectory() as folder:
     for fold in (False, True):
         model = onnx.load(str(source))

@@ -13,19 +13,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-from precisionflow.datasets.store import Split
-from precisionflow.hashing import file_hash
-from precisionflow.quant import cache, qdq
+from precisionflow.quant import qdq
 
-results = Path(sys.argv[1])
-newest = max(results.glob("quantize_onnx/int8_qat-ortcpu-*/node.json"), key=lambda p: p.stat().st_mtime)
-node = json.loads(newest.read_text())
-source = results / node["inputs"]["onnx"] / "model.onnx"
-ranges, lineage = cache.load_cache(results / node["inputs"]["calibration"], file_hash(source))
-test = Split(results / node["inputs"]["data"], "test")
-images = test.images(np.arange(len(test))).astype(np.float32)
-export = json.loads((results / node["inputs"]["onnx"] / "node.json").read_text())
-qat = np.load(results / export["inputs"]["model"] / "qat_logits.npy").argmax(1)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import qat_cpu_graph_inputs  # noqa: E402
+
+run = qat_cpu_graph_inputs(Path(sys.argv[1]))
+source, ranges, lineage, images, qat = (run[key] for key in ("source", "ranges", "lineage", "images", "qat"))
 nodes = qdq.quantizable_nodes(onnx.load(str(source)), (), True)
 for bits7 in (True, False):
     qdq.CPU_WEIGHTS_7BIT = bits7
@@ -37,6 +31,6 @@ for bits7 in (True, False):
             [s.run(None, {s.get_inputs()[0].name: images[i : i + 64]})[0].argmax(1) for i in range(0, len(images), 64)]
         )
     print(
-        json.dumps({"results": results.name, "weights_7bit": bits7, "disagree": int(np.sum(pred != qat)), "n": len(qat)}),
+        json.dumps({"results": Path(sys.argv[1]).name, "weights_7bit": bits7, "disagree": int(np.sum(pred != qat)), "n": len(qat)}),
         flush=True,
     )
