@@ -31,6 +31,8 @@ for bits7 in (True, False):
             [s.run(None, {s.get_inputs()[0].name: images[i : i + 64]})[0].argmax(1) for i in range(0, len(images), 64)]
         )
     print(
-        json.dumps({"results": Path(sys.argv[1]).name, "weights_7bit": bits7, "disagree": int(np.sum(pred != qat)), "n": len(qat)}),
+        json.dumps(
+            {"results": Path(sys.argv[1]).name, "weights_7bit": bits7, "disagree": int(np.sum(pred != qat)), "n": len(qat)}
+        ),
         flush=True,
     )
