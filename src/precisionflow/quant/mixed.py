@@ -91,7 +91,7 @@ def search(
         record.update(
             {"split": int8["report_split"], "of": len(order), "sensitivity": [[op, round(score, 6)] for op, score in order]}
         )
-        why = nothing_to_build(record, chosen, len(order))
+        why = nothing_to_build(record, chosen)
         if not why:
             kept, why = fastest_mix(
                 source, ranges, nodes, kept, images, labels, reference, scratch, placement, record, confidence
@@ -103,13 +103,13 @@ def search(
     return kept, record
 
 
-def nothing_to_build(record: Dict[str, Any], chosen: int, ops: int) -> str:
+def nothing_to_build(record: Dict[str, Any], chosen: int) -> str:
     """Why no mix is worth building on accuracy alone, or ''."""
     if not record["budget_met"]:
         return (
             f"no mix of int8 and float kept top-1 within {record['max_drop_points']} points of fp32 by its interval on "
             f"the {record['split']} split ({record.get('why_not_met', '')}); an engine with nearly every op in float "
-            "would be slower than fp32 and less accurate than it: nothing built. Read the int8 and fp32 rows, or set "
+            "buys no speed over fp32: nothing built. Read the int8 and fp32 rows, or set "
             "a budget this split can resolve."
         )
     if chosen == 0:
