@@ -364,6 +364,34 @@ def serving_stage(graph_dir: Path, out: Path, names, seconds: float, work: Path,
             )
 
 
+def serving_side(graph_dir: Path, out: Path, names, work: Path, settings_file: Path) -> None:
+    """One side of the serve stage as a workflow run of experiment=h200 serves it: the settings it
+    composes (SETTINGS_FILE, written by benchmarks/h200_side_settings.py: 60-s runs, 4-s probes,
+    search_repeats 2, full_length_climb 3) through stages.serve_engine.serve_with, unchanged. Every
+    LoadGen run is recorded as it ends (a call cut short keeps them); the side's whole answer last,
+    for serve_engine.server_ratio against the other side (benchmarks/h200_side_settings.py ratio)."""
+    from precisionflow.measure import serving as srv
+    from precisionflow.stages import serve_engine
+
+    settings = {**json.loads(settings_file.read_text()), "samples": 64}  # as serve_engine.run adds
+    measured = srv.run_scenario
+
+    def recorded(make_sut, scenario, scenario_settings, folder, rate=0.0, **kwargs):
+        result = measured(make_sut, scenario, scenario_settings, folder, rate, **kwargs)
+        brief = {k: result.get(k) for k in ("valid", "target_qps", "samples_per_second", "p50_ns", "p99_ns", "batches")}
+        emit(out, {"graph": name, "what": "run", "scenario": scenario, "seconds": scenario_settings["min_duration_ms"] / 1000, **brief})
+        return result
+
+    srv.run_scenario = recorded
+    for name in names:
+        path = prepared(graph_dir, name, work)
+        _description, load = build_engine(path, work / f"engine-{name}")
+        images = np.random.default_rng(0).random((settings["max_batch"], 224, 224, 3), dtype=np.float32)
+        _engine, runners, service_s = serve_engine.runners_of(None, images, settings["max_batch"], load=load)
+        found = serve_engine.serve_with(runners, service_s, settings, Path(tempfile.mkdtemp()))
+        emit(out, {"graph": name, "what": "side", "settings": settings, "found": found})
+
+
 class ProbeHandoff:
     """../shared/probes/serving's Handoff design behind the interface run_scenario expects."""
 
@@ -521,7 +549,7 @@ def bf16_on_gpu(graph_dir: Path, out: Path, names, seconds: float, work: Path) -
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("part", choices=("engines", "serving", "options", "sut", "stage", "ceiling", "bf16"))
+    parser.add_argument("part", choices=("engines", "serving", "options", "sut", "stage", "side", "ceiling", "bf16"))
     parser.add_argument("graph_dir", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--graphs", nargs="*")
@@ -531,6 +559,7 @@ def main() -> None:
     parser.add_argument("--verify-seconds", type=float, default=60.0)
     parser.add_argument("--probe-seconds", type=float, default=0.0, help="stage: the search's probing runs")
     parser.add_argument("--work", type=Path, default=Path("/root/evp"))
+    parser.add_argument("--settings", type=Path, help="side: the serve stage's settings (JSON)")
     args = parser.parse_args()
     import onnxruntime
 
@@ -545,6 +574,8 @@ def main() -> None:
         engines(args.graph_dir, args.out, names, args.seconds, args.work)
     elif args.part == "stage":
         serving_stage(args.graph_dir, args.out, names, args.seconds, args.work, args.verify_seconds, args.probe_seconds)
+    elif args.part == "side":
+        serving_side(args.graph_dir, args.out, names, args.work, args.settings)
     elif args.part == "ceiling":
         ceiling(args.graph_dir, args.out, names, [float(f) for f in args.fractions.split(",")], args.seconds, args.work)
     elif args.part == "bf16":
