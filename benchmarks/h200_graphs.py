@@ -70,7 +70,7 @@ def refill(path: Path, seed: int = 0) -> None:
 
 def main(out: Path) -> None:
     from precisionflow.precisions.fp16 import to_fp16
-    from precisionflow.config.schema import Fp16Conf
+    from precisionflow.schema import Fp16Conf
 
     out.mkdir(parents=True, exist_ok=True)
     block_list = Fp16Conf().op_block_list

@@ -37,7 +37,7 @@ def template_edit(text: str) -> str:
 def rerun_stages(relative: str, edit) -> dict:
     """{stage: nodes whose id changed} after `edit` of one file of a copy of the package."""
     from precisionflow.config.compose import expand
-    from precisionflow.pipeline import identity
+    from precisionflow import identity
     from precisionflow.pipeline import plan as planning
 
     point = expand([])[0]

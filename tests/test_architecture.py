@@ -6,7 +6,9 @@ functions alike, since a node's id hashes the import closure of its stage).
   reaches a stage through `stage_module("<name>")`, which this reader counts as an import of that
   stage (an arrow down from the planner, visible here), and the runner by the planned node's stage;
 - the library never imports the planning and execution layer (cli, plan, runner, remote, ...);
-- no import cycles.
+- no import cycles, between files or between folders: read a folder of the package (pipeline/,
+  config/, reporting/, ...) as one room, and every arrow still runs one way (issue 41: schema,
+  identity and assets stand on the ground, since the library reads them too).
 """
 
 import ast
@@ -117,3 +119,43 @@ def test_there_are_no_import_cycles():
         if name not in state:
             visit(name, [name])
     assert cycles == [], cycles
+
+
+def room(name: str) -> str:
+    """The room a module stands in: its folder under the package (precisionflow.reporting), or
+    itself for a module at the package's top (precisionflow.schema)."""
+    return ".".join(name.split(".")[:2])
+
+
+ROOMS = {}
+for _name, _targets in GRAPH.items():
+    ROOMS.setdefault(room(_name), set()).update(room(target) for target in _targets if room(target) != room(_name))
+
+
+def rooms_in_a_circle(rooms) -> list:
+    def reached(start):
+        seen, todo = set(), [start]
+        while todo:
+            for target in rooms.get(todo.pop(), ()):
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+        return seen
+
+    return sorted(name for name in rooms if name in reached(name))
+
+
+def test_the_folders_import_each_other_one_way_only():
+    """A folder imports a lower one, never back: reporting/ reading a config key must not reach up to
+    config/, which imports reporting/ to check a budget (the three arrows up of the fifth batch)."""
+    found = rooms_in_a_circle(ROOMS)
+    witnesses = sorted(
+        (name, target) for name, targets in GRAPH.items() for target in targets
+        if room(name) in found and room(target) in found and room(name) != room(target)
+    )
+    assert found == [], f"folders in a circle: {found}; the imports between them: {witnesses}"
+
+
+def test_the_folder_reader_finds_a_circle_when_there_is_one():
+    assert rooms_in_a_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c"]
+    assert rooms_in_a_circle({"a": {"b"}, "b": set()}) == []

@@ -26,7 +26,7 @@ def schema_keys(schema, prefix=""):
 
 
 def test_the_config_reference_is_current_and_covers_every_schema_key():
-    from precisionflow.config.schema import Config
+    from precisionflow.schema import Config
 
     check = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "config_reference.py"), "--check"], capture_output=True, text=True

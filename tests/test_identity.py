@@ -10,7 +10,7 @@ import copy
 
 import pytest
 
-from precisionflow.pipeline import identity
+from precisionflow import identity
 from precisionflow.pipeline import plan as planning
 from precisionflow.config.compose import expand, validate
 
@@ -454,7 +454,7 @@ def test_code_is_the_import_closure_of_the_stage():
         "backends/executed.py",
         "datasets/store.py",
         "pipeline/runner.py",
-        "pipeline/identity.py",
+        "identity.py",
         "nodeio.py",
     ):
         assert needed in closure
@@ -523,7 +523,7 @@ SOURCE_EDITS = {
 
 @pytest.mark.parametrize("edited", sorted(SOURCE_EDITS))
 def test_editing_a_source_file_reruns_only_the_stages_that_run_it(default_point, edited, monkeypatch):
-    from precisionflow.pipeline import identity
+    from precisionflow import identity
 
     import functools
 
@@ -540,7 +540,7 @@ def edited_copy(tmp_path, monkeypatch, relative: str, edit):
     """A copy of the package with one file edited by `edit(text) -> text`, made the package identity reads."""
     import shutil
 
-    from precisionflow.pipeline import identity
+    from precisionflow import identity
 
     copy = tmp_path / "precisionflow"
     shutil.copytree(identity.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
@@ -558,7 +558,7 @@ def prose_only(text: str) -> str:
 
 @pytest.mark.parametrize("shared", ["nodeio.py", "pipeline/runner.py", "errors.py"])
 def test_a_comment_or_docstring_edit_in_a_shared_module_reruns_nothing(default_point, shared, tmp_path, monkeypatch):
-    from precisionflow.pipeline import identity
+    from precisionflow import identity
 
     before = plan_ids([default_point])
     try:
@@ -572,7 +572,7 @@ def test_a_comment_or_docstring_edit_in_a_shared_module_reruns_nothing(default_p
 
 
 def test_editing_the_report_template_reruns_the_report(default_point, tmp_path, monkeypatch):
-    from precisionflow.pipeline import identity
+    from precisionflow import identity
 
     before = plan_ids([default_point])
     try:

@@ -71,7 +71,7 @@ def test_the_installed_package_is_the_one_that_runs_and_carries_its_files(instal
         [
             python,
             "-c",
-            "import precisionflow, precisionflow.pipeline.assets as a; print(precisionflow.__file__); "
+            "import precisionflow, precisionflow.assets as a; print(precisionflow.__file__); "
             "print(a.builtin_conf_dir()); print(a.snakefile()); print(a.profiles_dir())",
         ],
         tmp_path,

@@ -1,4 +1,4 @@
-"""Write docs/reference/config.md from the configuration schema (config/schema.py) and the built-in
+"""Write docs/reference/config.md from the configuration schema (schema.py) and the built-in
 defaults: every key, its type, its default and the comment beside it in the schema. Generated, so
 it cannot drift; `make docs` runs it, and tests/test_docs.py checks the committed page is current.
 
@@ -13,7 +13,7 @@ from enum import Enum
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = ROOT / "src" / "precisionflow" / "config" / "schema.py"
+SCHEMA = ROOT / "src" / "precisionflow" / "schema.py"
 PAGE = ROOT / "docs" / "reference" / "config.md"
 
 
@@ -66,13 +66,13 @@ def rows(schema, prefix: str, notes: dict):
 
 def page() -> str:
     sys.path.insert(0, str(ROOT / "src"))
-    from precisionflow.config.schema import Config
+    from precisionflow.schema import Config
 
     notes = comments()
     lines = [
         "# Configuration reference",
         "",
-        "Every key precisionflow reads, generated from `src/precisionflow/config/schema.py` by",
+        "Every key precisionflow reads, generated from `src/precisionflow/schema.py` by",
         "`tools/config_reference.py` (`make docs`): the key, its type, the schema's default and its comment.",
         "The built-in groups (`conf/`) and presets set other values: `precisionflow config [overrides]`",
         "prints what a run would use. Unknown keys, wrong types and bad choices are refused before anything runs.",

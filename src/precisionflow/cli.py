@@ -125,7 +125,7 @@ def node_mtimes(plan: Dict) -> Dict[str, float]:
 
 def profile_dir(name: str) -> Path:
     """A packaged profile by name (local: this machine; slurm: a SLURM cluster), or a folder's path."""
-    from precisionflow.pipeline.assets import profiles_dir
+    from precisionflow.assets import profiles_dir
 
     folder = profiles_dir() / name if "/" not in name else Path(name)
     if not (folder / "config.yaml").is_file():
@@ -161,7 +161,7 @@ def snakemake_dir(results: Path) -> Path:
 
 
 def snakemake_command(plan_file: Path, cores: str, dry_run: bool, extra: List[str], profile: str = "local") -> List[str]:
-    from precisionflow.pipeline.assets import snakefile
+    from precisionflow.assets import snakefile
 
     command = [
         sys.executable,
@@ -534,7 +534,7 @@ def main(argv=None) -> int:
     own, extra = _split_passthrough(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(own)
     if getattr(args, "config_dir", None):  # in the environment: Snakemake and its jobs see the same folders
-        from precisionflow.pipeline.assets import USER_CONFIG_ENV
+        from precisionflow.assets import USER_CONFIG_ENV
 
         os.environ[USER_CONFIG_ENV] = str(args.config_dir.expanduser().resolve())
     try:

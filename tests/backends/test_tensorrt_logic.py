@@ -298,7 +298,7 @@ def test_engine_provenance_records_the_timing_cache_state_it_was_built_with(tmp_
 def test_tensorrt_version_comes_from_whichever_distribution_provides_it(monkeypatch):
     from importlib.metadata import PackageNotFoundError
 
-    from precisionflow.pipeline import identity
+    from precisionflow import identity
 
     def version(name):
         if name == "tensorrt-cu12":

@@ -10,7 +10,7 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 class PrecisionflowUserConfig(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
         try:
-            from precisionflow.pipeline.assets import user_conf_dir
+            from precisionflow.assets import user_conf_dir
         except ImportError:  # another program's Hydra, or a precisionflow without --config-dir: leave its path alone
             return
         folder = user_conf_dir()

@@ -1,1 +1,3 @@
-"""Configuration: the structured schema (schema.py) and Hydra composition + sweep expansion (compose.py)."""
+"""Configuration composition: Hydra groups and a user's files into one checked config per sweep
+point (compose.py, user_files.py). The keys and their types are precisionflow/schema.py, on the
+ground floor, since the library reads them too."""

@@ -21,7 +21,7 @@ DECISION_SPLITS = ("train", "val")  # splits a choice (calibration, ops kept in 
 
 def group_dirs(group: str) -> List[Path]:
     """Every folder that holds choices of a config group: the user's, then the built-in one."""
-    from precisionflow.pipeline.assets import conf_dirs
+    from precisionflow.assets import conf_dirs
 
     return [folder / group for folder in conf_dirs() if (folder / group).is_dir()]
 
@@ -69,9 +69,9 @@ def _compose(group_overrides: Tuple[str, ...]):
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from precisionflow.config.schema import register
+    from precisionflow.schema import register
 
-    from precisionflow.pipeline.assets import builtin_conf_dir
+    from precisionflow.assets import builtin_conf_dir
 
     from precisionflow.config import user_files
 

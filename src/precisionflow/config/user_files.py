@@ -19,7 +19,7 @@ HYDRA_KEYS = {"defaults", "hydra"}  # Hydra's own keys in any config file
 
 def group_schemas():
     """{group folder: the schema class of one of its files} (experiment files are global)."""
-    from precisionflow.config import schema
+    from precisionflow import schema
 
     return {
         "dataset": schema.DatasetConf,
@@ -126,7 +126,7 @@ def _unwrap_optional(kind: Any) -> Any:
 def user_folder() -> Optional[Path]:
     import os
 
-    from precisionflow.pipeline.assets import USER_CONFIG_ENV
+    from precisionflow.assets import USER_CONFIG_ENV
 
     named = os.environ.get(USER_CONFIG_ENV)
     return Path(named) if named else None

@@ -1,2 +1,3 @@
-"""Planning and execution: configurations to content-addressed nodes (plan, flow, identity), running one node
-(runner, nodeio, runlock, joblog, why), GPU nodes without TensorFlow (remote), the packaged files (assets)."""
+"""Planning and execution: configurations to content-addressed nodes (plan, flow), running one node
+(runner, runlock, joblog, why, console), GPU nodes without TensorFlow (remote, gpuslots). What the
+library shares with it stands on the ground: nodeio, identity, assets, schema."""

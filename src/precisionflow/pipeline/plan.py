@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from precisionflow import precisions
-from precisionflow.pipeline import identity
+from precisionflow import identity
 from precisionflow.reporting.budget import budget_for
 from precisionflow.pipeline import flow
 from precisionflow.errors import ConfigError

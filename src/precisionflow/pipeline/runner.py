@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict
 
-from precisionflow.pipeline import identity
+from precisionflow import identity
 from precisionflow.errors import PrecisionflowError, StageError
 from precisionflow.nodeio import (
     NODE_FILE,

@@ -35,7 +35,7 @@ def differences(planned: Dict[str, Any], existing: Dict[str, Any], results: Opti
 
 
 def _changed_sources(planned: Dict[str, Any], old_identity: Dict[str, Any]) -> str:
-    from precisionflow.pipeline import identity
+    from precisionflow import identity
 
     now = identity.source_hashes(planned["stage"], identity.node_backend(planned["params"]))
     before = old_identity.get("sources", {})

@@ -18,7 +18,7 @@ from precisionflow import stats
 from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.verdict_rules import judged, overall, share_check
 from precisionflow.reporting.compare import task_of
-from precisionflow.config.schema import BudgetConf
+from precisionflow.schema import BudgetConf
 from precisionflow.nodeio import NODE_FILE, declined, named_lineage, read_json
 
 BUDGET_KEYS = tuple(field.name for field in fields(BudgetConf))

@@ -44,7 +44,7 @@ def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str
         **device_params(cfg, target, runtime),
     }
     if cfg["target_defs"][target]["framework"]:  # TensorFlow is timed too: its versions are read
-        from precisionflow.pipeline import identity
+        from precisionflow import identity
 
         params["framework"] = identity.package_versions(FRAMEWORK_PACKAGES)
     return params
@@ -52,7 +52,7 @@ def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str
 
 def check_framework(planned: Dict[str, str]) -> None:
     """The TensorFlow side runs with the versions the node's id names, or not at all."""
-    from precisionflow.pipeline import identity
+    from precisionflow import identity
 
     found = identity.package_versions(FRAMEWORK_PACKAGES)
     if found != planned:

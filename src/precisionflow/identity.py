@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from precisionflow.hashing import file_hash
 
 PACKAGE = "precisionflow"
-PACKAGE_DIR = Path(__file__).resolve().parents[1]  # src/precisionflow
+PACKAGE_DIR = Path(__file__).resolve().parent  # src/precisionflow
 RUNNER_MODULE = f"{PACKAGE}.pipeline.runner"
 _MODULE_STRING = re.compile(rf"^{PACKAGE}(\.\w+)+$")
 
