@@ -222,7 +222,7 @@ def test_the_calibration_sample_records_and_stratifies_its_conditions(tmp_path):
 
 
 def test_planning_warns_about_a_condition_the_calibration_sample_lacks():
-    from precisionflow.pipeline.plan import coverage_warning
+    from precisionflow.stages.calibrate import coverage_warning
 
     calibration = {"num_samples": 256, "min_per_class": 8, "exclude_conditions": ["shadow_long"]}
     text = coverage_warning({"shadow_long": 40, "cluttered": 60}, {"shadow_long": 300, "cluttered": 400}, calibration, 1000)

@@ -71,7 +71,7 @@ def test_int8_mixeds_ranking_sample_is_drawn_like_calibrations(tmp_path):
 
 
 def test_planning_names_the_classes_a_calibration_sample_would_barely_see():
-    from precisionflow.pipeline.plan import thin_class_warning
+    from precisionflow.stages.calibrate import thin_class_warning
 
     counts = {"ants": 300, "bees": 100, "cats": 4}
     calibration = {"num_samples": 256, "sampling": "stratified", "min_per_class": 8, "split": "train"}

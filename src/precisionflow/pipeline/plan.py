@@ -92,7 +92,7 @@ class PlanBuilder:
         self.warned: set = set()
         self.runtimes: Dict[tuple, Dict[str, str]] = {}
         self.stage_resources: Dict[str, Dict[str, Any]] = {}
-        self.sizes: Dict[str, Dict[str, int]] = {}
+        self.data_facts: Dict[str, Any] = {}
         self.backend_versions: Dict[str, str] = {}
 
     def runtime(self, backend: str, target_def: Dict[str, Any]) -> Dict[str, str]:
@@ -145,10 +145,14 @@ class PlanBuilder:
             self.warned.add(warning)
             print(warning, file=sys.stderr)
 
+    def facts(self, data: Node):
+        """What the data node will hold (datasets.facts.DataFacts), stated by its stage once per plan."""
+        if data.key not in self.data_facts:
+            self.data_facts[data.key] = stage_module("prepare_dataset").facts(data.params)
+        return self.data_facts[data.key]
+
     def split_sizes(self, data: Node) -> Dict[str, int]:
-        if data.key not in self.sizes:
-            self.sizes[data.key] = stage_module("prepare_dataset").expected_split_sizes(data.params)
-        return self.sizes[data.key]
+        return self.facts(data).split_sizes
 
     def model_files(self, model: Dict[str, Any]) -> Dict[str, str]:
         """{path: content sha256} of the files a model builder opens (user model, local weights)."""
@@ -272,24 +276,10 @@ class PlanBuilder:
         )
 
     def _add_calibration(self, cfg, onnx: Node, data: Node, source: str) -> Node:
-        params = stage_module("calibrate").reads(cfg, source)
-        available = self.split_sizes(data)[params["split"]]
-        if params["num_samples"] > available:
-            raise ConfigError(
-                f"calibration.num_samples={params['num_samples']}, but the {params['split']} split has "
-                f"{available} images: lower calibration.num_samples (or calibrate on a larger split, "
-                "calibration.split=train|val)."
-            )
-        dataset = stage_module("prepare_dataset")
-        counts = dataset.expected_class_counts(data.params, params["split"])
-        self.warn_once(thin_class_warning(counts, cfg["calibration"]))
-        calibration_tags = dataset.expected_condition_counts(data.params, params["split"])
-        if calibration_tags is not None or params["exclude_conditions"]:
-            from precisionflow.datasets import conditions
-
-            test_tags = dataset.expected_condition_counts(data.params, "test") or {}
-            conditions.check_named(params["exclude_conditions"], test_tags, "calibration.exclude_conditions")
-            self.warn_once(coverage_warning(test_tags, calibration_tags or {}, cfg["calibration"], available))
+        stage = stage_module("calibrate")
+        params = stage.reads(cfg, source)
+        for warning in stage.preflight(cfg["calibration"], self.facts(data)):
+            self.warn_once(warning)
         slug = f"{source}-{params['method']}-n{params['num_samples']}"
         return self.add("calibrate", slug, params, {"onnx": onnx, "data": data})
 
@@ -421,7 +411,7 @@ def check_condition_budgets(builder: "PlanBuilder", cfg: Dict[str, Any], point: 
         return
     evaluation = next(node for node in point.values() if node.stage == "evaluate_engine")
     data = builder.nodes[evaluation.inputs["data"]]
-    tags = stage_module("prepare_dataset").expected_condition_counts(data.params, "test")
+    tags = builder.facts(data).conditions("test")
     if tags is None:
         raise ConfigError(
             "evaluate.budget: a per-condition budget is set, but the data set has no conditions. Tag images "
@@ -496,61 +486,6 @@ def resolution_warnings(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]
                 "more test images (dataset.test_fraction, a larger data set) or a budget of at least that."
             )
     return sorted(found)
-
-
-def coverage_warning(
-    test_tags: Dict[str, int], calibration_tags: Dict[str, int], calibration: Dict[str, Any], split_images: int
-) -> Optional[str]:
-    """The warning for conditions the test split holds but the calibration sample would hold (about)
-    fewer than calibration.min_per_class images of -- absent, excluded or rare; None if none."""
-    excluded = set(calibration["exclude_conditions"])
-    kept = split_images - sum(calibration_tags.get(tag, 0) for tag in excluded)  # about: tags overlap
-    share = min(1.0, calibration["num_samples"] / max(kept, 1))
-    thin = {
-        tag: (0 if tag in excluded else int(calibration_tags.get(tag, 0) * share), count)
-        for tag, count in sorted(test_tags.items())
-        if count and (tag in excluded or calibration_tags.get(tag, 0) * share < calibration["min_per_class"])
-    }
-    if not thin:
-        return None
-    named = ", ".join(
-        f"{tag} (test {count}, calibration about {drawn}{', excluded' if tag in excluded else ''})"
-        for tag, (drawn, count) in thin.items()
-    )
-    return (
-        f"precisionflow: warning: the calibration sample would hold fewer than calibration.min_per_class="
-        f"{calibration['min_per_class']} images of condition(s) the test split holds: {named}. The int8 ranges "
-        "barely see them: read their per-condition rows beside this coverage."
-    )
-
-
-def thin_class_warning(class_counts: Optional[Dict[str, int]], calibration: Dict[str, Any]) -> Optional[str]:
-    """The warning for classes a calibration sample would hold fewer than calibration.min_per_class
-    images of (the sample drawn as calibration.sampling draws it), naming them; None if none."""
-    from precisionflow.datasets import sampling
-
-    if not class_counts:
-        return None
-    count, rule = calibration["num_samples"], str(getattr(calibration["sampling"], "value", calibration["sampling"]))
-    if rule == "first":  # files are listed class by class: the first N fill the first classes
-        planned, left = {}, count
-        for name, size in class_counts.items():
-            planned[name], left = min(size, left), left - min(size, left)
-    elif rule == "stratified":
-        planned = sampling.allocation(class_counts, count)
-    else:
-        total = max(sum(class_counts.values()), 1)
-        planned = {name: round(count * size / total) for name, size in class_counts.items()}
-    thin = sampling.thin_strata(planned, calibration["min_per_class"])
-    if not thin:
-        return None
-    named = ", ".join(f"{name} ({found})" for name, found in sorted(thin.items(), key=lambda item: item[1]))
-    return (
-        f"precisionflow: warning: the {calibration['split']} split's calibration sample ({count} images, "
-        f"sampling={rule}) would hold fewer than calibration.min_per_class={calibration['min_per_class']} images of "
-        f"{len(thin)} class(es): {named}. The int8 ranges then barely see them: raise calibration.num_samples, "
-        "use sampling=stratified, or add images of those classes."
-    )
 
 
 def warn_unresolvable(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) -> None:

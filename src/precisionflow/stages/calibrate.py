@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -66,6 +66,84 @@ def reads(cfg: Dict[str, Any], source: str) -> Dict[str, Any]:
     if params["method"] == "percentile":
         params["percentile"] = cfg["calibration"]["percentile"]
     return params
+
+
+def preflight(calibration: Dict[str, Any], data) -> List[str]:
+    """Before anything runs, the calibration settings against what the data node will hold
+    (datasets.facts.DataFacts): more samples than the split has and a condition name the test split
+    does not carry are refused; a sample that would barely see some classes or conditions gives
+    the warnings returned (printed once per plan)."""
+    from precisionflow.datasets import conditions
+
+    split, wanted = calibration["split"], calibration["num_samples"]
+    available = data.split_sizes[split]
+    if wanted > available:
+        raise ConfigError(
+            f"calibration.num_samples={wanted}, but the {split} split has {available} images: lower "
+            "calibration.num_samples (or calibrate on a larger split, calibration.split=train|val)."
+        )
+    warnings = [thin_class_warning(data.classes(split), calibration)]
+    calibration_tags = data.conditions(split)
+    if calibration_tags is not None or calibration["exclude_conditions"]:
+        test_tags = data.conditions("test") or {}
+        conditions.check_named(calibration["exclude_conditions"], test_tags, "calibration.exclude_conditions")
+        warnings.append(coverage_warning(test_tags, calibration_tags or {}, calibration, available))
+    return [warning for warning in warnings if warning]
+
+
+def coverage_warning(
+    test_tags: Dict[str, int], calibration_tags: Dict[str, int], calibration: Dict[str, Any], split_images: int
+) -> Optional[str]:
+    """The warning for conditions the test split holds but the calibration sample would hold (about)
+    fewer than calibration.min_per_class images of -- absent, excluded or rare; None if none."""
+    excluded = set(calibration["exclude_conditions"])
+    kept = split_images - sum(calibration_tags.get(tag, 0) for tag in excluded)  # about: tags overlap
+    share = min(1.0, calibration["num_samples"] / max(kept, 1))
+    thin = {
+        tag: (0 if tag in excluded else int(calibration_tags.get(tag, 0) * share), count)
+        for tag, count in sorted(test_tags.items())
+        if count and (tag in excluded or calibration_tags.get(tag, 0) * share < calibration["min_per_class"])
+    }
+    if not thin:
+        return None
+    named = ", ".join(
+        f"{tag} (test {count}, calibration about {drawn}{', excluded' if tag in excluded else ''})"
+        for tag, (drawn, count) in thin.items()
+    )
+    return (
+        f"precisionflow: warning: the calibration sample would hold fewer than calibration.min_per_class="
+        f"{calibration['min_per_class']} images of condition(s) the test split holds: {named}. The int8 ranges "
+        "barely see them: read their per-condition rows beside this coverage."
+    )
+
+
+def thin_class_warning(class_counts: Optional[Dict[str, int]], calibration: Dict[str, Any]) -> Optional[str]:
+    """The warning for classes a calibration sample would hold fewer than calibration.min_per_class
+    images of (the sample drawn as calibration.sampling draws it), naming them; None if none."""
+    from precisionflow.datasets import sampling
+
+    if not class_counts:
+        return None
+    count, rule = calibration["num_samples"], str(getattr(calibration["sampling"], "value", calibration["sampling"]))
+    if rule == "first":  # files are listed class by class: the first N fill the first classes
+        planned, left = {}, count
+        for name, size in class_counts.items():
+            planned[name], left = min(size, left), left - min(size, left)
+    elif rule == "stratified":
+        planned = sampling.allocation(class_counts, count)
+    else:
+        total = max(sum(class_counts.values()), 1)
+        planned = {name: round(count * size / total) for name, size in class_counts.items()}
+    thin = sampling.thin_strata(planned, calibration["min_per_class"])
+    if not thin:
+        return None
+    named = ", ".join(f"{name} ({found})" for name, found in sorted(thin.items(), key=lambda item: item[1]))
+    return (
+        f"precisionflow: warning: the {calibration['split']} split's calibration sample ({count} images, "
+        f"sampling={rule}) would hold fewer than calibration.min_per_class={calibration['min_per_class']} images of "
+        f"{len(thin)} class(es): {named}. The int8 ranges then barely see them: raise calibration.num_samples, "
+        "use sampling=stratified, or add images of those classes."
+    )
 
 
 def _calibrator(graph: Path, params: Dict[str, Any], scratch: Path):

@@ -136,6 +136,17 @@ def check_folder(params: Dict[str, Any]) -> None:
 DIGITS_IMAGES = 1797  # scikit-learn's digits
 
 
+def facts(params: Dict[str, Any]):
+    """What this node will hold, for the pre-flight checks of the stages that read it (DataFacts)."""
+    from precisionflow.datasets.facts import DataFacts
+
+    return DataFacts(
+        expected_split_sizes(params),
+        lambda split: expected_class_counts(params, split),
+        lambda split: expected_condition_counts(params, split),
+    )
+
+
 def expected_split_sizes(params: Dict[str, Any]) -> Dict[str, int]:
     """Images per split before anything is loaded (sklearn's train_test_split rounding), so a
     setting no split can satisfy (more calibration samples than the split has) fails at planning."""
