@@ -289,9 +289,11 @@ def chromium_flags(tmp_path, budget_ms: int, width: int = 1600):
     ]
 
 
-def test_the_printed_mlflow_link_opens_the_runs_page_with_the_trade_off_columns(first_run, tmp_path):
-    """A real `mlflow server` on the run's store, the runs link the run printed, in headless Chromium:
-    model-training mode, the engine runs listed without expanding their sweep, precisionflow's columns."""
+def test_the_printed_mlflow_links_open_the_trade_off_columns_and_chart(first_run, tmp_path):
+    """A real `mlflow server` on the run's store, the links the run printed, in headless Chromium at
+    1400 px: the runs link in model-training mode, the engine runs listed without expanding their
+    sweep, precisionflow's columns; the chart link on the scatter of accuracy change against speed
+    ratio (issue 42: a compare link that opens on the trade-off)."""
     import os
     import socket
 
@@ -300,10 +302,12 @@ def test_the_printed_mlflow_link_opens_the_runs_page_with_the_trade_off_columns(
     flags = chromium_flags(tmp_path, 25000)
     results, output = first_run
     link = re.search(r"^MLflow runs:\s+(\S+)", output, re.MULTILINE).group(1)
+    chart_link = re.search(r"^MLflow chart:\s+(\S+)", output, re.MULTILINE).group(1)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     link = link.replace("http://127.0.0.1:5000", f"http://127.0.0.1:{port}")
+    chart_link = chart_link.replace("http://127.0.0.1:5000", f"http://127.0.0.1:{port}")
     command = [
         sys.executable,
         "-m",
@@ -328,6 +332,12 @@ def test_the_printed_mlflow_link_opens_the_runs_page_with_the_trade_off_columns(
         artifacts = Path(os.environ.get("PRECISIONFLOW_TEST_ARTIFACTS", results.parent / "artifacts"))
         artifacts.mkdir(parents=True, exist_ok=True)
         subprocess.run(flags + [f"--screenshot={artifacts / 'mlflow-runs.png'}", link], capture_output=True, timeout=180)
+        for budget_ms in (25000, 60000, 120000):  # the chart draws after the runs load, as above
+            flags = chromium_flags(tmp_path, budget_ms, width=1400)
+            chart = subprocess.run(flags + ["--dump-dom", chart_link], capture_output=True, text=True, timeout=240).stdout
+            if 'class="g-ytitle"' in chart:
+                break
+        subprocess.run(flags + [f"--screenshot={artifacts / 'mlflow-chart.png'}", chart_link], capture_output=True, timeout=180)
     finally:
         os.killpg(server.pid, 15)
         server.wait(30)
@@ -342,6 +352,13 @@ def test_the_printed_mlflow_link_opens_the_runs_page_with_the_trade_off_columns(
     others = [name for node, name in names.items() if not node.startswith("evaluate_engine/")]
     assert engines and all(name in dom for name in engines), engines
     assert others and not any(name in dom for name in others), others
+    # the chart view: precisionflow's section first, its scatter's axes drawn (plotly's axis titles)
+    assert "precisionflow: accuracy change" in chart
+    assert 'class="g-xtitle"' in chart and 'class="g-ytitle"' in chart
+    xtitle = re.search(r'class="g-xtitle".*?data-unformatted="([^"]+)"', chart).group(1)
+    ytitle = re.search(r'class="g-ytitle".*?data-unformatted="([^"]+)"', chart).group(1)
+    assert (xtitle, ytitle) == ("x_fp32_bmax", "top1_drop_points")
+    assert not any(name in chart for name in others), others
 
 
 def test_report_files_hold_every_table_and_picture(first_run):

@@ -399,10 +399,10 @@ def print_summary(plan: Dict) -> None:
         summary = read_json(results / key / NODE_FILE)["summary"]
         uri = plan["nodes"][key]["params"]["uri"]
         base = uri if uri and uri.startswith("http") else "http://127.0.0.1:5000"
-        links = ui_links(base, summary["experiment_id"], summary.get("engine_runs", []))
+        links = ui_links(base, summary["experiment_id"])
         start = "" if uri and uri.startswith("http") else f"  (after: precisionflow ui --results {results})"
         print(f"MLflow runs:    {links['runs']}{start}")
-        print(f"MLflow compare: {links['compare']}")
+        print(f"MLflow chart:   {links['trade_off']}  (accuracy change against speed ratio)")
 
 
 def print_why(plan: Dict) -> None:

@@ -199,6 +199,7 @@ def ui(uri: str, port: int) -> int:
     base = f"http://127.0.0.1:{port}"
     print(f"MLflow UI for {uri}: {base}  (Ctrl-C stops it)", flush=True)
     print(f"  runs, with precisionflow's columns: {runs_link(uri, base)}", flush=True)
+    print(f"  the trade-off chart: {runs_link(uri, base, 'trade_off')}", flush=True)
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port)]
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "GUNICORN_CMD_ARGS": "--log-level warning", "UVICORN_LOG_LEVEL": "warning"}
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -217,10 +218,11 @@ def ui(uri: str, port: int) -> int:
         return 0
 
 
-def runs_link(uri: str, base: str) -> str:
-    """The runs page of the precisionflow experiment in the store, or the plain UI if there is none yet."""
+def runs_link(uri: str, base: str, view: str = "runs") -> str:
+    """The runs page (or `view`: trade_off) of the precisionflow experiment in the store, or the plain
+    UI if there is none yet."""
     from precisionflow.reporting import tracking
 
     client = tracking.client_for(uri)
     found = client.get_experiment_by_name("precisionflow")
-    return tracking.ui_links(base, found.experiment_id, [])["runs"] if found else base
+    return tracking.ui_links(base, found.experiment_id)[view] if found else base

@@ -132,9 +132,17 @@ VIEW_COLUMNS = (
 ENGINE_RUNS_FILTER = "tags.precision LIKE '%'"
 
 
+TRADE_OFF_KEY = "precisionflow-tradeoff"
+# The trade-off chart: each engine run's accuracy change against its speed ratio to fp32, both
+# measured side by side in the same job (the x axis is never a standalone throughput: two engines
+# timed apart would be drawn apart for the machine's load, not their kernels).
+TRADE_OFF_AXES = {"x": "x_fp32_bmax", "y": "top1_drop_points"}
+
+
 def share_view(client, experiment_id: str, sort_metric: str = "top1") -> None:
     """The runs page's columns (precision, what ran, verdict, top-1 and its change with the interval,
-    speed ratios) in that order, best first by `sort_metric`.
+    speed ratios) in that order, best first by `sort_metric`; and the same runs as a chart view that
+    opens on the trade-off (TRADE_OFF_AXES).
 
     Sorting by a metric is what shows the engine runs without clicking: MLflow nests child runs under
     their collapsed sweep only while the page is sorted by creation time, and a shared view cannot
@@ -154,16 +162,37 @@ def share_view(client, experiment_id: str, sort_metric: str = "top1") -> None:
         "searchFilter": ENGINE_RUNS_FILTER,
     }
     client.set_experiment_tag(experiment_id, f"mlflow.sharedViewState.{VIEW_KEY}", json.dumps(state))
+    client.set_experiment_tag(experiment_id, f"mlflow.sharedViewState.{TRADE_OFF_KEY}", json.dumps(trade_off_state(state)))
 
 
-def ui_links(base: str, experiment_id: str, run_ids) -> dict:
-    """The runs page in model-training mode with precisionflow's view (engine runs only, best first),
-    and the comparison page of the runs."""
-    import json
-    from urllib.parse import quote
-
-    runs = quote(json.dumps(list(run_ids)))
-    return {
-        "runs": f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}",
-        "compare": f"{base}/#/compare-runs?runs={runs}&experiments={quote(json.dumps([experiment_id]))}",
+def trade_off_state(runs_view: dict) -> dict:
+    """The runs view's state with one chart section first, holding one scatter card: accuracy change
+    against speed ratio, a card as wide as the chart area. MLflow appends its own per-metric charts
+    below it (MLflow 3.17's chart cards: type, xaxis/yaxis {key, type}, their section's uuid)."""
+    section = "precisionflow-tradeoff-section"
+    card = {
+        "uuid": "precisionflow-tradeoff-scatter",
+        "type": "SCATTER",
+        "xaxis": {"key": TRADE_OFF_AXES["x"], "type": "METRIC"},
+        "yaxis": {"key": TRADE_OFF_AXES["y"], "type": "METRIC"},
+        "runsCountToCompare": 100,
+        "metricSectionId": section,
+        "deleted": False,
+        "isGenerated": False,
     }
+    name = "precisionflow: accuracy change (top1_drop_points, + = lost) against speed vs fp32 (x_fp32_bmax)"
+    return {
+        **runs_view,
+        "compareRunSections": [
+            {"uuid": section, "name": name, "display": True, "isReordered": False, "columns": 1, "cardHeight": 440}
+        ],
+        "compareRunCharts": [card],
+        "isAccordionReordered": True,  # keep this section first
+    }
+
+
+def ui_links(base: str, experiment_id: str, run_ids=()) -> dict:
+    """The runs page in model-training mode with precisionflow's view (engine runs only, best first),
+    and the same runs opened on the trade-off chart."""
+    page = f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey="
+    return {"runs": page + VIEW_KEY, "trade_off": page + TRADE_OFF_KEY + "&compareRunsMode=CHART"}

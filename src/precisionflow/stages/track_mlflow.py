@@ -296,5 +296,5 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "sweep_id": sweep_id,
         "children": len(eval_dirs),
         "children_logged_now": logged,
-        "engine_runs": children,  # the comparison link's runs
+        "engine_runs": children,  # the engine runs this sweep logged
     }
