@@ -150,7 +150,9 @@ def test_the_folders_import_each_other_one_way_only():
     config/, which imports reporting/ to check a budget (the three arrows up of the fifth batch)."""
     found = rooms_in_a_circle(ROOMS)
     witnesses = sorted(
-        (name, target) for name, targets in GRAPH.items() for target in targets
+        (name, target)
+        for name, targets in GRAPH.items()
+        for target in targets
         if room(name) in found and room(target) in found and room(name) != room(target)
     )
     assert found == [], f"folders in a circle: {found}; the imports between them: {witnesses}"

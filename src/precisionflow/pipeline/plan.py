@@ -1,7 +1,7 @@
 """Sweep points -> content-addressed stage nodes -> one plan file for one Snakemake DAG.
 
 A node's id is `<readable slug>-<hash>`. The hash covers exactly what the stage reads:
-  * the parameters it declares (each stage module's `reads(cfg, ...)`: nothing else of the config),
+  * the parameters it declares (each stage module's `reads(Reading)`: nothing else of the config),
   * its upstream node ids (which cover their own inputs in turn),
   * the content of the files it opens outside the results folder (model files, image folders),
   * the versions of the packages it calls (`PACKAGES`; engine and timing stages also carry the
@@ -31,6 +31,7 @@ from precisionflow import identity
 from precisionflow.reporting.budget import budget_for
 from precisionflow.pipeline import flow
 from precisionflow.errors import ConfigError
+from precisionflow.stages import Reading
 
 STAGES = tuple(stage.name for stage in flow.STAGES)  # in the order of the stage graph
 MEASURED_STAGES = ("evaluate_engine", "compare_speed", "benchmark_framework", "serve_engine")
@@ -111,7 +112,7 @@ class PlanBuilder:
 
     def data_params(self, cfg: Dict[str, Any]) -> Dict[str, Any]:
         """The data set's declared settings, plus a content fingerprint for folder data sets."""
-        params = stage_module("prepare_dataset").reads(cfg)
+        params = stage_module("prepare_dataset").reads(Reading(cfg))
         if params["name"] not in ("image_folder", "coco_folder"):
             return params
         from precisionflow.datasets import image_folder
@@ -201,7 +202,7 @@ class PlanBuilder:
         """Add one configuration's chain; return its measured nodes (evaluations, ratios, baselines)."""
         self.stage_resources = cfg.get("stage_resources") or {}
         data = self.add("prepare_dataset", cfg["dataset"]["name"], self.data_params(cfg), {})
-        train_params = stage_module("train_model").reads(cfg)
+        train_params = stage_module("train_model").reads(Reading(cfg))
         train_params["model"]["files"] = self.model_files(train_params["model"])
         model = trained = self.add(
             "train_model",
@@ -251,17 +252,17 @@ class PlanBuilder:
 
     def _add_framework(self, cfg, target: str, model: Node, data: Node) -> Node:
         runtime, resources = self._device(cfg, target, "tensorflow")
-        params = stage_module("benchmark_framework").reads(cfg, target, runtime)
+        params = stage_module("benchmark_framework").reads(Reading(cfg, target, runtime))
         return self.add("benchmark_framework", f"tf-{target}", params, {"model": model, "data": data}, resources=resources)
 
     def _add_prune(self, cfg, model: Node, data: Node) -> Node:
-        params = stage_module("prune_model").reads(cfg)  # its settings were checked with the rest (config/compose.py)
+        params = stage_module("prune_model").reads(Reading(cfg))  # its settings were checked with the rest (config/compose.py)
         from precisionflow.modeling.pruning import describe
 
         return self.add("prune_model", describe(params["prune"]).replace(" ", "-"), params, {"model": model, "data": data})
 
     def _add_finetune(self, cfg, finetune: Dict[str, Any], model: Node, data: Node) -> Node:
-        params = stage_module("finetune_model").reads(cfg, finetune)
+        params = stage_module("finetune_model").reads(Reading(cfg, finetune=finetune))
         params["model"]["files"] = self.model_files(params["model"])
         return self.add("finetune_model", f"{finetune['mode']}-e{finetune['epochs']}", params, {"model": model, "data": data})
 
@@ -270,14 +271,14 @@ class PlanBuilder:
         return self.add(
             "export_onnx",
             f"{model.id.rsplit('-', 1)[0]}-opset{cfg['export']['opset']}",
-            module.reads(cfg),
+            module.reads(Reading(cfg)),
             {"model": model, "data": data},
             checks=module.checks(cfg),
         )
 
     def _add_calibration(self, cfg, onnx: Node, data: Node, source: str) -> Node:
         stage = stage_module("calibrate")
-        params = stage.reads(cfg, source)
+        params = stage.reads(Reading(cfg, source=source))
         for warning in stage.preflight(cfg["calibration"], self.facts(data)):
             self.warn_once(warning)
         slug = f"{source}-{params['method']}-n{params['num_samples']}"
@@ -299,7 +300,7 @@ class PlanBuilder:
         graphs[(precision, "tensorrt")] = graph
         engine = self._add_engine(cfg, graph, target)
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        params = {**stage_module("evaluate_engine").reads(cfg, precision, target, runtime), "simulates": "tensorrt"}
+        params = {**stage_module("evaluate_engine").reads(Reading(cfg, target, runtime, precision)), "simulates": "tensorrt"}
         inputs = {"engine": engine, "data": data, "reference": onnx}
         if precisions.get(precision).compared_with_trained_model:
             qat_export = self.nodes[graph.inputs["onnx"]]
@@ -317,7 +318,7 @@ class PlanBuilder:
         placement: Optional[str] = None,
     ) -> Node:
         spec = precisions.get(precision)
-        params = stage_module("quantize_onnx").reads(cfg, precision, placement or "tensorrt")
+        params = stage_module("quantize_onnx").reads(Reading(cfg, precision=precision, placement=placement or "tensorrt"))
         inputs = {"onnx": onnx}
         if spec.qat_finetune:
             qat_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="qat"), trained, data)
@@ -335,12 +336,12 @@ class PlanBuilder:
 
     def _add_engine(self, cfg, graph: Node, target: str) -> Node:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        params = stage_module("build_engine").reads(cfg, target, runtime)
+        params = stage_module("build_engine").reads(Reading(cfg, target, runtime))
         return self.add("build_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, {"graph": graph}, resources=resources)
 
     def _add_evaluation(self, cfg, precision: str, target: str, engine: Node, graph: Node, onnx: Node, data: Node) -> Node:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        params = stage_module("evaluate_engine").reads(cfg, precision, target, runtime)
+        params = stage_module("evaluate_engine").reads(Reading(cfg, target, runtime, precision))
         inputs = {"engine": engine, "data": data, "reference": onnx}
         if precisions.get(precision).compared_with_trained_model:  # deployed == trained: compared with the QAT model itself
             qat_export = self.nodes[graph.inputs["onnx"]]
@@ -361,7 +362,7 @@ class PlanBuilder:
         for target in cfg["targets"]:
             engine = self._add_engine(cfg, twin_graph, target)
             runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-            params = {**stage_module("evaluate_engine").reads(cfg, TWIN, target, runtime), "twin_of": qat_model.key}
+            params = {**stage_module("evaluate_engine").reads(Reading(cfg, target, runtime, TWIN)), "twin_of": qat_model.key}
             evaluations.append(
                 self.add(
                     "evaluate_engine",
@@ -375,7 +376,7 @@ class PlanBuilder:
 
     def _add_serving(self, cfg, target: str, engine: Node, fp32_engine: Node, data: Node) -> Node:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        params = stage_module("serve_engine").reads(cfg, target, runtime)
+        params = stage_module("serve_engine").reads(Reading(cfg, target, runtime))
         inputs = {"engine": engine, "data": data}
         if fp32_engine.key != engine.key:
             inputs["fp32_engine"] = fp32_engine
@@ -383,7 +384,7 @@ class PlanBuilder:
 
     def _add_comparison(self, cfg, target: str, engine: Node, fp32_engine: Node, model: Node, data: Node) -> Node:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        params = stage_module("compare_speed").reads(cfg, target, runtime)
+        params = stage_module("compare_speed").reads(Reading(cfg, target, runtime))
         inputs = {"engine": engine, "data": data}
         if cfg["target_defs"][target]["framework"]:
             inputs["model"] = model

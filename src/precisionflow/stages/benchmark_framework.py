@@ -12,11 +12,13 @@ from precisionflow.measure import speed
 from precisionflow.measure.keras_runner import KerasRunner
 from precisionflow.nodeio import write_json_atomic
 from precisionflow.datasets.store import Split
+from precisionflow.stages import Reading
 
 PACKAGES = ("tensorflow", "tf-keras", "numpy")
 
 
-def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
+def reads(at: Reading) -> Dict[str, Any]:
+    cfg, target, runtime = at.cfg, at.target, at.runtime
     from precisionflow.measure.targets import device_params, timing_settings
 
     return {

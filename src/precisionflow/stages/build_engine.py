@@ -9,6 +9,7 @@ from typing import Any, Dict
 from precisionflow.backends import check_runtime, get_backend
 from precisionflow.nodeio import read_node, write_json_atomic
 from precisionflow.measure.targets import device_params
+from precisionflow.stages import Reading
 
 PACKAGES = ("onnx", "numpy")  # the backend's own version is in params["runtime"]
 # The engine settings each backend reads; the others do not enter its engines' ids.
@@ -45,7 +46,8 @@ def may_run_on_gpu(target_def: Dict[str, Any]) -> bool:
     return target_def["device"] == "cuda" or (target_def["device"] == "auto" and has_nvidia_gpu())
 
 
-def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
+def reads(at: Reading) -> Dict[str, Any]:
+    cfg, target, runtime = at.cfg, at.target, at.runtime
     settings = engine_settings(cfg["engine"], cfg["target_defs"][target])
     if settings["backend"] == "tensorrt" and cfg.get("prune", {}).get("method") == "sparse24":
         settings["sparse_weights"] = True  # 2:4-sparse weights: let TensorRT pick its sparse tensor-core kernels

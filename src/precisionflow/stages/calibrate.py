@@ -22,6 +22,7 @@ from precisionflow.nodeio import read_json, read_node
 from precisionflow.quant import cache, qdq
 from precisionflow.quant.reader import array_reader, graph_input_name
 from precisionflow.datasets.store import Split
+from precisionflow.stages import Reading
 
 PACKAGES = ("onnx", "onnxruntime", "numpy")
 CALIBRATION_KEYS = ("method", "num_samples", "batch_size", "split", "sampling", "seed", "exclude_conditions")
@@ -55,10 +56,11 @@ CALIBRATED_OPS = [
 ENTROPY_HISTOGRAM = {"num_bins": 2048, "num_quantized_bins": 128}
 
 
-def reads(cfg: Dict[str, Any], source: str) -> Dict[str, Any]:
+def reads(at: Reading) -> Dict[str, Any]:
     """source=ptq: the configured calibrator; source=qat: learned ranges, minmax only fills
     tensors QAT has no quantizer on. The percentile is read only by the percentile method; the
     TensorRT cache header version only when a cache is exported (track_mlflow)."""
+    cfg, source = at.cfg, at.source
     params = {key: cfg["calibration"][key] for key in CALIBRATION_KEYS}
     params["source"] = source
     if source == "qat":

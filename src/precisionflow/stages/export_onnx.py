@@ -11,11 +11,13 @@ import numpy as np
 
 from precisionflow.errors import StageError
 from precisionflow.datasets.store import Split, predict_in_batches
+from precisionflow.stages import Reading
 
 PACKAGES = ("tensorflow", "tf-keras", "tf2onnx", "onnx", "onnxruntime", "numpy")
 
 
-def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
+def reads(at: Reading) -> Dict[str, Any]:
+    cfg = at.cfg
     return {"opset": cfg["export"]["opset"]}
 
 

@@ -14,13 +14,15 @@ import numpy as np
 
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
 from precisionflow.modeling import training
+from precisionflow.stages import Reading
 
 PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy", "matplotlib", "h5py")
 FINETUNE_KEYS = ("mode", "epochs", "batch_size", "learning_rate", "seed")
 
 
-def reads(cfg: Dict[str, Any], finetune: Dict[str, Any]) -> Dict[str, Any]:
+def reads(at: Reading) -> Dict[str, Any]:
     """`finetune` is cfg["finetune"], or its QAT variant for the int8_qat branch."""
+    cfg, finetune = at.cfg, at.finetune
     from precisionflow.modeling import models
 
     keys = FINETUNE_KEYS + (("exclude_layers",) if finetune["mode"] == "qat" else ())

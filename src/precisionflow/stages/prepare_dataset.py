@@ -22,6 +22,7 @@ from precisionflow.datasets import store
 from precisionflow.errors import ConfigError, DataError
 from precisionflow.datasets.source import Source
 from precisionflow.nodeio import write_json_atomic
+from precisionflow.stages import Reading
 
 PACKAGES = ("numpy", "scikit-learn", "pillow")
 SPLITS = ("train", "val", "test")
@@ -35,8 +36,9 @@ COCO_KEYS = ("name", "path", "image_size", "channels")
 DEFAULT_SCENE = {"shadow_reach": [0.6, 1.0], "shadow_darkness": [0.35, 0.55], "vehicle_scale": 1.0, "vehicle_colour": [60, 256]}
 
 
-def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
+def reads(at: Reading) -> Dict[str, Any]:
     """The dataset settings this stage uses (the plan adds the folder's content fingerprint)."""
+    cfg = at.cfg
     dataset = cfg["dataset"]
     keys = ("name",) + SPLIT_KEYS
     if dataset["name"] in ("shadow_cars", "coco_folder"):

@@ -16,13 +16,15 @@ from typing import Any, Dict, List
 import numpy as np
 
 from precisionflow.nodeio import write_json_atomic
+from precisionflow.stages import Reading
 
 PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy", "h5py")
 CHANNEL_KEYS = ("method", "criterion", "ratio", "threshold", "granularity", "min_channels", "bn_scale", "exclude_layers")
 SPARSE_KEYS = ("method", "epochs", "batch_size", "learning_rate", "seed", "exclude_layers")
 
 
-def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
+def reads(at: Reading) -> Dict[str, Any]:
+    cfg = at.cfg
     prune = cfg["prune"]
     return {"prune": {key: prune[key] for key in (CHANNEL_KEYS if prune["method"] == "channel" else SPARSE_KEYS)}}
 

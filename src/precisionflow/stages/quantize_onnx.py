@@ -10,12 +10,14 @@ from typing import Any, Dict
 
 from precisionflow import precisions
 from precisionflow.hashing import file_hash
+from precisionflow.stages import Reading
 
 PACKAGES = ("onnx", "onnxconverter-common", "onnxruntime", "matplotlib", "numpy")
 
 
-def reads(cfg: Dict[str, Any], precision: str, placement: str = "tensorrt") -> Dict[str, Any]:
+def reads(at: Reading) -> Dict[str, Any]:
     """`placement`: the runtime int8 Q/DQ is placed for (qdq.placement_for the target)."""
+    cfg, precision, placement = at.cfg, at.precision, at.placement
     params = {"precision": precision, **precisions.get(precision).graph_params(cfg, placement)}
     if precision in precisions.PLUGIN_SOURCES:  # its code is outside this package's import closure
         params["plugin_sha256"] = precisions.PLUGIN_SOURCES[precision]

@@ -15,13 +15,15 @@ from typing import Any, Dict
 import numpy as np
 
 from precisionflow.nodeio import write_json_atomic
+from precisionflow.stages import Reading
 
 PACKAGES = ("numpy", "mlcommons-loadgen")
 GPU_BOUND_MS, CPU_BOUND_MS = 15.0, 33.0
 MLPERF_MIN_DURATION_MS = 600_000
 
 
-def reads(cfg: Dict[str, Any], target: str, runtime: Dict[str, str]) -> Dict[str, Any]:
+def reads(at: Reading) -> Dict[str, Any]:
+    cfg, target, runtime = at.cfg, at.target, at.runtime
     from precisionflow.measure.targets import device_params
 
     settings = {**cfg["evaluate"]["serving"], **cfg["target_defs"][target].get("serving", {})}

@@ -13,11 +13,13 @@ from typing import Any, Dict
 from precisionflow.errors import StageError
 from precisionflow.nodeio import read_json
 from precisionflow.modeling.training import at_chance_message, fit, optimizer, rebuild_fp32, save_outputs
+from precisionflow.stages import Reading
 
 PACKAGES = ("tensorflow", "tf-keras", "numpy", "matplotlib", "h5py")
 
 
-def reads(cfg: Dict[str, Any]) -> Dict[str, Any]:
+def reads(at: Reading) -> Dict[str, Any]:
+    cfg = at.cfg
     from precisionflow.modeling import models
 
     train = {key: value for key, value in cfg["train"].items() if key not in THRESHOLD_KEYS}
