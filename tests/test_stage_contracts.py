@@ -1,6 +1,7 @@
 """Every stage module keeps the one contract the planner assembles the graph from
 (precisionflow/stages/__init__.py): issue 41, a stage as one typed object a reader can follow."""
 
+import dataclasses
 import inspect
 
 import pytest
@@ -25,5 +26,5 @@ def test_every_stage_keeps_the_contract(stage):
 def test_a_reading_names_only_what_a_point_can_say():
     reading = Reading({"task": "classification"}, "cpu", {"device": "x"}, "int8")
     assert (reading.target, reading.precision, reading.placement, reading.source) == ("cpu", "int8", "tensorrt", None)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         reading.target = "h200"  # frozen: a stage cannot change where it is read

@@ -352,6 +352,8 @@ class ServingConf:
     search_duration_ms: Optional[int] = None
     # With short probes, the confirmed 0.8x Offline then climbs by 0.05x Offline in at most this many
     # more full-length runs (the first INVALID stops it): the GPU targets use 3 (0.85, 0.90, 0.95).
+    # A 0.8x that fails at full length steps down the same way (0.75, 0.70, ...) before the probes'
+    # own answer is tried.
     full_length_climb: int = 0
     coalesce_queries: bool = True  # LoadGen hands the SUT the queries due while it was busy in one call
     seed: int = 1

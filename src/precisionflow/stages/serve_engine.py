@@ -278,17 +278,24 @@ def confirm(searched: Dict[str, Any], start: float, ceiling: float, valid_at_ful
     the probes' own answer. The first that holds is the rate; none holding is no rate. A confirmed
     start then climbs (`climb`); its bracket's top is the first rate that failed at full length,
     or the Offline rate when none did (nothing above was tried)."""
-    candidates = [start] if start and (searched["rate"] or 0) < start else []
-    candidates += [searched["rate"]] if searched["rate"] else []
     confirmed = {"confirmed_at_full_length": True}
-    for rate in candidates:
-        if valid_at_full_length(rate):
-            top = ceiling if rate == start and ceiling else searched["bracket"][1]
-            if rate == start and ceiling:
-                rate, top = climb(rate, ceiling, valid_at_full_length, climb_runs)
+    probed = searched["rate"] or 0
+    failed_above = None
+    if start and probed < start:
+        if valid_at_full_length(start):
+            rate, top = climb(start, ceiling, valid_at_full_length, climb_runs) if ceiling else (start, searched["bracket"][1])
             return {**searched, **confirmed, "rate": round(rate, 3), "bracket": [round(rate, 3), top and round(top, 3)]}
-    why = "no rate the short probes found held in a full-length run" if candidates else searched.get("why")
-    return {**searched, **confirmed, "rate": None, "bracket": [None, searched["bracket"][1]], "why": why}
+        # The start failed: step down in full-length runs while above the probes' answer -- short
+        # probes fail on rare stalls, so their answer sits far below (0.15x Offline, ResNet-50 fp32
+        # on the H200) what a full-length run holds.
+        held, failed_above = descend(start, probed, ceiling or start, valid_at_full_length, climb_runs)
+        if held:
+            return {**searched, **confirmed, "rate": round(held, 3), "bracket": [round(held, 3), round(failed_above, 3)]}
+    if probed and valid_at_full_length(probed):
+        top = min(searched["bracket"][1] or failed_above or probed, failed_above or float("inf"))
+        return {**searched, **confirmed, "rate": round(probed, 3), "bracket": [round(probed, 3), top and round(top, 3)]}
+    why = "no rate the short probes found held in a full-length run" if (start or probed) else searched.get("why")
+    return {**searched, **confirmed, "rate": None, "bracket": [None, failed_above or searched["bracket"][1]], "why": why}
 
 
 CLIMB_STEP = 0.05  # of the Offline rate: MLPerf's GPU submissions sit at 0.83-0.88x Offline
@@ -307,6 +314,20 @@ def climb(rate: float, ceiling: float, valid_at_full_length, runs: int):
             return rate, higher
         rate = higher
     return rate, ceiling
+
+
+def descend(failed: float, floor: float, ceiling: float, valid_at_full_length, runs: int):
+    """(the first rate that held, the lowest that failed), stepping down from a `failed` rate by
+    CLIMB_STEP x ceiling in at most `runs` full-length runs while above `floor` (the short probes'
+    answer, tried after); (None, the lowest that failed) when none held."""
+    for _ in range(runs):
+        lower = failed - CLIMB_STEP * ceiling
+        if lower <= floor:
+            break
+        if valid_at_full_length(lower):
+            return lower, failed
+        failed = lower
+    return None, failed
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
