@@ -209,3 +209,17 @@ def test_why_gives_each_reason_its_own_line_and_calls_only_missing_nodes_new(tmp
     assert lines[train + 1] == "    train.epochs: 2 -> 3"
     assert all(len(line) <= WIDTH + 4 for line in lines)
     assert not any("prepare_dataset/" in line and "(new)" in line for line in lines)  # it exists: not new
+
+
+def test_a_budget_finer_than_the_test_split_is_said_at_planning(tmp_path, capsys):
+    """The budget's owner decides (reporting.budget.resolution_warning); the planner prints it once
+    per precision, before anything runs. Digits' test split: 450 images, so 0.1 points cannot be
+    resolved even with no image flipped, 5 points can."""
+    from precisionflow.reporting.budget import resolution_warning
+
+    planning.build_plan(expand(["evaluate.budget.max_top1_drop=0.1", "precisions=[fp32,int8]"]), str(tmp_path))
+    printed = capsys.readouterr().err
+    assert printed.count("max_top1_drop=0.1 for int8 is finer than 450 test images can resolve") == 1
+    assert "for fp32 is finer" not in printed  # the reference is not judged against itself
+    assert resolution_warning({"max_top1_drop": 5.0}, "int8", "classification", 360) is None
+    assert resolution_warning({"max_top1_drop": 0.1}, "int8", "detection", 360) is None

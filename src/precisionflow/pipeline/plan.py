@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from precisionflow import precisions
 from precisionflow import identity
-from precisionflow.reporting.budget import budget_for
+from precisionflow.reporting.budget import budget_for, resolution_warning
 from precisionflow.pipeline import flow
 from precisionflow.errors import ConfigError
 from precisionflow.stages import Reading
@@ -463,30 +463,14 @@ def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequen
 
 
 def resolution_warnings(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) -> List[str]:
-    """Budgets finer than their test split can resolve: with n images even an engine that flips not
-    one of them has a drop interval wider than the budget, so its verdict can only be UNDECIDED."""
-    from precisionflow import stats
-
+    """Each evaluation's budget held against the test split its data node will hold
+    (reporting.budget.resolution_warning decides; the planner only knows the split sizes)."""
     found = set()
     for key, budget in budgets.items():
         node = builder.nodes[key]
-        limit = budget.get("max_top1_drop")
-        if (
-            limit is None
-            or node.params["precision"] == precisions.reference().name
-            or node.params.get("task", "classification") != "classification"
-        ):
-            continue
         images = builder.split_sizes(builder.nodes[node.inputs["data"]])["test"]
-        finest = stats.zero_flip_resolution(images, budget.get("confidence", 0.95))
-        if limit < finest:
-            found.add(
-                f"precisionflow: warning: max_top1_drop={limit} for {node.params['precision']} is finer than "
-                f"{images} test images can resolve (one image = {100 / images:.2f} points; even with no image "
-                f"flipped the drop's interval reaches {finest:.2f}): its verdict can only be UNDECIDED. Use "
-                "more test images (dataset.test_fraction, a larger data set) or a budget of at least that."
-            )
-    return sorted(found)
+        found.add(resolution_warning(budget, node.params["precision"], node.params.get("task", "classification"), images))
+    return sorted(found - {None})
 
 
 def warn_unresolvable(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) -> None:

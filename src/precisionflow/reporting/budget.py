@@ -56,6 +56,24 @@ def check_config(evaluate: Dict[str, Any]) -> None:
             raise ConfigError(f"evaluate.budget(s) speedup_at for {precision}: expected b1, bmax or streams, found '{at}'.")
 
 
+def resolution_warning(budget: Dict[str, Any], precision: str, task: str, test_images: int) -> Optional[str]:
+    """A top-1 budget finer than the test split can resolve: with n images even an engine that flips
+    not one of them has a drop interval wider than the budget, so its verdict can only be UNDECIDED.
+    Said at planning, before anything runs; None when the budget can be met."""
+    limit = budget.get("max_top1_drop")
+    if limit is None or precision == precisions.reference().name or task != "classification":
+        return None
+    finest = stats.zero_flip_resolution(test_images, budget.get("confidence", 0.95))
+    if limit >= finest:
+        return None
+    return (
+        f"precisionflow: warning: max_top1_drop={limit} for {precision} is finer than "
+        f"{test_images} test images can resolve (one image = {100 / test_images:.2f} points; even with no image "
+        f"flipped the drop's interval reaches {finest:.2f}): its verdict can only be UNDECIDED. Use "
+        "more test images (dataset.test_fraction, a larger data set) or a budget of at least that."
+    )
+
+
 def _finished(results: Path, key: str) -> Optional[Dict[str, Any]]:
     folder = results / key
     if not (folder / NODE_FILE).is_file() or declined(folder):  # unfinished, or built nothing: no figures
