@@ -379,7 +379,10 @@ def serving_side(graph_dir: Path, out: Path, names, work: Path, settings_file: P
     def recorded(make_sut, scenario, scenario_settings, folder, rate=0.0, **kwargs):
         result = measured(make_sut, scenario, scenario_settings, folder, rate, **kwargs)
         brief = {k: result.get(k) for k in ("valid", "target_qps", "samples_per_second", "p50_ns", "p99_ns", "batches")}
-        emit(out, {"graph": name, "what": "run", "scenario": scenario, "seconds": scenario_settings["min_duration_ms"] / 1000, **brief})
+        emit(
+            out,
+            {"graph": name, "what": "run", "scenario": scenario, "seconds": scenario_settings["min_duration_ms"] / 1000, **brief},
+        )
         return result
 
     srv.run_scenario = recorded

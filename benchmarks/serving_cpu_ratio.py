@@ -83,7 +83,9 @@ def main(results: Path, engines) -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     out = Path(os.environ.get("OUT", Path(__file__).parent / "results" / "serving_cpu_ratio.json"))
-    code = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
+    code = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+    ).stdout.strip()
     out.write_text(json.dumps({"results": str(results), "code": code, "settings": SETTINGS, "rows": rows}, indent=1) + "\n")
     print("wrote", out)
 
