@@ -69,8 +69,6 @@ class BatchingSUT:
                 return
             now = time.perf_counter()
             self.waiting.extend((query, now) for query in queries)
-            # (Waking the worker only for a first query or a full batch was tried: no difference
-            # through this CPU's run-to-run noise, benchmarks/results/serving_cpu_ratio/.)
             self.ready.notify()
 
     def flush(self) -> None:

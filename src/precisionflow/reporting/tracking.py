@@ -191,7 +191,7 @@ def trade_off_state(runs_view: dict) -> dict:
     }
 
 
-def ui_links(base: str, experiment_id: str, run_ids=()) -> dict:
+def ui_links(base: str, experiment_id: str) -> dict:
     """The runs page in model-training mode with precisionflow's view (engine runs only, best first),
     and the same runs opened on the trade-off chart."""
     page = f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey="

@@ -21,6 +21,7 @@ from precisionflow.hashing import file_hash
 from precisionflow.nodeio import read_json, read_node
 from precisionflow.quant import cache, qdq
 from precisionflow.quant.reader import array_reader, graph_input_name
+from precisionflow.datasets.facts import DataFacts
 from precisionflow.datasets.store import Split
 from precisionflow.stages import Reading
 
@@ -70,7 +71,7 @@ def reads(at: Reading) -> Dict[str, Any]:
     return params
 
 
-def preflight(calibration: Dict[str, Any], data) -> List[str]:
+def preflight(calibration: Dict[str, Any], data: DataFacts) -> List[str]:
     """Before anything runs, the calibration settings against what the data node will hold
     (datasets.facts.DataFacts): more samples than the split has and a condition name the test split
     does not carry are refused; a sample that would barely see some classes or conditions gives

@@ -274,28 +274,39 @@ def server_search(
 
 def confirm(searched: Dict[str, Any], start: float, ceiling: float, valid_at_full_length, climb_runs: int = 0) -> Dict[str, Any]:
     """The probing search's answer checked at full length: the start (0.8x Offline) first when the
-    probes ended below it -- short runs fail on rare stalls that a full-length p99 absorbs -- then
-    the probes' own answer. The first that holds is the rate; none holding is no rate. A confirmed
-    start then climbs (`climb`); its bracket's top is the first rate that failed at full length,
-    or the Offline rate when none did (nothing above was tried)."""
-    confirmed = {"confirmed_at_full_length": True}
+    probes ended below it -- short runs fail on rare stalls that a full-length p99 absorbs. A start
+    that holds climbs (`climb`), one that fails steps down (`descend`), each in at most `climb_runs`
+    full-length runs; then the probes' own answer. The first that holds is the rate, its bracket's
+    top the lowest rate that failed at full length (the Offline rate when nothing above was tried);
+    none holding is no rate."""
+
+    def answer(rate, top):
+        return {
+            **searched,
+            "confirmed_at_full_length": True,
+            "rate": rate and round(rate, 3),
+            "bracket": [rate and round(rate, 3), top and round(top, 3)],
+        }
+
     probed = searched["rate"] or 0
     failed_above = None
     if start and probed < start:
         if valid_at_full_length(start):
-            rate, top = climb(start, ceiling, valid_at_full_length, climb_runs) if ceiling else (start, searched["bracket"][1])
-            return {**searched, **confirmed, "rate": round(rate, 3), "bracket": [round(rate, 3), top and round(top, 3)]}
-        # The start failed: step down in full-length runs while above the probes' answer -- short
-        # probes fail on rare stalls, so their answer sits far below (0.15x Offline, ResNet-50 fp32
-        # on the H200) what a full-length run holds.
+            return (
+                answer(*climb(start, ceiling, valid_at_full_length, climb_runs))
+                if ceiling
+                else answer(start, searched["bracket"][1])
+            )
+        # Short probes fail on rare stalls, so their answer sits far below (0.15x Offline, ResNet-50
+        # fp32 on the H200) what a full-length run holds: step down at full length first.
         held, failed_above = descend(start, probed, ceiling or start, valid_at_full_length, climb_runs)
         if held:
-            return {**searched, **confirmed, "rate": round(held, 3), "bracket": [round(held, 3), round(failed_above, 3)]}
+            return answer(held, failed_above)
+    tops = [top for top in (searched["bracket"][1], failed_above) if top]
     if probed and valid_at_full_length(probed):
-        top = min(searched["bracket"][1] or failed_above or probed, failed_above or float("inf"))
-        return {**searched, **confirmed, "rate": round(probed, 3), "bracket": [round(probed, 3), top and round(top, 3)]}
+        return answer(probed, min(tops) if tops else None)
     why = "no rate the short probes found held in a full-length run" if (start or probed) else searched.get("why")
-    return {**searched, **confirmed, "rate": None, "bracket": [None, failed_above or searched["bracket"][1]], "why": why}
+    return {**answer(None, failed_above or searched["bracket"][1]), "why": why}
 
 
 CLIMB_STEP = 0.05  # of the Offline rate: MLPerf's GPU submissions sit at 0.83-0.88x Offline
