@@ -220,6 +220,19 @@ def test_the_server_batch_leaves_room_for_a_batch_in_flight():
     assert server_max_batch({1: 0.02}, 0.015, 0.001) == 1
 
 
+def test_the_server_batch_is_not_chosen_on_the_edge_of_the_bound():
+    """Fused ResNet-50 on the H200: fp16's b128 call measured 6.98-7.03 ms between sessions, right on
+    2 x call + 1 ms = 15 ms; 64 must be chosen either way (128 held only 0.80x Offline at p99 14.8 ms),
+    while fp32's b64 (5.1 ms, 0.85x held at p99 11.6 ms) stays 64."""
+    from precisionflow.stages.serve_engine import server_max_batch
+
+    for b128_s in (0.00698, 0.00703):
+        fp16 = {1: 0.00056, 32: 0.00196, 64: 0.00367, 128: b128_s}
+        assert server_max_batch(fp16, 0.015, 0.001) == 64
+    fp32 = {1: 0.00056, 32: 0.00278, 64: 0.0051, 128: 0.0096}
+    assert server_max_batch(fp32, 0.015, 0.001) == 64
+
+
 def test_a_start_that_fails_once_is_tried_again_before_the_search_halves():
     """On the H200 a 4-s run at 0.8x Offline was INVALID from two stalled engine calls while 60 s at
     the same rate were VALID: the search must not halve on one failure at its start."""
@@ -264,15 +277,29 @@ def stalling_run(capacity_short: float, capacity_long: float, seen: list):
     return run
 
 
-def test_short_probes_are_confirmed_at_full_length_starting_from_the_start_rate():
+def test_a_start_that_holds_at_full_length_spends_no_short_probe():
+    """On the H200 the 4-s probes ended at 0.10-0.26x Offline under a 0.8x start that held for 60 s,
+    and cost a minute per search: the start runs at full length first."""
     from precisionflow.stages.serve_engine import server_search
 
     seen = []
     settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1)
     found = server_search(stalling_run(3000, 11000, seen), {"mean_ns": 6e5}, settings, start=10300, ceiling=12900)
     assert found["rate"] == 10300 and found["bracket"] == [10300, 12900] and found["confirmed_at_full_length"]
-    assert seen[-1] == (10300, 60000) and all(duration == 4000 for _, duration in seen[:-1])
+    assert seen == [(10300, 60000)]
     assert found["at_rate"]["duration_ms"] == 60000  # the figure comes from the full-length run
+
+
+def test_short_probes_search_only_where_the_start_and_its_descent_fail():
+    from precisionflow.stages.serve_engine import server_search
+
+    seen = []
+    settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1, full_length_climb=3)
+    found = server_search(stalling_run(3000, 5000, seen), {"mean_ns": 6e5}, settings, start=9600, ceiling=12000)
+    full_length = [rate for rate, duration in seen if duration == 60000]
+    assert full_length[:4] == [9600, 9000, 8400, 7800]  # the start, then three steps down: all fail
+    assert {duration for _, duration in seen[4:-1]} == {4000} and seen[-1][1] == 60000  # probes, their answer
+    assert round(found["rate"]) == full_length[-1] <= 3000 and found["bracket"][1] <= 7800
 
 
 def test_a_confirmed_start_climbs_at_full_length_until_a_run_fails():
@@ -300,7 +327,7 @@ def test_a_start_that_fails_at_full_length_steps_down_at_full_length():
     settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1, full_length_climb=3)
     found = server_search(stalling_run(3000, 8700, seen), {"mean_ns": 6e5}, settings, start=9600, ceiling=12000)
     assert found["rate"] == 8400 and found["bracket"] == [8400, 9000]
-    assert [rate for rate, duration in seen if duration == 60000] == [9600, 9000, 8400]
+    assert seen == [(9600, 60000), (9000, 60000), (8400, 60000)]  # no short probe
 
 
 def test_the_climb_spends_no_more_full_length_runs_than_allowed():
@@ -320,7 +347,8 @@ def test_no_rate_when_nothing_the_probes_found_holds_at_full_length():
     settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1)
     found = server_search(stalling_run(3000, 100, seen), {"mean_ns": 6e5}, settings, start=10300, ceiling=12900)
     assert found["rate"] is None and "full-length" in found["why"]
-    assert [duration for _, duration in seen[-2:]] == [60000, 60000]  # the start, then the probes' answer
+    assert seen[0] == (10300, 60000) and seen[-1][1] == 60000  # the start, the probes, their answer
+    assert {duration for _, duration in seen[1:-1]} == {4000}
 
 
 def test_without_a_probe_length_every_run_is_full_length():

@@ -346,14 +346,14 @@ class ServingConf:
     # Independent Server searches per side (each its own arrival schedule): the ratio's interval
     # spans their answers, so it widens when runs disagree; any search with no valid rate withholds it.
     search_repeats: int = 2
-    # The search's probing runs (null: min_duration_ms). Shorter probes are cheaper, but on the H200
-    # one engine call in a few thousand stalls ~20 ms, which fails a 4-s run at any rate while 60-s
-    # runs at 0.8x Offline pass: so every rate reported is confirmed by a run of min_duration_ms.
+    # The search's probing runs (null: min_duration_ms). Set shorter, 0.8x Offline runs at full length
+    # first and the short probes search only where full-length runs find no rate: on the H200 one
+    # engine call in a few thousand stalls ~20 ms, which fails a 4-s run at any rate while 60-s runs
+    # at 0.8x Offline pass. Every rate reported is from a run of min_duration_ms.
     search_duration_ms: Optional[int] = None
-    # With short probes, the confirmed 0.8x Offline then climbs by 0.05x Offline in at most this many
-    # more full-length runs (the first INVALID stops it): the GPU targets use 3 (0.85, 0.90, 0.95).
-    # A 0.8x that fails at full length steps down the same way (0.75, 0.70, ...) before the probes'
-    # own answer is tried.
+    # With short probes, a 0.8x Offline that holds climbs by 0.05x Offline in at most this many more
+    # full-length runs (the first INVALID stops it): the GPU targets use 3 (0.85, 0.90, 0.95). One
+    # that fails steps down the same way (0.75, 0.70, ...) before the short probes search.
     full_length_climb: int = 0
     coalesce_queries: bool = True  # LoadGen hands the SUT the queries due while it was busy in one call
     seed: int = 1

@@ -99,13 +99,18 @@ def answers_through_server(run_batch, images: np.ndarray, labels, settings: Dict
     return result
 
 
+SERVER_HEADROOM = 0.9  # of the bound: the p99 sits above 2 x call + wait once the queue varies
+
+
 def server_max_batch(service_s: Dict[int, float], bound_s: float, max_wait_s: float) -> int:
     """The largest batch the Server scenario may form: a query that arrives just after a batch
     started waits for that batch, then rides its own, so 2 x its call + the wait must fit the
-    bound. On the H200 ResNet-50 fp16 takes ~10 ms at b128: batches of 128 made a 15-ms p99
-    impossible at any rate, however fast the engine (benchmarks/results/h200/engine_vs_plain_2026-12-02/
-    sut_crossed_with_probe.jsonl)."""
-    fitting = [size for size, seconds in service_s.items() if 2 * seconds + max_wait_s <= bound_s]
+    bound, with SERVER_HEADROOM. On the H200 ResNet-50 fp16 takes ~10 ms at b128 unfused: batches
+    of 128 made a 15-ms p99 impossible at any rate (benchmarks/results/h200/engine_vs_plain_2026-12-02/
+    sut_crossed_with_probe.jsonl). Fused it takes 6.98-7.03 ms, 2 x 7.0 + 1 = 15.0: without the
+    headroom the choice flipped on noise, and with 128 the p99 was 14.8 ms at 0.80x Offline where
+    batches of 64 held 0.85x at 8-10 ms (benchmarks/results/h200/workflow_side_fixed_2026-12-03/)."""
+    fitting = [size for size, seconds in service_s.items() if 2 * seconds + max_wait_s <= SERVER_HEADROOM * bound_s]
     return max(fitting) if fitting else min(service_s)
 
 
@@ -214,9 +219,9 @@ def server_search(
     run, single: Dict[str, Any], settings: Dict[str, Any], start: float = None, ceiling: float = None
 ) -> Dict[str, Any]:
     """The largest valid Server rate, or the reason there is none (batch-1 latency over the bound).
-    With search_duration_ms shorter than min_duration_ms the search probes with short runs and the
-    answer is then confirmed at full length (`confirm`). `ceiling`: the Offline rate, above which no
-    Server rate can lie."""
+    With search_duration_ms shorter than min_duration_ms the start is tried at full length first and
+    short runs search only where full-length runs find no rate (`confirm`). `ceiling`: the Offline
+    rate, above which no Server rate can lie."""
     from precisionflow.measure import serving
 
     bound_ms, percentile = settings["latency_bound_ms"], settings["percentile"]
@@ -257,30 +262,33 @@ def server_search(
         return bool(result["valid"])
 
     start = start or 0.5 * 1e9 / max(single.get("mean_ns", 1e6), 1.0)  # half of what one stream completes
-    searched = serving.max_server_rate(valid_at, start, settings["search_precision"])
     if probing:
         searched = confirm(
-            searched,
+            lambda: serving.max_server_rate(valid_at, start, settings["search_precision"]),
             start,
             ceiling,
             lambda rate: valid_at(rate, settings["min_duration_ms"]),
             settings.get("full_length_climb", 0),
         )
+    else:
+        searched = serving.max_server_rate(valid_at, start, settings["search_precision"])
     valid_runs = [
         point for point in curve if point["valid"] and math.isclose(point["target_qps"], searched["rate"] or -1, rel_tol=1e-6)
     ]
     return {**searched, "curve": curve, "at_rate": valid_runs[-1] if valid_runs else None}
 
 
-def confirm(searched: Dict[str, Any], start: float, ceiling: float, valid_at_full_length, climb_runs: int = 0) -> Dict[str, Any]:
-    """The probing search's answer checked at full length: the start (0.8x Offline) first when the
-    probes ended below it -- short runs fail on rare stalls that a full-length p99 absorbs. A start
-    that holds climbs (`climb`), one that fails steps down (`descend`), each in at most `climb_runs`
-    full-length runs; then the probes' own answer. The first that holds is the rate, its bracket's
-    top the lowest rate that failed at full length (the Offline rate when nothing above was tried);
-    none holding is no rate."""
+def confirm(probe, start: float, ceiling: float, valid_at_full_length, climb_runs: int = 0) -> Dict[str, Any]:
+    """The Server rate from full-length runs, the short probes (`probe()`, the search in short runs)
+    only where those find none. The start (0.8x Offline) first: one that holds climbs (`climb`), one
+    that fails steps down (`descend`), each in at most `climb_runs` full-length runs; then the
+    probes, and their answer at full length. The first that holds is the rate, its bracket's top the
+    lowest rate that failed at full length (the Offline rate when nothing above was tried); none
+    holding is no rate. Short runs fail on rare stalls that a full-length p99 absorbs: on the H200
+    the probes ended at 0.10-0.26x Offline under starts that held, and cost a minute per search
+    (benchmarks/results/h200/workflow_side_fixed_2026-12-03/), so they no longer run first."""
 
-    def answer(rate, top):
+    def answer(searched, rate, top):
         return {
             **searched,
             "confirmed_at_full_length": True,
@@ -288,25 +296,24 @@ def confirm(searched: Dict[str, Any], start: float, ceiling: float, valid_at_ful
             "bracket": [rate and round(rate, 3), top and round(top, 3)],
         }
 
-    probed = searched["rate"] or 0
     failed_above = None
-    if start and probed < start:
+    if start:
         if valid_at_full_length(start):
-            return (
-                answer(*climb(start, ceiling, valid_at_full_length, climb_runs))
-                if ceiling
-                else answer(start, searched["bracket"][1])
-            )
-        # Short probes fail on rare stalls, so their answer sits far below (0.15x Offline, ResNet-50
-        # fp32 on the H200) what a full-length run holds: step down at full length first.
-        held, failed_above = descend(start, probed, ceiling or start, valid_at_full_length, climb_runs)
+            held, top = climb(start, ceiling, valid_at_full_length, climb_runs) if ceiling else (start, None)
+            return answer({"runs": []}, held, top)
+        held, failed_above = descend(start, ceiling or start, valid_at_full_length, climb_runs)
         if held:
-            return answer(held, failed_above)
+            return answer({"runs": []}, held, failed_above)
+    searched = probe()
+    probed = searched["rate"]
     tops = [top for top in (searched["bracket"][1], failed_above) if top]
     if probed and valid_at_full_length(probed):
-        return answer(probed, min(tops) if tops else None)
-    why = "no rate the short probes found held in a full-length run" if (start or probed) else searched.get("why")
-    return {**answer(None, failed_above or searched["bracket"][1]), "why": why}
+        return answer(searched, probed, min(tops) if tops else None)
+    why = "no rate the short probes found held in a full-length run" if probed else searched.get("why")
+    return {
+        **answer(searched, None, failed_above or searched["bracket"][1]),
+        "why": why or "the short probes found no valid rate",
+    }
 
 
 CLIMB_STEP = 0.05  # of the Offline rate: MLPerf's GPU submissions sit at 0.83-0.88x Offline
@@ -327,13 +334,13 @@ def climb(rate: float, ceiling: float, valid_at_full_length, runs: int):
     return rate, ceiling
 
 
-def descend(failed: float, floor: float, ceiling: float, valid_at_full_length, runs: int):
+def descend(failed: float, ceiling: float, valid_at_full_length, runs: int):
     """(the first rate that held, the lowest that failed), stepping down from a `failed` rate by
-    CLIMB_STEP x ceiling in at most `runs` full-length runs while above `floor` (the short probes'
-    answer, tried after); (None, the lowest that failed) when none held."""
+    CLIMB_STEP x ceiling in at most `runs` full-length runs; (None, the lowest that failed) when
+    none held."""
     for _ in range(runs):
         lower = failed - CLIMB_STEP * ceiling
-        if lower <= floor:
+        if lower <= 0:
             break
         if valid_at_full_length(lower):
             return lower, failed
