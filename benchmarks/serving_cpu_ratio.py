@@ -5,7 +5,7 @@ made: today's 1-s runs, or 1-s probes whose answer is confirmed -- and climbed f
 in longer runs (the GPU targets' search_duration_ms / full_length_climb, here 5 s). Each setting
 `ROUNDS` times per engine, alternating, so both meet the same load on this shared machine.
 
-    .venv/bin/python benchmarks/serving_cpu_confirmed.py RESULTS_DIR [ENGINE ...] -> benchmarks/results/serving_cpu_confirmed.json
+    .venv/bin/python benchmarks/serving_cpu_ratio.py RESULTS_DIR [ENGINE ...] -> $OUT (default benchmarks/results/serving_cpu_ratio.json)
 """
 
 import json
@@ -37,6 +37,7 @@ BASE = {
 SETTINGS = {
     "today: max_batch 8, 1-s runs": BASE,
     "max_batch 64": dict(BASE, max_batch=64),
+    "precision 0.05": dict(BASE, search_precision=0.05),
     "max_batch 64, 1-s probes confirmed + climbed in 5-s runs": dict(
         BASE, max_batch=64, min_duration_ms=5000, search_duration_ms=1000, full_length_climb=2
     ),

@@ -233,6 +233,20 @@ def test_the_server_batch_is_not_chosen_on_the_edge_of_the_bound():
     assert server_max_batch(fp32, 0.015, 0.001) == 64
 
 
+def test_the_search_never_runs_past_the_offline_rate():
+    """Started at 0.8x Offline, the search bisects [0.8x, 1x]: no Server rate exceeds Offline, so runs
+    above it (it doubled to 1.6x before) measure nothing."""
+    seen = []
+
+    def holds_to_95(rate):
+        seen.append(rate)
+        return rate <= 95.0
+
+    found = serving.max_server_rate(holds_to_95, start=80.0, precision=0.05, ceiling=100.0)
+    assert max(seen) == 100.0 and 95.0 / 1.05 <= found["rate"] <= 95.0
+    assert serving.max_server_rate(lambda rate: True, start=80.0, precision=0.05, ceiling=100.0)["rate"] == 100.0
+
+
 def test_a_start_that_fails_once_is_tried_again_before_the_search_halves():
     """On the H200 a 4-s run at 0.8x Offline was INVALID from two stalled engine calls while 60 s at
     the same rate were VALID: the search must not halve on one failure at its start."""

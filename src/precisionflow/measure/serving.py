@@ -301,9 +301,12 @@ def parse_summary(text: str) -> Dict[str, Any]:
     return found
 
 
-def max_server_rate(valid_at: Callable[[float], bool], start: float, precision: float, max_runs: int = 14) -> Dict[str, Any]:
+def max_server_rate(
+    valid_at: Callable[[float], bool], start: float, precision: float, max_runs: int = 14, ceiling: float = None
+) -> Dict[str, Any]:
     """The largest rate `valid_at` accepts, by search: verify a lower bound (halving from `start`
-    until one is valid), double until a run fails twice in a row, bisect (geometrically) until the bracket is within
+    until one is valid), double -- never past `ceiling`, the Offline rate no Server rate exceeds --
+    until a run fails twice in a row, bisect (geometrically) until the bracket is within
     `precision`, then re-verify the answer -- results are not monotonic in the rate, so a rate that
     fails on re-verification is stepped down. {"rate": highest valid or None, "bracket": [valid,
     failed], "runs": [(rate, valid), ...]}."""
@@ -318,11 +321,14 @@ def max_server_rate(valid_at: Callable[[float], bool], start: float, precision: 
         low /= 2
         if len(runs) >= max_runs // 2 or low < 1e-3:
             return {"rate": None, "bracket": [None, runs[-1][0]], "runs": runs}
-    high = low * 2
+    # Capped at the ceiling, a 0.8x Offline start bisects [0.8x, 1x]: uncapped it doubled to 1.6x, a
+    # rate no Server run can hold (on this CPU the cap saved runs, not ratio:
+    # benchmarks/results/serving_cpu_ratio/README.md, second comparison).
+    high = min(low * 2, ceiling or math.inf)
     # A failure stops the widening only when it repeats: one transient failure (a warm-up, a hiccup
     # of the host) at a low rate once trapped a search at a tenth of the engine's rate.
-    while len(runs) < max_runs and (check(high) or check(high)):
-        low, high = high, high * 2
+    while len(runs) < max_runs and high > low and (check(high) or check(high)):
+        low, high = high, min(high * 2, ceiling or math.inf)
     while high / low > 1 + precision and len(runs) < max_runs:
         middle = math.sqrt(low * high)
         low, high = (middle, high) if check(middle) else (low, middle)

@@ -264,14 +264,14 @@ def server_search(
     start = start or 0.5 * 1e9 / max(single.get("mean_ns", 1e6), 1.0)  # half of what one stream completes
     if probing:
         searched = confirm(
-            lambda: serving.max_server_rate(valid_at, start, settings["search_precision"]),
+            lambda: serving.max_server_rate(valid_at, start, settings["search_precision"], ceiling=ceiling),
             start,
             ceiling,
             lambda rate: valid_at(rate, settings["min_duration_ms"]),
             settings.get("full_length_climb", 0),
         )
     else:
-        searched = serving.max_server_rate(valid_at, start, settings["search_precision"])
+        searched = serving.max_server_rate(valid_at, start, settings["search_precision"], ceiling=ceiling)
     valid_runs = [
         point for point in curve if point["valid"] and math.isclose(point["target_qps"], searched["rate"] or -1, rel_tol=1e-6)
     ]
