@@ -344,6 +344,17 @@ def test_a_start_that_fails_at_full_length_steps_down_at_full_length():
     assert seen == [(9600, 60000), (9000, 60000), (8400, 60000)]  # no short probe
 
 
+def test_without_a_valid_offline_the_probes_search_first():
+    """With no Offline rate the start is half of what one stream completes, a guess: held at full
+    length it would be the answer however far above it the engine serves, so the probes search."""
+    from precisionflow.stages.serve_engine import server_search
+
+    seen = []
+    settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1, full_length_climb=3)
+    found = server_search(stalling_run(9000, 9000, seen), {"mean_ns": 6e5}, settings, start=800, ceiling=None)
+    assert seen[0] == (800, 4000) and seen[-1][1] == 60000 and found["rate"] >= 9000 / 1.1
+
+
 def test_the_climb_spends_no_more_full_length_runs_than_allowed():
     from precisionflow.stages.serve_engine import server_search
 

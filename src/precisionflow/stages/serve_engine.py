@@ -280,7 +280,8 @@ def server_search(
 
 def confirm(probe, start: float, ceiling: float, valid_at_full_length, climb_runs: int = 0) -> Dict[str, Any]:
     """The Server rate from full-length runs, the short probes (`probe()`, the search in short runs)
-    only where those find none. The start (0.8x Offline) first: one that holds climbs (`climb`), one
+    only where those find none. The start (0.8x Offline, `ceiling` the Offline rate; with no valid
+    Offline the probes search first) at full length first: one that holds climbs (`climb`), one
     that fails steps down (`descend`), each in at most `climb_runs` full-length runs; then the
     probes, and their answer at full length. The first that holds is the rate, its bracket's top the
     lowest rate that failed at full length (the Offline rate when nothing above was tried); none
@@ -297,11 +298,10 @@ def confirm(probe, start: float, ceiling: float, valid_at_full_length, climb_run
         }
 
     failed_above = None
-    if start:
+    if start and ceiling:  # without a valid Offline the start is a guess from SingleStream: probe first
         if valid_at_full_length(start):
-            held, top = climb(start, ceiling, valid_at_full_length, climb_runs) if ceiling else (start, None)
-            return answer({"runs": []}, held, top)
-        held, failed_above = descend(start, ceiling or start, valid_at_full_length, climb_runs)
+            return answer({"runs": []}, *climb(start, ceiling, valid_at_full_length, climb_runs))
+        held, failed_above = descend(start, ceiling, valid_at_full_length, climb_runs)
         if held:
             return answer({"runs": []}, held, failed_above)
     searched = probe()
