@@ -1,9 +1,0 @@
-#!/bin/bash
-# alternate the SUT before (e320be1: a wake-up per LoadGen call) and after (HEAD), two rounds
-for r in 0 1; do
-  for v in before after; do
-    dir=/tmp/sb; [ $v = after ] && dir=/tmp/sa
-    cd $dir && ROUNDS=1 SETTINGS="today,max_batch 64," OUT=/tmp/scr/$v-$r.json PYTHONPATH=$dir/src /work/main/.venv/bin/python benchmarks/serving_cpu_ratio.py /tmp/fresh/results fp32-local-cf962f962a9e int8-ortcpu-local-27e4b3b4db6c 2>&1 | grep -v Warn
-  done
-done
-echo done
