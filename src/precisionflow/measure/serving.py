@@ -324,11 +324,12 @@ def max_server_rate(
     # Capped at the ceiling, a 0.8x Offline start bisects [0.8x, 1x]: uncapped it doubled to 1.6x, a
     # rate no Server run can hold (on this CPU the cap saved runs, not ratio:
     # benchmarks/results/serving_cpu_ratio/README.md, second comparison).
-    high = min(low * 2, ceiling or math.inf)
+    cap = ceiling or math.inf
+    high = min(low * 2, cap)
     # A failure stops the widening only when it repeats: one transient failure (a warm-up, a hiccup
     # of the host) at a low rate once trapped a search at a tenth of the engine's rate.
     while len(runs) < max_runs and high > low and (check(high) or check(high)):
-        low, high = high, min(high * 2, ceiling or math.inf)
+        low, high = high, min(high * 2, cap)
     while high / low > 1 + precision and len(runs) < max_runs:
         middle = math.sqrt(low * high)
         low, high = (middle, high) if check(middle) else (low, middle)

@@ -262,16 +262,16 @@ def server_search(
         return bool(result["valid"])
 
     start = start or 0.5 * 1e9 / max(single.get("mean_ns", 1e6), 1.0)  # half of what one stream completes
+
+    def search():
+        return serving.max_server_rate(valid_at, start, settings["search_precision"], ceiling=ceiling)
+
     if probing:
         searched = confirm(
-            lambda: serving.max_server_rate(valid_at, start, settings["search_precision"], ceiling=ceiling),
-            start,
-            ceiling,
-            lambda rate: valid_at(rate, settings["min_duration_ms"]),
-            settings.get("full_length_climb", 0),
+            search, start, ceiling, lambda rate: valid_at(rate, settings["min_duration_ms"]), settings.get("full_length_climb", 0)
         )
     else:
-        searched = serving.max_server_rate(valid_at, start, settings["search_precision"], ceiling=ceiling)
+        searched = search()
     valid_runs = [
         point for point in curve if point["valid"] and math.isclose(point["target_qps"], searched["rate"] or -1, rel_tol=1e-6)
     ]
