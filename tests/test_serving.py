@@ -212,6 +212,36 @@ def test_single_stream_latency_is_the_service_time_and_server_reaches_offline(tm
     assert 0 < spent["engine_share"] <= 1 and spent["engine_call_ms"]["mean"] >= 1.0
 
 
+def test_the_two_sides_search_the_server_rate_in_turns(tmp_path):
+    """The ratio sets the engine's Server rate against fp32's: each side's first search, then each
+    side's second, so both sides' i-th searches meet the same load (one after the other, the CPU
+    default's int8_qat ratio moved 1.341 [1.213, 1.468] -> 0.885 [0.817, 0.997] between two runs)."""
+    from precisionflow.stages import serve_engine
+
+    calls = []
+
+    def side(name, per_image_s):
+        def runner(size):
+            def run_once():
+                calls.append(name)
+                time.sleep(0.0005 + per_image_s * size)
+
+            return run_once
+
+        runners = {size: runner(size) for size in serving.powers_of_two(8)}
+        return runners, {size: 0.0005 + per_image_s * size for size in runners}, tmp_path / name
+
+    settings = dict(SETTINGS, max_batch=8, max_wait_ms=1.0, workers=1, scenarios=["SingleStream", "Server"])
+    settings.update(search_precision=0.2, search_repeats=2)
+    found = serve_engine.serve_sides({"engine": side("engine", 0.0001), "fp32": side("fp32", 0.0002)}, settings)
+    turns = [name for index, name in enumerate(calls) if index == 0 or calls[index - 1] != name]
+    # SingleStream + Offline of each, then search 1 of each, then search 2 of each
+    assert turns == ["engine", "fp32", "engine", "fp32", "engine", "fp32"], turns
+    for name in ("engine", "fp32"):
+        assert len(found[name]["Server"]["repeats"]) == 2 and found[name]["Server"]["rate"], found[name]["Server"]
+        assert {p.name.split("-", 1)[1] for p in (tmp_path / name).iterdir()} >= {"SingleStream", "Offline", "Server"}
+
+
 def test_the_server_batch_leaves_room_for_a_batch_in_flight():
     from precisionflow.stages.serve_engine import server_max_batch
 

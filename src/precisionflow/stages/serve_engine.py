@@ -1,10 +1,11 @@
 """serve_engine: how many requests per second an engine serves within a latency bound.
 
-One job per engine, like compare_speed: the engine and its target's fp32 engine are served one
-after the other under the same bound, driven by MLPerf LoadGen (measure/serving.py is the system
-under test and the search). Per side: SingleStream latency; the largest valid Server rate (Poisson
-arrivals, latency from the scheduled arrival, the chosen percentile within the bound), found by
-search and re-verified; Offline throughput where asked; the Server/Offline ratio. LoadGen's logs
+One job per engine, like compare_speed: the engine and its target's fp32 engine are served under
+the same bound, their Server searches in turns (serve_sides), driven by MLPerf LoadGen
+(measure/serving.py is the system under test and the search). Per side: SingleStream latency;
+Offline throughput; the largest valid Server rate (Poisson arrivals, latency from the scheduled
+arrival, the chosen percentile within the bound), found by repeated searches; the Server/Offline
+ratio. LoadGen's logs
 stay in the node folder (loadgen/<side>/<run>/).
 """
 
@@ -123,74 +124,100 @@ def serve_side(engine_dir: Path, images: np.ndarray, settings: Dict[str, Any], l
 
 def serve_with(runners: Dict[int, Any], service_s: Dict[int, float], settings: Dict[str, Any], logs: Path) -> Dict[str, Any]:
     """serve_side's scenarios on prepared runners and their call times (a test gives constructed ones)."""
-    from precisionflow.measure import serving
+    return serve_sides({"engine": (runners, service_s, logs)}, settings)["engine"]
 
-    bound_s, wait_s = settings["latency_bound_ms"] / 1000, settings["max_wait_ms"] / 1000
-    server_batch = server_max_batch(service_s, bound_s, wait_s)
-    limit = serving.queue_limit(bound_s, service_s[server_batch], server_batch, settings["workers"])
 
-    def make_sut(scenario: str):
-        if scenario != "Server":  # queries come one by one (SingleStream) or all at once: no batch to wait for
-            return serving.BatchingSUT(runners, settings["max_batch"], 0.0, settings["workers"], 10**9)
-        chosen = {size: run_once for size, run_once in runners.items() if size <= server_batch}
-        return serving.BatchingSUT(chosen, server_batch, wait_s, settings["workers"], limit)
-
-    counter = iter(range(10**6))
-
-    # LoadGen sizes SingleStream and Offline runs from the expected latency / rate: an engine faster
-    # than expected ends before min_duration_ms and the run is INVALID ("Min duration satisfied: NO",
-    # 10 of 12 SingleStream runs of the default experiment), so both are over-estimated twofold.
-    expected_single_ns = int(0.5 * 1e9 * service_s[min(service_s)])
-
-    def run(scenario: str, rate: float = 0.0, seed_offset: int = 0, duration_ms: int = None):
-        folder = logs / f"{next(counter):02d}-{scenario}"
-        scenario_settings = dict(settings, seed=settings["seed"] + seed_offset, single_stream_expected_ns=expected_single_ns)
-        scenario_settings["min_duration_ms"] = duration_ms or settings["min_duration_ms"]
-        return serving.run_scenario(make_sut, scenario, scenario_settings, folder, rate)
-
-    largest = max(service_s)
-    found: Dict[str, Any] = {
-        "engine_call_ms": {str(size): round(1000 * seconds, 4) for size, seconds in sorted(service_s.items())},
-        "server_max_batch": server_batch,
-        "queue_limit": limit,
-    }
-    found["SingleStream"] = single = run("SingleStream")
-    found["Offline"] = run("Offline", rate=2 * largest / max(service_s[largest], 1e-6))
+def serve_sides(sides: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """Every scenario the settings name, for each side ({name: (runners, call times, logs folder)}).
+    SingleStream and Offline side by side, then the Server searches in turns: each side's first
+    search, then each side's second, and so on. The Server ratio sets two sides' rates against each
+    other; on a shared machine whose load moves over minutes, sides served one after the other met
+    different loads (the CPU default's int8_qat ratio 1.341 [1.213, 1.468] in one run, 0.885
+    [0.817, 0.997] in the next), while searches in turns meet the same ones."""
+    served = {name: _ServedSide(runners, service_s, settings, logs) for name, (runners, service_s, logs) in sides.items()}
+    for side in served.values():
+        side.single_and_offline()
     if "Server" in settings["scenarios"]:
-        offline = found["Offline"]
-        offline_rate = offline.get("samples_per_second") if offline["valid"] else None
-        # The search starts near Offline, not low: on the H200 one engine call in a few thousand
-        # stalled ~20 ms, which fails a short run at a low rate (few queries share the p99) but
-        # not at 0.8x Offline -- a search that climbs from below stopped at 0.16x.
-        found["Server"] = server_searches(run, single, settings, 0.8 * offline_rate if offline_rate else None, offline_rate)
-        rate = found["Server"].get("rate")
-        if rate and offline_rate:
-            found["server_over_offline"] = round(rate / offline_rate, 3)
+        for index in range(max(1, int(settings.get("search_repeats", 1)))):
+            for side in served.values():
+                side.search_server(index)
+        for side in served.values():
+            side.server_answer()
     if "MultiStream" in settings["scenarios"]:
-        found["MultiStream"] = run("MultiStream")
-    return found
+        for side in served.values():
+            side.found["MultiStream"] = side.run("MultiStream")
+    return {name: side.found for name, side in served.items()}
 
 
-def server_searches(
-    run, single: Dict[str, Any], settings: Dict[str, Any], start: float = None, ceiling: float = None
-) -> Dict[str, Any]:
-    """The Server search `search_repeats` times, each with its own arrival schedule (LoadGen's seed
-    + the repeat), the later ones starting from the first's answer. The rate is the lowest found;
-    `repeats` keeps each search's answer and bracket for the ratio's interval. No rate when any
-    search found none: one failed search is enough to withhold the figure."""
-    repeats = []
-    for index in range(max(1, int(settings.get("search_repeats", 1)))):
-        searched = server_search(
-            lambda scenario, rate=0.0, duration_ms=None, index=index: run(scenario, rate, index, duration_ms),
-            single,
-            settings,
-            start,
-            ceiling,
+class _ServedSide:
+    """One side's system under test and what its runs found, for serve_sides to drive in turns."""
+
+    def __init__(self, runners: Dict[int, Any], service_s: Dict[int, float], settings: Dict[str, Any], logs: Path):
+        from precisionflow.measure import serving
+
+        self.runners, self.service_s, self.settings, self.logs = runners, service_s, settings, logs
+        bound_s, self.wait_s = settings["latency_bound_ms"] / 1000, settings["max_wait_ms"] / 1000
+        self.server_batch = server_max_batch(service_s, bound_s, self.wait_s)
+        self.limit = serving.queue_limit(bound_s, service_s[self.server_batch], self.server_batch, settings["workers"])
+        self.counter = iter(range(10**6))
+        # LoadGen sizes SingleStream and Offline runs from the expected latency / rate: an engine
+        # faster than expected ends before min_duration_ms and the run is INVALID ("Min duration
+        # satisfied: NO", 10 of 12 SingleStream runs of the default experiment), so both are
+        # over-estimated twofold.
+        self.expected_single_ns = int(0.5 * 1e9 * service_s[min(service_s)])
+        self.found: Dict[str, Any] = {
+            "engine_call_ms": {str(size): round(1000 * seconds, 4) for size, seconds in sorted(service_s.items())},
+            "server_max_batch": self.server_batch,
+            "queue_limit": self.limit,
+        }
+        self.repeats = []
+
+    def make_sut(self, scenario: str):
+        from precisionflow.measure import serving
+
+        workers = self.settings["workers"]
+        if scenario != "Server":  # queries come one by one (SingleStream) or all at once: no batch to wait for
+            return serving.BatchingSUT(self.runners, self.settings["max_batch"], 0.0, workers, 10**9)
+        chosen = {size: run_once for size, run_once in self.runners.items() if size <= self.server_batch}
+        return serving.BatchingSUT(chosen, self.server_batch, self.wait_s, workers, self.limit)
+
+    def run(self, scenario: str, rate: float = 0.0, seed_offset: int = 0, duration_ms: int = None):
+        from precisionflow.measure import serving
+
+        folder = self.logs / f"{next(self.counter):02d}-{scenario}"
+        scenario_settings = dict(
+            self.settings, seed=self.settings["seed"] + seed_offset, single_stream_expected_ns=self.expected_single_ns
         )
-        repeats.append(searched)
-        if searched["rate"] is None:
-            break
-        start = searched["rate"]
+        scenario_settings["min_duration_ms"] = duration_ms or self.settings["min_duration_ms"]
+        return serving.run_scenario(self.make_sut, scenario, scenario_settings, folder, rate)
+
+    def single_and_offline(self) -> None:
+        largest = max(self.service_s)
+        self.found["SingleStream"] = self.run("SingleStream")
+        self.found["Offline"] = offline = self.run("Offline", rate=2 * largest / max(self.service_s[largest], 1e-6))
+        self.offline_rate = offline.get("samples_per_second") if offline["valid"] else None
+
+    def search_server(self, index: int) -> None:
+        """Search `index`, with its own arrival schedule (LoadGen's seed + index), from the last
+        search's answer; the first starts near Offline, not low: on the H200 one engine call in a
+        few thousand stalled ~20 ms, which fails a short run at a low rate (few queries share the
+        p99) but not at 0.8x Offline -- a search that climbs from below stopped at 0.16x. No
+        search after one that found no rate: one failed search is enough to withhold the figure."""
+        if self.repeats and self.repeats[-1]["rate"] is None:
+            return
+        start = self.repeats[-1]["rate"] if self.repeats else (0.8 * self.offline_rate if self.offline_rate else None)
+        run = lambda scenario, rate=0.0, duration_ms=None: self.run(scenario, rate, index, duration_ms)  # noqa: E731
+        self.repeats.append(server_search(run, self.found["SingleStream"], self.settings, start, self.offline_rate))
+
+    def server_answer(self) -> None:
+        self.found["Server"] = server = combined_searches(self.repeats)
+        if server.get("rate") and self.offline_rate:
+            self.found["server_over_offline"] = round(server["rate"] / self.offline_rate, 3)
+
+
+def combined_searches(repeats) -> Dict[str, Any]:
+    """The repeated searches as one answer: the lowest rate found, `repeats` keeping each search's
+    answer and bracket for the ratio's interval; no rate when any search found none."""
     rates = [each["rate"] for each in repeats]
     first = repeats[0]
     if None in rates:
@@ -357,9 +384,11 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     images = test.head(max(64, settings["max_batch"]))
     taken = speed.conditions()
     sides = {"engine": inputs["engine"], **({"fp32": inputs["fp32_engine"]} if "fp32_engine" in inputs else {})}
-    served = {side: serve_side(folder, images, settings, out / "loadgen" / side) for side, folder in sides.items()}
-    results = {side: found for side, (_engine, found) in served.items()}
-    engine = served["engine"][0]
+    loaded = {side: runners_of(folder, images, settings["max_batch"]) for side, folder in sides.items()}
+    results = serve_sides(
+        {side: (runners, service_s, out / "loadgen" / side) for side, (_engine, runners, service_s) in loaded.items()}, settings
+    )
+    engine = loaded["engine"][0]
     results["engine"]["AccuracyOnly"] = answers_through_server(
         engine.run, images, test.labels, settings, out / "loadgen" / "accuracy"
     )
