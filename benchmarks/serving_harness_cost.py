@@ -1,0 +1,68 @@
+"""Issue 40 on this CPU: what the serving harness itself costs per query. The serve stage's system
+under test (measure.serving.BatchingSUT, the Server choices of serve_engine) around an engine that
+does nothing, so every CPU second the process spends (LoadGen's threads, its Python callbacks, the
+worker) is the harness's. Offline, and Server at fixed rates of the default's CPU Server range, with
+the default's CPU settings (batches of 8, 1-ms wait, coalescing); `ROUNDS` times each.
+
+    .venv/bin/python benchmarks/serving_harness_cost.py -> $OUT (default benchmarks/results/serving_harness_cost.json)
+
+Read: at R queries/s the harness takes R x (CPU us per query) / 1e6 of a core, cores the engine
+of a 2-core machine no longer has while serving.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from serving_cpu_ratio import BASE, load_average  # noqa: E402  (the default's CPU settings)
+
+ROUNDS = int(os.environ.get("ROUNDS", "2"))
+SERVER_RATES = (40_000, 60_000, 80_000)
+SECONDS = 5
+
+
+def main() -> None:
+    from precisionflow.measure import serving
+    from precisionflow.stages import serve_engine
+
+    nothing = {size: (lambda: None) for size in serving.powers_of_two(BASE["max_batch"])}
+    side = serve_engine._ServedSide(nothing, {size: 2e-6 for size in nothing}, dict(BASE, min_duration_ms=SECONDS * 1000), None)
+    runs = [("Offline", 500_000)] + [("Server", rate) for rate in SERVER_RATES]
+    rows = []
+    for round_index in range(ROUNDS):
+        for scenario, rate in runs:
+            load, wall, cpu = load_average(), time.perf_counter(), time.process_time()
+            settings = dict(BASE, min_duration_ms=SECONDS * 1000)
+            found = serving.run_scenario(side.make_sut, scenario, settings, Path(tempfile.mkdtemp()), rate)
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            spent = found["where_time_went"]
+            queries = round(sum(found["batches"].values()) * spent.get("queries_per_batch", 0))
+            row = {
+                "round": round_index,
+                "scenario": scenario,
+                "target_qps": rate,
+                "valid": found["valid"],
+                "queries": queries,
+                "wall_s": round(wall, 2),
+                "cpu_s": round(cpu, 2),
+                "cpu_us_per_query": round(1e6 * cpu / max(queries, 1), 2),
+                "cores_busy": round(cpu / wall, 2),
+                "load_before": load,
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    out = Path(os.environ.get("OUT", Path(__file__).parent / "results" / "serving_harness_cost.json"))
+    code = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+    ).stdout.strip()
+    out.write_text(json.dumps({"code": code, "settings": BASE, "seconds": SECONDS, "rows": rows}, indent=1) + "\n")
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
