@@ -83,11 +83,16 @@ def main(results: Path, engines) -> None:
                 }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    out = Path(os.environ.get("OUT", Path(__file__).parent / "results" / "serving_cpu_ratio.json"))
+    written({"results": str(results), "settings": SETTINGS, "rows": rows}, "serving_cpu_ratio.json")
+
+
+def written(record: dict, default_name: str) -> None:
+    """The record, with the commit it ran at, to $OUT (default benchmarks/results/DEFAULT_NAME)."""
+    out = Path(os.environ.get("OUT", Path(__file__).parent / "results" / default_name))
     code = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
     ).stdout.strip()
-    out.write_text(json.dumps({"results": str(results), "code": code, "settings": SETTINGS, "rows": rows}, indent=1) + "\n")
+    out.write_text(json.dumps({"code": code, **record}, indent=1) + "\n")
     print("wrote", out)
 
 

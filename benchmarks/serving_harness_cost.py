@@ -12,14 +12,13 @@ of a 2-core machine no longer has while serving.
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from serving_cpu_ratio import BASE, load_average  # noqa: E402  (the default's CPU settings)
+from serving_cpu_ratio import BASE, load_average, written  # noqa: E402  (the default's CPU settings)
 
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 SERVER_RATES = (40_000, 60_000, 80_000)
@@ -56,12 +55,7 @@ def main() -> None:
             }
             rows.append(row)
             print(json.dumps(row), flush=True)
-    out = Path(os.environ.get("OUT", Path(__file__).parent / "results" / "serving_harness_cost.json"))
-    code = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
-    ).stdout.strip()
-    out.write_text(json.dumps({"code": code, "settings": BASE, "seconds": SECONDS, "rows": rows}, indent=1) + "\n")
-    print("wrote", out)
+    written({"settings": BASE, "seconds": SECONDS, "rows": rows}, "serving_harness_cost.json")
 
 
 if __name__ == "__main__":

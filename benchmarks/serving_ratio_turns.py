@@ -13,14 +13,13 @@ pair and way agree (their intervals overlap).
 import itertools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from serving_cpu_ratio import BASE, load_average  # noqa: E402  (the default's CPU settings)
+from serving_cpu_ratio import BASE, load_average, written  # noqa: E402  (the default's CPU settings)
 
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 WAYS = ("one after the other", "in turns")
@@ -83,13 +82,7 @@ def main(results: Path, fp32_name: str, engine_names) -> None:
         for chosen in [[row for row in rows if row["engine"] == name and row["way"] == way]]
     }
     print(json.dumps(summary, indent=1))
-    out = Path(os.environ.get("OUT", Path(__file__).parent / "results" / "serving_ratio_turns.json"))
-    code = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
-    ).stdout.strip()
-    record = {"results": str(results), "code": code, "settings": BASE, "rows": rows, "summary": summary}
-    out.write_text(json.dumps(record, indent=1) + "\n")
-    print("wrote", out)
+    written({"results": str(results), "settings": BASE, "rows": rows, "summary": summary}, "serving_ratio_turns.json")
 
 
 if __name__ == "__main__":
