@@ -30,7 +30,7 @@ def main() -> None:
     from precisionflow.stages import serve_engine
 
     nothing = {size: (lambda: None) for size in serving.powers_of_two(BASE["max_batch"])}
-    side = serve_engine._ServedSide(nothing, {size: 2e-6 for size in nothing}, dict(BASE, min_duration_ms=SECONDS * 1000), None)
+    side = serve_engine.ServedSide(nothing, {size: 2e-6 for size in nothing}, dict(BASE, min_duration_ms=SECONDS * 1000), None)
     runs = [("Offline", 500_000)] + [("Server", rate) for rate in SERVER_RATES]
     rows = []
     for round_index in range(ROUNDS):

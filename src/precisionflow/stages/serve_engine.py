@@ -5,8 +5,7 @@ the same bound, their Server searches in turns (serve_sides), driven by MLPerf L
 (measure/serving.py is the system under test and the search). Per side: SingleStream latency;
 Offline throughput; the largest valid Server rate (Poisson arrivals, latency from the scheduled
 arrival, the chosen percentile within the bound), found by repeated searches; the Server/Offline
-ratio. LoadGen's logs
-stay in the node folder (loadgen/<side>/<run>/).
+ratio. LoadGen's logs stay in the node folder (loadgen/<side>/<run>/).
 """
 
 import math
@@ -134,7 +133,7 @@ def serve_sides(sides: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Di
     other; on a shared machine whose load moves over minutes, sides served one after the other met
     different loads (the CPU default's int8_qat ratio 1.341 [1.213, 1.468] in one run, 0.885
     [0.817, 0.997] in the next), while searches in turns meet the same ones."""
-    served = {name: _ServedSide(runners, service_s, settings, logs) for name, (runners, service_s, logs) in sides.items()}
+    served = {name: ServedSide(runners, service_s, settings, logs) for name, (runners, service_s, logs) in sides.items()}
     for side in served.values():
         side.single_and_offline()
     if "Server" in settings["scenarios"]:
@@ -149,8 +148,9 @@ def serve_sides(sides: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Di
     return {name: side.found for name, side in served.items()}
 
 
-class _ServedSide:
-    """One side's system under test and what its runs found, for serve_sides to drive in turns."""
+class ServedSide:
+    """One side's system under test (the serve stage's choices: no batch wait outside Server, the
+    largest Server batch by server_max_batch) and what its runs found, for serve_sides to drive."""
 
     def __init__(self, runners: Dict[int, Any], service_s: Dict[int, float], settings: Dict[str, Any], logs: Path):
         from precisionflow.measure import serving
