@@ -30,13 +30,13 @@ def main() -> None:
     from precisionflow.stages import serve_engine
 
     nothing = {size: (lambda: None) for size in serving.powers_of_two(BASE["max_batch"])}
-    side = serve_engine.ServedSide(nothing, {size: 2e-6 for size in nothing}, dict(BASE, min_duration_ms=SECONDS * 1000), None)
+    settings = dict(BASE, min_duration_ms=SECONDS * 1000)
+    side = serve_engine.ServedSide(nothing, {size: 2e-6 for size in nothing}, settings, None)
     runs = [("Offline", 500_000)] + [("Server", rate) for rate in SERVER_RATES]
     rows = []
     for round_index in range(ROUNDS):
         for scenario, rate in runs:
             load, wall, cpu = load_average(), time.perf_counter(), time.process_time()
-            settings = dict(BASE, min_duration_ms=SECONDS * 1000)
             found = serving.run_scenario(side.make_sut, scenario, settings, Path(tempfile.mkdtemp()), rate)
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
             spent = found["where_time_went"]
