@@ -8,6 +8,8 @@ Part `engines` (issue 40, item 1), for every graph in GRAPH_DIR (benchmarks/h200
              experiment=h200) and load, timed as evaluate_engine times it (prepare(): device events),
              plus the host rate of the same calls back to back.
   plain_on_engine_file  the plain loop on the engine file the product saved (engine.onnx).
+Part `b1`: batch 1 only, in rounds of fresh sessions (plain HEURISTIC / EXHAUSTIVE, engine with and
+without device events), the order turning each round.
 Part `serving` (item 2): the product's system under test (measure.serving.BatchingSUT through
 stages.serve_engine.serve_side's pieces) on the engine, LoadGen Offline, SingleStream and Server at
 fixed fractions of its Offline; the same with host-synchronised runners, to tell the clock's share.
@@ -25,6 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -109,22 +112,26 @@ def build_engine(path: Path, where: Path, cuda=None):
 
 
 def engine_figures(load, batch: int, seconds: float) -> dict:
+    """The engine's figures: host clock around each call, and the device's own where it is timed."""
     engine = load()
     images = np.random.default_rng(0).random((batch, *engine.session.get_inputs()[0].shape[1:]), dtype=np.float32)
     timed = engine.prepare(images)
-    device = [timed() for _ in range(10)]
+    for _ in range(10):
+        timed()
     device, host, started = [], [], time.perf_counter()
     while time.perf_counter() - started < seconds:
         begin = time.perf_counter()
-        device.append(float(timed()))
+        seconds_on_device = timed()
         host.append(time.perf_counter() - begin)
+        if engine.device_timed:
+            device.append(float(seconds_on_device))
     wall = time.perf_counter() - started
-    return {
-        "device_per_s": round(batch / float(np.mean(device))),
-        "host_per_s": round(batch * len(host) / wall),
-        "device_p50_ms": round(1000 * float(np.median(device)), 4),
-        "host_p50_ms": round(1000 * float(np.median(host)), 4),
-    }
+    figures = {"host_per_s": round(batch * len(host) / wall), "host_p50_ms": round(1000 * float(np.median(host)), 4)}
+    if device:
+        figures.update(
+            device_per_s=round(batch / float(np.mean(device))), device_p50_ms=round(1000 * float(np.median(device)), 4)
+        )
+    return figures
 
 
 def prepared(graph_dir: Path, name: str, work: Path) -> Path:
@@ -172,6 +179,30 @@ def engines(graph_dir: Path, out: Path, names, seconds: float, work: Path) -> No
                 **plain(engine_file, "HEURISTIC", 128, seconds),
             },
         )
+
+
+def batch_one_rounds(graph_dir: Path, out: Path, names, seconds: float, work: Path, rounds: int) -> None:
+    """Batch 1, in rounds: each round a fresh plain session (HEURISTIC and EXHAUSTIVE), a fresh engine
+    timed as evaluate_engine times it (device events) and a fresh engine timed like the loop (host
+    clock around a synchronised call, no events), the order turning each round. One session per
+    variant was one sample of cuDNN's per-session choices; the rounds say how far those move."""
+    from precisionflow.backends import onnxruntime_backend as backend
+
+    variants = ("plain_HEURISTIC", "plain_EXHAUSTIVE", "engine_events", "engine_no_events")
+    for name in names:
+        path = prepared(graph_dir, name, work)
+        description, _ = build_engine(path, work / f"engine-{name}")
+        target = {"device": "cuda"}
+        for round_index in range(rounds):
+            turn = round_index % len(variants)
+            for variant in variants[turn:] + variants[:turn]:
+                if variant.startswith("plain_"):
+                    figures = plain(path, variant.split("_")[1], 1, seconds)
+                else:
+                    load = partial(backend.load, work / f"engine-{name}", description, target, timed=variant == "engine_events")
+                    figures = engine_figures(load, 1, seconds)
+                gc.collect()
+                emit(out, {"graph": name, "what": "b1_round", "round": round_index, "variant": variant, **figures})
 
 
 def serving_settings(seconds: float) -> dict:
@@ -552,7 +583,7 @@ def bf16_on_gpu(graph_dir: Path, out: Path, names, seconds: float, work: Path) -
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("part", choices=("engines", "serving", "options", "sut", "stage", "side", "ceiling", "bf16"))
+    parser.add_argument("part", choices=("engines", "b1", "serving", "options", "sut", "stage", "side", "ceiling", "bf16"))
     parser.add_argument("graph_dir", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--graphs", nargs="*")
@@ -563,6 +594,7 @@ def main() -> None:
     parser.add_argument("--probe-seconds", type=float, default=0.0, help="stage: the search's probing runs")
     parser.add_argument("--work", type=Path, default=Path("/root/evp"))
     parser.add_argument("--settings", type=Path, help="side: the serve stage's settings (JSON)")
+    parser.add_argument("--rounds", type=int, default=3, help="b1: rounds of the four variants")
     args = parser.parse_args()
     import onnxruntime
 
@@ -575,6 +607,8 @@ def main() -> None:
     emit(args.out, {"what": "setup", "onnxruntime": onnxruntime.__version__, "part": args.part, "graphs": names})
     if args.part == "engines":
         engines(args.graph_dir, args.out, names, args.seconds, args.work)
+    elif args.part == "b1":
+        batch_one_rounds(args.graph_dir, args.out, names, args.seconds, args.work, args.rounds)
     elif args.part == "stage":
         serving_stage(args.graph_dir, args.out, names, args.seconds, args.work, args.verify_seconds, args.probe_seconds)
     elif args.part == "side":
