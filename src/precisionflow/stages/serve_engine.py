@@ -170,6 +170,7 @@ class ServedSide:
             "server_max_batch": self.server_batch,
             "queue_limit": self.limit,
         }
+        self.offline_rate = None  # single_and_offline sets it: LoadGen's Offline rate where VALID
         self.repeats = []
 
     def make_sut(self, scenario: str):
