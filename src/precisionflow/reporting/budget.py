@@ -394,16 +394,17 @@ def judge(
 
 
 def speed_of(ratio: Optional[Dict[str, Any]], confidence: float) -> Optional[Dict[str, Any]]:
-    """A side-by-side speed-up as the table and the headline show it: median and interval of its rounds."""
-    if not ratio:
+    """A side-by-side speed-up as the table and the headline show it: median and interval of its
+    rounds; low and high None where the rounds give no interval (one round, identical rounds),
+    never [median, median], which would read as a measured certainty."""
+    if not ratio or not verdict_rules.finite(ratio.get("median")):
         return None
-    bounds = verdict_rules.speed_interval(ratio.get("rounds", []), confidence)
-    low, high = bounds if bounds else (ratio["median"], ratio["median"])
+    bounds = verdict_rules.speed_interval(ratio.get("rounds") or [], confidence)
     return {
         "median": round(ratio["median"], 2),
-        "low": round(low, 2),
-        "high": round(high, 2),
-        "rounds": len(ratio.get("rounds", [])),
+        "low": round(bounds[0], 2) if bounds else None,
+        "high": round(bounds[1], 2) if bounds else None,
+        "rounds": len(ratio.get("rounds") or []),
     }
 
 
@@ -597,12 +598,24 @@ def speed_text(entry: Dict[str, Any]) -> str:
     """The speed part of a verdict line: the side-by-side ratio with its interval, or why there is none."""
     if not entry.get("timed", True):
         return ", not timed (a simulation)"
-    if entry.get("ran_reference_kernels"):
-        return ", ran fp32's kernels (no speed-up of its own)"
     speed = entry.get("speed")
+    kernels = ", ran fp32's kernels (no speed-up of its own)" if entry.get("ran_reference_kernels") else ""
     if not speed:
-        return ""
-    return f", {speed['median']}x [{speed['low']}, {speed['high']}] fp32's throughput at {entry['speedup_at']}"
+        return kernels
+    return f"{kernels}, {ratio_text(speed)} fp32's throughput at {entry['speedup_at']}{slower_text(speed)}"
+
+
+def ratio_text(speed: Dict[str, Any]) -> str:
+    """'1.62x [1.54, 1.65]', or '1.62x (no interval: 1 round)' -- never a bare point as if certain."""
+    if speed.get("low") is None or speed.get("high") is None:
+        return f"{speed['median']}x (no interval: {speed.get('rounds', 0)} round(s))"
+    return f"{speed['median']}x [{speed['low']}, {speed['high']}]"
+
+
+def slower_text(speed: Dict[str, Any]) -> str:
+    """A row far slower than fp32 says so: ' -- SLOWER than fp32' when its whole interval is below 1."""
+    high = speed.get("high")
+    return f" -- SLOWER than fp32 ({speed['median']}x)" if high is not None and high < 1.0 else ""
 
 
 def format_verdicts(found: List[Dict[str, Any]]) -> str:

@@ -20,10 +20,19 @@ The method per check:
   counts per image (spurious boxes)                COUNT_METHOD; groups: Bonferroni for FAIL
   mAP drop (overall, per condition's mAP@.5)       MAP_METHOD
   speed ratios                                     SPEED_METHOD
-  Server rate ratios                               the span of the repeated searches' brackets
+  Server rate ratios                               SERVER_METHOD
+
+Minimum evidence per check (below it, or with a zero-width interval from a handful of identical
+rounds or searches, the verdict is UNDECIDED and says why -- a zero-width interval from a few
+samples is no evidence of no variance): MIN_RESAMPLES bootstrap resamples for a mAP drop, MIN_ROUNDS rounds for a
+speed ratio, MIN_SEARCHES paired searches for a Server ratio, one test image for a share. Missing
+or malformed inputs (None, NaN, a record without its median) are UNDECIDED with the reason, never
+an exception: the exit code of `precisionflow check` gates releases.
 """
 
 from typing import Any, Dict, List, Optional, Sequence
+
+import math
 
 import numpy as np
 
@@ -31,6 +40,23 @@ from precisionflow import stats
 
 PASS, FAIL, UNDECIDED = stats.PASS, stats.FAIL, stats.UNDECIDED
 SPEED_METHOD = "Student t interval of the mean log per-round ratio (rounds alternate the sides), exponentiated"
+SERVER_METHOD = "Student t interval of the mean log ratio of paired Server searches (sides in alternating order), exponentiated"
+MIN_RESAMPLES = 1000  # a percentile interval's tails need ~1,000 resamples (Efron & Tibshirani)
+MIN_ROUNDS = 2  # a t interval needs two rounds; with two it is wide (t = 12.7 at 95%), as it should be
+MIN_SEARCHES = 2  # paired Server searches per side
+
+
+def finite(*values: Any) -> bool:
+    """True when every value is a real, finite number (not None, not NaN, not a string)."""
+    try:
+        return all(value is not None and math.isfinite(float(value)) for value in values)
+    except (TypeError, ValueError):
+        return False
+
+
+def degenerate(low: float, high: float) -> bool:
+    """A zero-width interval: identical samples, not a measured absence of variance."""
+    return not high > low
 
 
 def judged(verdict: str, text: str) -> Dict[str, str]:
@@ -63,6 +89,8 @@ def cannot_tell(n: int, what: str, one_unit: str, needed: Optional[int]) -> str:
 
 def drop_check(drop: stats.PairedDrop, limit: float, subject: str) -> Dict[str, str]:
     """A top-1 drop (points, paired against the reference) that may be at most `limit`."""
+    if not drop.n or not finite(drop.drop, drop.low, drop.high):
+        return judged(UNDECIDED, f"{subject}: no paired test images ({drop.n}), so no interval (max {limit})")
     verdict = stats.verdict_at_most(drop.low, drop.high, limit)
     text = (
         f"{subject} {drop.drop:+.2f} points [{drop.low:+.2f}, {drop.high:+.2f}] ({100 * drop.confidence:g}% interval; "
@@ -79,7 +107,9 @@ def drop_check(drop: stats.PairedDrop, limit: float, subject: str) -> Dict[str, 
 
 
 def share_check(successes: int, n: int, limit: float, confidence: float, subject: str) -> Dict[str, str]:
-    """A share of the test images (agreement) that must be at least `limit`."""
+    """A share of the test images (agreement) that must be at least `limit`; UNDECIDED with no image."""
+    if not finite(successes, n) or n <= 0:
+        return judged(UNDECIDED, f"{subject}: no test images to count ({successes} of {n}), so no interval (min {limit})")
     low, high = stats.wilson(successes, n, confidence)
     verdict = stats.verdict_at_least(low, high, limit)
     text = f"{subject} {successes / n:.4f} [{low:.4f}, {high:.4f}] ({n - successes} of {n} differ; min {limit})"
@@ -120,10 +150,16 @@ def count_interval(per_image: Sequence[float], confidence: float) -> Optional[tu
 def mean_check(per_image: Sequence[float], estimate: float, limit: float, confidence: float, subject: str) -> Dict[str, str]:
     """A per-image mean of counts (spurious boxes per image) that may be at most `limit`, judged by
     count_interval; UNDECIDED without a per-image series (an estimate alone is no interval)."""
-    bounds = count_interval(per_image, confidence)
+    series = [] if per_image is None else list(per_image)
+    shown = f"{estimate:.3f}" if finite(estimate) else str(estimate)
+    if not finite(*series):
+        why = "its per-image series holds a missing or non-finite value"
+        return judged(UNDECIDED, f"{subject} {shown} (max {limit}): {why}, so no interval; rerun its evaluation")
+    bounds = count_interval(series, confidence)
     if bounds is None:
-        why = "no per-image series" if not len(per_image) else f"{len(per_image)} identical values bound nothing"
-        return judged(UNDECIDED, f"{subject} {estimate:.3f} (max {limit}): {why}, so no interval; rerun its evaluation")
+        why = "no per-image series" if not series else f"{len(series)} identical values bound nothing"
+        return judged(UNDECIDED, f"{subject} {shown} (max {limit}): {why}, so no interval; rerun its evaluation")
+    per_image = series
     low, high = bounds
     verdict = stats.verdict_at_most(low, high, limit)
     text = f"{subject} {estimate:.3f} [{low:.3f}, {high:.3f}] ({COUNT_METHOD}; max {limit})"
@@ -146,8 +182,17 @@ def map_drop_check(drop: float, resampled: Sequence[float], limit: float, confid
     """A mAP drop in points (fp32 minus the engine, pycocotools' estimate) that may be at most
     `limit`, judged by the percentile interval of its paired bootstrap resamples; UNDECIDED
     without them (an estimate alone is no interval)."""
-    if not len(resampled):
-        return judged(UNDECIDED, f"{subject} {drop:.2f} points below fp32 (max {limit}): no resampled drops, so no interval")
+    resampled = [] if resampled is None else list(resampled)
+    shown = f"{drop:+.2f}" if finite(drop) else str(drop)
+    if not finite(drop, *resampled):
+        return judged(UNDECIDED, f"{subject} {shown} points below fp32 (max {limit}): a missing or non-finite drop, so no interval")
+    if len(resampled) < MIN_RESAMPLES:
+        return judged(
+            UNDECIDED,
+            f"{subject} {shown} points below fp32 (max {limit}): {len(resampled)} resampled drops, fewer than the "
+            f"{MIN_RESAMPLES} a percentile interval needs ({MAP_METHOD})",
+        )
+    # (a zero-width interval from 1,000 paired resamples is evidence: both engines boxed alike)
     low, high = resampled_interval(resampled, confidence)
     verdict = stats.verdict_at_most(low, high, limit)
     text = f"{subject} {drop:+.2f} points below fp32 [{low:+.2f}, {high:+.2f}] ({MAP_METHOD}, {len(resampled)} resamples; max {limit})"
@@ -271,33 +316,50 @@ def worst_group(drops: Dict[str, stats.PairedDrop]) -> Optional[tuple]:
 # ---- speed ----------------------------------------------------------------------------------
 
 
-def speed_interval(rounds: Sequence[float], confidence: float = 0.95) -> Optional[tuple]:
+def speed_interval(rounds: Optional[Sequence[float]], confidence: float = 0.95) -> Optional[tuple]:
     """(low, high) of a speed ratio from its per-round ratios (a t interval on their logarithms:
-    stats.ratio_interval), or None with fewer than two rounds."""
-    return stats.ratio_interval(rounds, confidence)
+    stats.ratio_interval), or None with fewer than MIN_ROUNDS positive finite rounds or when the
+    rounds are identical (a zero-width interval is no evidence of no variance)."""
+    usable = [r for r in (rounds or []) if finite(r) and float(r) > 0]
+    if len(usable) < MIN_ROUNDS:
+        return None
+    bounds = stats.ratio_interval(usable, confidence)
+    return None if bounds is None or degenerate(*bounds) else bounds
+
+
+def _no_interval_reason(rounds: Optional[Sequence[float]]) -> str:
+    usable = [r for r in (rounds or []) if finite(r) and float(r) > 0]
+    if len(usable) < MIN_ROUNDS:
+        return f"{len(usable)} usable round(s), fewer than the {MIN_ROUNDS} an interval needs"
+    return f"{len(usable)} identical rounds: a zero-width interval is no evidence of no variance"
 
 
 def speed_check(
     ratio: Optional[Dict[str, Any]], limit: float, at: str, confidence: float, timed: bool
 ) -> Optional[Dict[str, str]]:
     """A speed-up over fp32 (side by side) that must be at least `limit`; None for an untimed row
-    (a simulation has no speed to judge, which is not a failure)."""
+    (a simulation has no speed to judge, which is not a failure). Method: SPEED_METHOD, at least
+    MIN_ROUNDS rounds with some spread."""
     if not timed:
         return None
-    if ratio is None:
+    if not ratio:
         return judged(UNDECIDED, f"no side-by-side speed-up at {at} measured yet (min {limit}x): run its compare_speed job")
-    bounds = speed_interval(ratio.get("rounds", []), confidence)
-    if bounds is None:  # one round is no interval: its median alone decides nothing
+    rounds = ratio.get("rounds") if isinstance(ratio, dict) else None
+    median = ratio.get("median") if isinstance(ratio, dict) else None
+    shown = f"{median:.2f}x" if finite(median) else "(no median recorded)"
+    bounds = speed_interval(rounds, confidence)
+    if bounds is None or not finite(median):
+        why = _no_interval_reason(rounds) if bounds is None else "its record has no median"
         return judged(
             UNDECIDED,
-            f"speed-up over fp32 at {at} {ratio['median']:.2f}x from fewer than two rounds: no interval (min {limit}x); "
-            "time at least two rounds (evaluate.ratio_rounds)",
+            f"speed-up over fp32 at {at} {shown}: {why}, so no interval (min {limit}x); "
+            "time more rounds (evaluate.ratio_rounds)",
         )
     low, high = bounds
     verdict = stats.verdict_at_least(low, high, limit)
     text = (
-        f"speed-up over fp32 at {at} {ratio['median']:.2f}x [{low:.2f}, {high:.2f}] ({100 * confidence:g}% interval "
-        f"over {len(ratio['rounds'])} alternating rounds; min {limit}x)"
+        f"speed-up over fp32 at {at} {median:.2f}x [{low:.2f}, {high:.2f}] ({100 * confidence:g}% interval "
+        f"over {len(rounds)} alternating rounds; min {limit}x)"
     )
     if verdict == UNDECIDED:
         text += "; the rounds cannot tell: time more rounds (evaluate.ratio_rounds) or on a quieter machine"
@@ -307,10 +369,12 @@ def speed_check(
 def fastest(candidates: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Which engine is fastest, judged with the intervals.
 
-    `candidates`: {"name", "median", "low", "high"} per engine. Returns {"winner": candidate} when
-    its lower end is above every other's upper end, else {"tied": [the candidates whose interval
-    reaches the best one's lower end]}, best first."""
-    ranked = sorted(candidates, key=lambda c: c["median"], reverse=True)
+    `candidates`: {"name", "median", "low", "high"} per engine; one without an interval (low or
+    high None: one round, identical rounds) cannot be named fastest and is left out. Returns
+    {"winner": candidate} when its lower end is above every other's upper end, else {"tied": [the
+    candidates whose interval reaches the best one's lower end]}, best first."""
+    measured = [c for c in candidates if finite(c.get("median"), c.get("low"), c.get("high")) and c["high"] > c["low"]]
+    ranked = sorted(measured, key=lambda c: c["median"], reverse=True)
     if not ranked:
         return {"tied": []}
     best = ranked[0]
@@ -320,23 +384,42 @@ def fastest(candidates: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 def server_check(served: Optional[Dict[str, Any]], limit: float, timed: bool) -> Optional[Dict[str, str]]:
     """The largest valid Server rate over the fp32 engine's under the same bound, which must be at
-    least `limit`: judged by the interval the two search brackets allow. None for an untimed row."""
+    least `limit`: judged by SERVER_METHOD over at least MIN_SEARCHES paired searches. A side with
+    no valid rate is UNDECIDED (a search that found none may have met a stall), unless its batch-1
+    latency alone exceeds the bound: then no rate can hold, a FAIL that says so. None for an
+    untimed row."""
     if not timed:
         return None
     if not served:
         return judged(
             UNDECIDED, f"no serving run measured yet (min {limit}x the fp32 engine's Server rate): run its serve_engine job"
         )
-    bound = served["settings"]["latency_bound_ms"]
-    engine = (served["results"].get("engine") or {}).get("Server") or {}
+    bound = (served.get("settings") or {}).get("latency_bound_ms")
+    within = f"p99 <= {bound:g} ms" if finite(bound) else "the latency bound"
+    results = served.get("results") or {}
+    engine = (results.get("engine") or {}).get("Server") or {}
     if engine.get("rate") is None:
-        return judged(FAIL, engine.get("why") or f"no Server rate met p99 <= {bound:g} ms at any rate tried")
+        why = engine.get("why") or f"no Server rate met {within} at any rate tried"
+        if engine.get("batch1_over_bound"):
+            return judged(FAIL, f"{why}: batch-1 latency alone exceeds the bound, so no rate can meet it")
+        return judged(UNDECIDED, f"{why}; one search's miss is no proof that no rate holds: rerun its serve_engine job")
+    fp32 = (results.get("fp32") or {}).get("Server") or {}
     ratio = served.get("server_ratio")
     if ratio is None:
-        return judged(UNDECIDED, f"the fp32 engine has no valid Server rate within {bound:g} ms to compare with")
+        why = fp32.get("why") if fp32 else "no fp32 side was served"
+        return judged(UNDECIDED, f"the fp32 engine has no valid Server rate within {within} to compare with ({why})")
+    if not finite(ratio.get("median"), ratio.get("low"), ratio.get("high")):
+        searches = ratio.get("searches") or ratio.get("pairs")
+        return judged(
+            UNDECIDED,
+            f"Server rate {engine['rate']:g}/s within {within}, {ratio.get('median')}x fp32's: "
+            f"{ratio.get('why') or f'no interval ({searches} paired searches; {MIN_SEARCHES} with some spread needed)'} "
+            f"(min {limit}x); raise evaluate.serving.search_repeats",
+        )
     verdict = stats.verdict_at_least(ratio["low"], ratio["high"], limit)
+    pairs = ratio.get("pairs")
     return judged(
         verdict,
-        f"Server rate within p99 <= {bound:g} ms {engine['rate']:g}/s, {ratio['median']:.2f}x fp32's "
-        f"[{ratio['low']:.2f}, {ratio['high']:.2f}] (the search brackets' bounds; min {limit}x)",
+        f"Server rate within {within} {engine['rate']:g}/s, {ratio['median']:.2f}x fp32's "
+        f"[{ratio['low']:.2f}, {ratio['high']:.2f}] ({SERVER_METHOD}, {pairs} pairs; min {limit}x)",
     )

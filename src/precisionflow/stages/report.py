@@ -48,6 +48,7 @@ FRAMEWORK_AND_SERVING_COLUMNS = [
     "x_server",
     "x_server_low",
     "x_server_high",
+    "x_server_95",
     "p90_ms_single",
     "p50_ms_single",
     "qps_offline",
@@ -116,7 +117,7 @@ PRINTED = [
     "spurious_100",
     "shadow_100",
     "x_fp32_bmax",
-    "x_server",
+    "x_server_95",
     "p50_ms_b1",
     "sps_bmax",
     "agreement",
@@ -141,6 +142,7 @@ TERMINAL_WIDTH = 120
 HEADERS = {
     "worst_cond": "worst condition",
     "x_server": "x_fp32@server",
+    "x_server_95": "x_fp32@server [95%]",
     "qps_server": "qps@bound",
     "srv_over_off": "server/offline",
     "change_95": "vs fp32 [95%]",
@@ -319,7 +321,17 @@ def serving_columns(served: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     }
     ratio = served.get("server_ratio")
     if ratio:
-        found.update({"x_server": ratio["median"], "x_server_low": ratio["low"], "x_server_high": ratio["high"]})
+        low, high = ("" if ratio.get(end) is None else ratio[end] for end in ("low", "high"))
+        found.update({"x_server": ratio["median"], "x_server_low": low, "x_server_high": high})
+        # the printed cell: the ratio with its interval, or with why it has none -- never a bare point
+        found["x_server_95"] = (
+            f"{ratio['median']:.2f} [{low:.2f},{high:.2f}]" if low != "" else f"{ratio['median']:.2f} (no ivl: {ratio.get('pairs', 1)} pair)"
+        )
+    elif served["results"].get("fp32") is not None:  # a blank would say nothing: say which side found no rate
+        fp32_server = served["results"]["fp32"].get("Server") or {}
+        side = "this engine" if not server.get("rate") else "the fp32 side" if not fp32_server.get("rate") else ""
+        if side and "Server" in served["settings"].get("scenarios", ["Server"]):
+            found["x_server_95"] = f"none: {side} found no valid rate"
     return found
 
 
@@ -845,12 +857,12 @@ def trade_offs(found: List[Dict[str, Any]]) -> List[str]:
 
 def speed_cost(entry: Dict[str, Any]) -> str:
     """'int8 (int8), 2.04x [1.80, 2.30] fp32's throughput at bmax, for top-1 -0.12 [...] points vs fp32'."""
-    from precisionflow.reporting.budget import interval_text
+    from precisionflow.reporting.budget import interval_text, ratio_text
 
     speed = entry["speed"]
     against = "its fp32 twin" if entry.get("vs_base_fp32") else "fp32"
     return (
-        f"{entry['precision']} ({entry['ran']}), {speed['median']}x [{speed['low']}, {speed['high']}] fp32's throughput "
+        f"{entry['precision']} ({entry['ran']}), {ratio_text(speed)} fp32's throughput "
         f"at {entry['speedup_at']}, for {entry['accuracy_name']} {0.0 - entry['drop_points']:+.2f}"
         f"{interval_text(entry.get('drop'))} points vs {against}"
     )
@@ -865,8 +877,10 @@ def headline_setting(found: List[Dict[str, Any]]) -> str:
 def ranking_line(ranking: Dict[str, Any]) -> str:
     if "winner" in ranking:
         best = ranking["winner"]["entry"]
+        if best["speed"]["high"] < 1.0:  # "best" would praise an engine slower than the reference
+            return f"no engine within its budget is faster than fp32; the least slow is slower than fp32: {speed_cost(best)}."
         if best["speed"]["low"] <= 1.0:
-            return f"no engine within its budget is faster than fp32 beyond doubt (best {speed_cost(best)})."
+            return f"no engine within its budget is faster than fp32 beyond doubt (fastest {speed_cost(best)})."
         return f"fastest within budget: {speed_cost(best)}."
     tied = [candidate["entry"] for candidate in ranking["tied"]]
     return (
@@ -896,15 +910,12 @@ def add_verdict_columns(rows: List[Dict[str, Any]], found: List[Dict[str, Any]])
             tag, value = entry["worst_condition"]
             top1 = entry.get("condition_figure", "").startswith("top-1")  # a drop, shown as a change like change_95
             row["worst_cond"] = f"{tag} {0.0 - value:+.2f}" if top1 else f"{tag} {value:.2f}/img"
-        if entry.get("speed"):  # the interval of the ratio the verdict and the headline read
+        if entry.get("speed"):  # the interval of the ratio the verdict and the headline read ("" where none)
             speed = entry["speed"]
-            row.update({"x_fp32_low": speed["low"], "x_fp32_high": speed["high"], "x_fp32_at": entry["speedup_at"]})
-        if entry.get("ran_reference_kernels"):  # no speed-up to claim: the cells say what ran instead
-            row.update(
-                {column: "=fp32" for column in ("x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_server") if row[column] != ""}
-            )
-            # ... and no interval of a speed-up either (summary.csv once held one beside "=fp32")
-            row.update({column: "" for column in ("x_server_low", "x_server_high", "x_fp32_low", "x_fp32_high") if column in row})
+            low, high = ("" if speed[end] is None else speed[end] for end in ("low", "high"))
+            row.update({"x_fp32_low": low, "x_fp32_high": high, "x_fp32_at": entry["speedup_at"]})
+        # A row that ran fp32's kernels keeps the ratios measured for it: its graph may still differ
+        # (bf16 on a CPU: eight Cast round trips, 0.70x fp32) and "=fp32" would hide that cost.
         if drop:
             row.update({"change_low": round(0.0 - drop["high"], 2), "change_high": round(0.0 - drop["low"], 2)})
             row["change_95"] = f"{0.0 - entry['drop_points']:+.2f} [{0.0 - drop['high']:+.1f},{0.0 - drop['low']:+.1f}]"

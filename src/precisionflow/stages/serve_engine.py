@@ -8,7 +8,6 @@ arrival, the chosen percentile within the bound), found by repeated searches; th
 ratio. LoadGen's logs stay in the node folder (loadgen/<side>/<run>/).
 """
 
-import math
 from pathlib import Path
 from typing import Any, Dict
 
@@ -138,7 +137,9 @@ def serve_sides(sides: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Di
         side.single_and_offline()
     if "Server" in settings["scenarios"]:
         for index in range(max(1, int(settings.get("search_repeats", 1)))):
-            for side in served.values():
+            # sides in alternating order (engine, fp32; fp32, engine; ...): a side that always goes
+            # first would meet the machine's drift first in every pair
+            for side in served.values() if index % 2 == 0 else reversed(list(served.values())):
                 side.search_server(index)
         for side in served.values():
             side.server_answer()
@@ -240,7 +241,10 @@ def combined_searches(repeats) -> Dict[str, Any]:
 
 
 def _brief(searched: Dict[str, Any]) -> Dict[str, Any]:
-    return {"rate": searched["rate"], "bracket": searched["bracket"], "runs": len(searched.get("runs", []))}
+    """One search's answer, bracket and how many LoadGen runs it took (every run it made: the
+    curve holds the full-length confirmations that the short probes' "runs" list does not)."""
+    runs = searched.get("curve") or searched.get("runs") or []
+    return {"rate": searched["rate"], "bracket": searched["bracket"], "runs": len(runs)}
 
 
 def server_search(
@@ -259,6 +263,7 @@ def server_search(
             "rate": None,
             "bracket": [None, None],
             "why": f"no rate meets p{100 * percentile:g} <= {bound_ms:g} ms: batch-1 p99 is {tail_ns / 1e6:.2f} ms",
+            "batch1_over_bound": True,  # the one case where "no rate" is proven, not merely not found
             "curve": [],
             "at_rate": None,
         }
@@ -287,6 +292,7 @@ def server_search(
             }
         )
         curve[-1]["duration_ms"] = duration_ms or probe_ms
+        curve[-1]["asked_qps"] = rate  # the rate as asked: LoadGen's own record rounds it
         return bool(result["valid"])
 
     start = start or 0.5 * 1e9 / max(single.get("mean_ns", 1e6), 1.0)  # half of what one stream completes
@@ -300,9 +306,11 @@ def server_search(
         )
     else:
         searched = search()
-    valid_runs = [
-        point for point in curve if point["valid"] and math.isclose(point["target_qps"], searched["rate"] or -1, rel_tol=1e-6)
-    ]
+    # The run that holds the answer, matched by the rate it was asked for (the search rounds it to
+    # 3 decimals, the same rounding here): LoadGen's target_qps is rounded in its own way, and below
+    # ~500/s a relative tolerance lost the match (215.2146 vs 215.215).
+    answer = searched["rate"]
+    valid_runs = [point for point in curve if point["valid"] and answer is not None and round(point["asked_qps"], 3) == answer]
     return {**searched, "curve": curve, "at_rate": valid_runs[-1] if valid_runs else None}
 
 
@@ -325,17 +333,25 @@ def confirm(probe, start: float, ceiling: float, valid_at_full_length, climb_run
             "bracket": [rate and round(rate, 3), top and round(top, 3)],
         }
 
+    full_length_runs = []
+
+    def at_full_length(rate: float) -> bool:  # each full-length run kept, as the probes keep theirs
+        full_length_runs.append((round(rate, 3), valid_at_full_length(rate)))
+        return full_length_runs[-1][1]
+
     failed_above = None
     if start and ceiling:  # without a valid Offline the start is a guess from SingleStream: probe first
-        if valid_at_full_length(start):
-            return answer({"runs": []}, *climb(start, ceiling, valid_at_full_length, climb_runs))
-        held, failed_above = descend(start, ceiling, valid_at_full_length, climb_runs)
+        if at_full_length(start):
+            return answer({"runs": full_length_runs}, *climb(start, ceiling, at_full_length, climb_runs))
+        held, failed_above = descend(start, ceiling, at_full_length, climb_runs)
         if held:
-            return answer({"runs": []}, held, failed_above)
+            return answer({"runs": full_length_runs}, held, failed_above)
     searched = probe()
     probed = searched["rate"]
     tops = [top for top in (searched["bracket"][1], failed_above) if top]
-    if probed and valid_at_full_length(probed):
+    searched = {**searched, "runs": full_length_runs + list(searched.get("runs", []))}
+    if probed and at_full_length(probed):
+        searched["runs"].append(full_length_runs[-1])
         return answer(searched, probed, min(tops) if tops else None)
     why = "no rate the short probes found held in a full-length run" if probed else searched.get("why")
     return {
@@ -411,24 +427,29 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
 
 
 def server_ratio(results: Dict[str, Any]):
-    """The engine's largest valid Server rate over the fp32 engine's. Its interval spans every
-    repeated search of both sides: [lowest engine answer / highest fp32 bracket top, highest engine
-    bracket top / lowest fp32 answer] -- it widens when repeats disagree, and it keeps the search's
-    resolution. None (no figure) when either side has no valid rate."""
+    """The engine's largest valid Server rate over the fp32 engine's: per pair of searches (search i
+    of each side ran in turn, in alternating order), the ratio of their answers; the median and a
+    Student t interval of the mean log ratio over the pairs (verdict_rules.SERVER_METHOD), so the
+    interval is run-to-run noise, not a search bracket. With fewer than MIN_SEARCHES pairs, or pairs
+    that agree to the digit (zero width), low and high are None and `why` says so. None (no figure)
+    when either side has no valid rate."""
+    from precisionflow.reporting import verdict_rules
+
     engine, fp32 = results.get("engine", {}).get("Server"), results.get("fp32", {}).get("Server")
     if not engine or not fp32 or not engine.get("rate") or not fp32.get("rate"):
         return None
-    engine_repeats, fp32_repeats = _repeats(engine), _repeats(fp32)
-    engine_rates = [each["rate"] for each in engine_repeats]
-    fp32_rates = [each["rate"] for each in fp32_repeats]
-    engine_tops = [each["bracket"][1] or each["rate"] for each in engine_repeats]
-    fp32_tops = [each["bracket"][1] or each["rate"] for each in fp32_repeats]
-    return {
-        "median": round(float(np.median(engine_rates)) / float(np.median(fp32_rates)), 3),
-        "low": round(min(engine_rates) / max(fp32_tops), 3),
-        "high": round(max(engine_tops) / min(fp32_rates), 3),
-        "searches": [len(engine_repeats), len(fp32_repeats)],
-    }
+    pairs = list(zip(_repeats(engine), _repeats(fp32)))  # search i of each side, run in turn
+    ratios = [mine["rate"] / theirs["rate"] for mine, theirs in pairs if mine.get("rate") and theirs.get("rate")]
+    found = {"median": round(float(np.median(ratios)), 3), "pairs": len(ratios), "per_pair": [round(r, 4) for r in ratios]}
+    bounds = verdict_rules.speed_interval(ratios)
+    if bounds is None:
+        why = (
+            f"{len(ratios)} paired search(es), fewer than the {verdict_rules.MIN_SEARCHES} an interval needs"
+            if len(ratios) < verdict_rules.MIN_SEARCHES
+            else f"{len(ratios)} paired searches gave the same ratio: a zero-width interval is no evidence of no noise"
+        )
+        return {**found, "low": None, "high": None, "why": why}
+    return {**found, "low": round(bounds[0], 3), "high": round(bounds[1], 3)}
 
 
 def _repeats(server: Dict[str, Any]):

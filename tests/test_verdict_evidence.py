@@ -1,0 +1,56 @@
+"""No PASS without evidence, no exception where UNDECIDED belongs (issue 54): each case here PASSed
+or raised before the verdict rules stated their minimum evidence."""
+
+import math
+
+import pytest
+
+from precisionflow import stats
+from precisionflow.reporting import budget, verdict_rules
+
+
+def test_a_map_drop_needs_its_minimum_resamples():
+    one = verdict_rules.map_drop_check(10.0, [10.0], 2.0, 0.95, "mAP")  # a +10-point drop once PASSed on one resample
+    two = verdict_rules.map_drop_check(10.0, [10.0, 10.0], 2.0, 0.95, "mAP")
+    for found in (one, two):
+        assert found["verdict"] == stats.UNDECIDED and "fewer than the 1000" in found["text"]
+    enough = verdict_rules.map_drop_check(10.0, [9.0 + i / 1000 for i in range(1000)], 2.0, 0.95, "mAP")
+    assert enough["verdict"] == stats.FAIL
+
+
+def test_a_nan_drop_is_undecided():
+    found = verdict_rules.map_drop_check(math.nan, [0.0] * 1000, 2.0, 0.95, "mAP")
+    assert found["verdict"] == stats.UNDECIDED and "non-finite" in found["text"]
+    resampled_nan = verdict_rules.map_drop_check(0.0, [math.nan] * 1000, 2.0, 0.95, "mAP")
+    assert resampled_nan["verdict"] == stats.UNDECIDED
+
+
+def test_identical_rounds_are_no_interval():
+    found = verdict_rules.speed_check({"median": 2.0, "rounds": [2.0, 2.0]}, 1.2, "bmax", 0.95, True)
+    assert found["verdict"] == stats.UNDECIDED and "zero-width" in found["text"]  # once PASS [2.00, 2.00]
+
+
+def test_speed_of_one_round_has_no_interval_and_is_never_named_fastest():
+    one = budget.speed_of({"median": 5.0, "rounds": [5.0]}, 0.95)
+    assert one["low"] is None and one["high"] is None
+    measured = budget.speed_of({"median": 2.0, "rounds": [1.9, 2.0, 2.1]}, 0.95)
+    ranking = verdict_rules.fastest([{**one, "name": "lucky"}, {**measured, "name": "measured"}])
+    assert ranking == {"winner": {**measured, "name": "measured"}}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: verdict_rules.share_check(0, 0, 0.99, 0.95, "agreement"),
+        lambda: verdict_rules.mean_check(None, 0.0, 0.1, 0.95, "spurious boxes"),
+        lambda: verdict_rules.mean_check([0.0, math.nan], 0.0, 0.1, 0.95, "spurious boxes"),
+        lambda: verdict_rules.speed_check({"median": 2.0, "rounds": None}, 1.2, "bmax", 0.95, True),
+        lambda: verdict_rules.speed_check({"rounds": [1.9, 2.1, 2.0]}, 1.2, "bmax", 0.95, True),
+        lambda: verdict_rules.server_check({"settings": {}, "results": {"engine": {"Server": {"rate": 10}}}}, 1.0, True),
+        lambda: verdict_rules.drop_check(stats.drop_from_counts(0, 0, 0, 0), 1.0, "top-1 drop"),
+    ],
+    ids=["share-0-of-0", "mean-none", "mean-nan", "rounds-none", "no-median", "server-no-ratio", "drop-no-images"],
+)
+def test_missing_or_malformed_inputs_are_undecided_with_a_reason(call):
+    found = call()
+    assert found["verdict"] == stats.UNDECIDED and found["text"]
