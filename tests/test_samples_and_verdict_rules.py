@@ -111,7 +111,9 @@ def test_a_simulation_row_with_min_speedup_is_judged_on_accuracy_alone():
 
     metrics = {"top1": 0.9, "agreement": 1.0, "flipped": 0, "test_images": 100}
     limits = {key: None for key in budget.BUDGET_KEYS} | {"min_speedup": 1.0, "speedup_at": "bmax", "confidence": 0.95}
-    assert budget.checks(metrics, metrics, limits, {}, None, timed=False) == []
+    untimed = budget.checks(metrics, metrics, limits, {}, None, timed=False)
+    assert [entry["verdict"] for entry in untimed] == [verdict_rules.NOT_APPLIED]  # named, not dropped
+    assert verdict_rules.overall(untimed) == verdict_rules.NO_BUDGET  # and never a PASS
     timed = budget.checks(metrics, metrics, limits, {}, None, timed=True)
     assert [entry["verdict"] for entry in timed] == [stats.UNDECIDED]
 

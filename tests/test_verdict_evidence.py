@@ -54,3 +54,32 @@ def test_speed_of_one_round_has_no_interval_and_is_never_named_fastest():
 def test_missing_or_malformed_inputs_are_undecided_with_a_reason(call):
     found = call()
     assert found["verdict"] == stats.UNDECIDED and found["text"]
+
+
+def test_a_qat_budget_on_a_row_without_qat_is_named_and_never_passes_alone():
+    metrics = {"top1": 0.9, "agreement": 1.0, "flipped": 0, "test_images": 100}
+    limits = {key: None for key in budget.BUDGET_KEYS} | {"min_qat_agreement": 0.99, "speedup_at": "bmax", "confidence": 0.95}
+    found = budget.checks(metrics, metrics, limits, {}, None)
+    assert found == [verdict_rules.not_applied("min_qat_agreement", "this engine was not built from a QAT model")]
+    assert verdict_rules.overall(found) == verdict_rules.NO_BUDGET  # once: PASS with no QAT check at all
+    assert "min_qat_agreement not applied" in budget.format_verdicts(
+        [
+            {
+                "verdict": "no budget",
+                "precision": "int8",
+                "target": "local",
+                "ran": "int8",
+                "accuracy_name": "top-1",
+                "accuracy": 0.9,
+                "drop_points": 0.0,
+                "drop": None,
+                "agreement": 1.0,
+                "extra": "",
+                "node": "n",
+                "model": "m",
+                "checks": found,
+                "breaches": [],
+                "undecided": [],
+            }
+        ]
+    )

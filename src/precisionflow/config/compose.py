@@ -379,6 +379,41 @@ def check_precisions(cfg: Dict[str, Any]) -> None:
             )
 
 
+# Serving settings (evaluate.serving, and a target's serving overrides): (key, the test, what is expected).
+SERVING_RULES = (
+    ("latency_bound_ms", lambda v: v is None or v > 0, "a bound > 0 ms, or null (15 ms on a GPU, 33 ms on a CPU)"),
+    ("percentile", lambda v: 0 < v < 1, "a fraction strictly between 0 and 1 (0.99 = p99)"),
+    ("min_duration_ms", lambda v: v > 0, "a duration > 0 ms"),
+    ("search_duration_ms", lambda v: v is None or v > 0, "a duration > 0 ms, or null (= min_duration_ms)"),
+    ("min_query_count", lambda v: v >= 1, "an integer >= 1"),
+    ("max_batch", lambda v: v >= 1, "an integer >= 1"),
+    ("max_wait_ms", lambda v: v >= 0, "a wait >= 0 ms"),
+    ("workers", lambda v: v >= 1, "an integer >= 1"),
+    ("search_precision", lambda v: v > 0, "a bracket width > 0 (0.1 = within 10%)"),
+    ("search_repeats", lambda v: v >= 1, "an integer >= 1 (2 or more for a ratio with an interval)"),
+    ("full_length_climb", lambda v: v >= 0, "an integer >= 0"),
+)
+
+
+def check_serving(cfg: Dict[str, Any]) -> None:
+    """Every serving setting before any job: a bound of -5 ms once trained, built, timed and served
+    everything, then FAILed three engines with "no rate meets p99 <= -5 ms"."""
+    places = {"evaluate.serving": cfg["evaluate"]["serving"]}
+    for target in cfg["targets"]:
+        places[f"target_defs.{target}.serving"] = {**cfg["evaluate"]["serving"], **cfg["target_defs"][target].get("serving", {})}
+    for where, settings in places.items():
+        for key, holds, expected in SERVING_RULES:
+            value = settings.get(key)
+            if key not in settings:
+                continue
+            try:
+                fine = holds(value)
+            except TypeError:
+                fine = False
+            if not fine:
+                raise ConfigError(f"{where}.{key}: expected {expected}, found {value!r}. Set {where}.{key}=<value> accordingly.")
+
+
 def validate(cfg: Dict[str, Any]) -> None:
     """Checks across keys that a type schema cannot express."""
     check_choices(cfg)
@@ -437,6 +472,7 @@ def validate(cfg: Dict[str, Any]) -> None:
             f"evaluate.ratio_rounds / ratio_window_s: expected at least 2 rounds of a positive window, "
             f"found {cfg['evaluate']['ratio_rounds']} / {cfg['evaluate']['ratio_window_s']}."
         )
+    check_serving(cfg)
     from precisionflow.reporting.budget import check_config
 
     check_config(cfg["evaluate"])

@@ -194,7 +194,7 @@ def checks(
         found += detection_checks(metrics, fp32, budget)
     else:
         found += classification_checks(metrics, budget, pairs)
-    qat = metrics.get("qat", {}).get("vs_qat_model")
+    qat = (metrics.get("qat") or {}).get("vs_qat_model")
     if budget["min_qat_agreement"] is not None and qat:
         n = metrics["test_images"]
         found.append(
@@ -202,13 +202,16 @@ def checks(
                 round(qat["agreement"] * n), n, budget["min_qat_agreement"], budget["confidence"], "agreement with the QAT model"
             )
         )
+    elif budget["min_qat_agreement"] is not None:
+        found.append(verdict_rules.not_applied("min_qat_agreement", "this engine was not built from a QAT model"))
+    simulation = "this row is a simulation, never timed"
     if budget["min_speedup"] is not None:
         at = budget["speedup_at"]
         speed = verdict_rules.speed_check(ratios.get(f"x_fp32_{at}"), budget["min_speedup"], at, budget["confidence"], timed)
-        found += [speed] if speed else []
+        found.append(speed or verdict_rules.not_applied("min_speedup", simulation))
     if budget.get("min_server_speedup") is not None:
         server = verdict_rules.server_check(ratios.get("served"), budget["min_server_speedup"], timed)
-        found += [server] if server else []
+        found.append(server or verdict_rules.not_applied("min_server_speedup", simulation))
     return found
 
 
@@ -433,6 +436,14 @@ def judge_entry(
     if twin is not None:  # int8_qat: the budget reads the delta against its fp32 twin
         judged_by = judge(results, key, twin_key_found, metrics, twin, budget, engine_ratios, classes, timed, tags)
         reference = twin
+    elif twin_key(spec):  # judged against base fp32 alone, the fine-tune's training would read as precision
+        missing = verdict_rules.judged(
+            stats.UNDECIDED,
+            f"its fp32 twin's evaluation ({twin_key_found or 'not planned'}) is missing: against base fp32 the drop mixes "
+            "the fine-tune's extra training with precision; rerun with the twin (precisionflow run)",
+        )
+        judged_by = {**against_base, "checks": against_base["checks"] + [missing]}
+        judged_by["verdict"] = overall(judged_by["checks"])
     ran = metrics["engine"].get("executed", {}).get("executed_precision", "unknown")
     entry = {
         "node": key,
@@ -638,6 +649,9 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
             )
         if entry.get("worst_condition"):
             lines.append("      " + worst_condition_text(entry))
+        for check in entry.get("checks", []):  # a budget that cannot judge this row is named, not dropped
+            if check["verdict"] == verdict_rules.NOT_APPLIED:
+                lines.append("      " + check["text"])
         if entry.get("validation"):
             lines.append(
                 f"      int8_mixed {entry['validation']}; test: {0.0 - entry['drop_points']:+.2f}{interval_text(entry['drop'])}"

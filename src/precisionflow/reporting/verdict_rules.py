@@ -64,16 +64,24 @@ def judged(verdict: str, text: str) -> Dict[str, str]:
 
 
 NO_BUDGET = "no budget"
+NOT_APPLIED = "not applied"  # a budget key set for a row it cannot judge (min_qat_agreement on a row with no QAT model)
 REFERENCE = "reference"  # the fp32 engine the others are judged against: nothing of its own to judge
 
 
 def overall(found: List[Dict[str, str]]) -> str:
     """An engine's verdict from its checks: any FAIL fails it, else any UNDECIDED leaves it
-    undecided; with no check at all (no budget set) it is "no budget", never PASS."""
-    if not found:
+    undecided; with no check at all (no budget set), or only budgets that do not apply to it
+    (NOT_APPLIED, each named in its check), it is "no budget", never PASS."""
+    applied = [entry for entry in found if entry["verdict"] != NOT_APPLIED]
+    if not applied:
         return NO_BUDGET
-    verdicts_found = {entry["verdict"] for entry in found}
+    verdicts_found = {entry["verdict"] for entry in applied}
     return FAIL if FAIL in verdicts_found else UNDECIDED if UNDECIDED in verdicts_found else PASS
+
+
+def not_applied(key: str, why: str) -> Dict[str, str]:
+    """A budget key that cannot judge this row, named so that it does not vanish in silence."""
+    return judged(NOT_APPLIED, f"{key} not applied: {why}")
 
 
 def cannot_tell(n: int, what: str, one_unit: str, needed: Optional[int]) -> str:
