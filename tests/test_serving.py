@@ -450,3 +450,16 @@ def test_a_slow_rate_keeps_the_run_that_holds_it():
     found = server_search(run, {"p99_ns": 2e6, "mean_ns": 2e6}, settings, start=215.21464, ceiling=269.0)
     assert found["rate"] == 215.215 and found["at_rate"] and found["at_rate"]["p99_ns"] == 9e6
     assert found["runs"], "a search confirmed at full length records its runs"
+
+
+def test_the_bound_follows_the_device_the_planner_found_for_any_target():
+    """`local` on a GPU machine: the planner's runtime names the GPU as "device"; the bound read
+    "device_name", which it never sets, and served a GPU engine under the CPU's 33 ms."""
+    from precisionflow.config.compose import expand
+    from precisionflow.stages import Reading, serve_engine
+
+    cfg = expand([])[0]
+    on_gpu = serve_engine.reads(Reading(cfg, "local", {"backend_version": "1.23", "device": "NVIDIA H200"}))
+    on_cpu = serve_engine.reads(Reading(cfg, "local", {"backend_version": "1.23", "device": "AMD EPYC 9B14"}))
+    assert on_gpu["serving"]["latency_bound_ms"] == serve_engine.GPU_BOUND_MS
+    assert on_cpu["serving"]["latency_bound_ms"] == serve_engine.CPU_BOUND_MS

@@ -33,10 +33,9 @@ def reads(at: Reading) -> Dict[str, Any]:
         settings.pop("full_length_climb", None)
     settings["scenarios"] = [str(getattr(s, "value", s)) for s in settings["scenarios"]]
     if settings["latency_bound_ms"] is None:  # by where the engine runs (see ServingConf)
-        on_gpu = (
-            runtime.get("device_name", "").lower().startswith(("nvidia", "tesla"))
-            or cfg["target_defs"][target]["device"] == "cuda"
-        )
+        # the planner's runtime names the device as "device" (a GPU's name for `local` on a GPU machine)
+        device = str(runtime.get("device_name") or runtime.get("device") or "")
+        on_gpu = device.lower().startswith(("nvidia", "tesla")) or cfg["target_defs"][target]["device"] == "cuda"
         settings["latency_bound_ms"] = GPU_BOUND_MS if on_gpu else CPU_BOUND_MS
     return {
         "serving": settings,
