@@ -123,3 +123,20 @@ def test_a_run_checks_finished_nodes_by_stat_and_hashes_only_what_changed(tmp_pa
     os.utime(node / "engine.onnx")
     with pytest.raises(LineageError, match=r"engine.onnx changed after the node finished"):
         verify_finished_node(node)
+
+
+def test_published_files_follow_the_umask(tmp_path):
+    """mkstemp's 0600 and mkdtemp's 0700 once locked teammates out of a shared results folder."""
+    import os
+    import stat
+
+    from precisionflow.nodeio import staged_node_dir, write_json_atomic
+
+    previous = os.umask(0o002)
+    try:
+        with staged_node_dir(tmp_path / "stage" / "abc") as folder:
+            write_json_atomic(folder / "node.json", {"stage": "stage"})
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "stage" / "abc").stat().st_mode) == 0o775
+    assert stat.S_IMODE((tmp_path / "stage" / "abc" / "node.json").stat().st_mode) == 0o664

@@ -19,12 +19,25 @@ from precisionflow.hashing import file_hash
 NODE_FILE = "node.json"
 
 
+def current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: Path, directory: bool = False) -> None:
+    """mkstemp/mkdtemp create 0600 files and 0700 folders whatever the umask: published, they would
+    lock a teammate on a shared results folder out. Give them what open()/mkdir() would have."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     with os.fdopen(fd, "w") as handle:
         json.dump(data, handle, indent=2, sort_keys=True, default=str)
+    follow_umask(Path(tmp))
     os.replace(tmp, path)
 
 
@@ -125,6 +138,7 @@ def staged_node_dir(final_dir: Path) -> Iterator[Path]:
     final_dir = Path(final_dir)
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.tmp-", dir=final_dir.parent))
+    follow_umask(tmp, directory=True)
     try:
         yield tmp
         if not (tmp / NODE_FILE).is_file():
