@@ -255,3 +255,43 @@ def test_killing_only_the_run_and_snakemake_leaves_no_job_racing_the_rerun(tmp_p
     # recovery before it touches a folder (test_recovery_stops_a_live_job_of_the_dead_run...).
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in left)
     assert len(list(results.glob("train_model/*/node.json"))) == 1
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_run_stops_snakemake_and_every_job(tmp_path):
+    """A plain `kill` (SIGTERM, what CI and `timeout` send) of `precisionflow run` alone: Snakemake
+    and its running training job once lived on under PID 1; now none of them outlives the run."""
+    results = tmp_path / "results"
+    first = start_run(results)
+    deadline = time.time() + 300
+    while time.time() < deadline and not any(
+        "Epoch 2" in log.read_text(errors="replace") for log in results.glob("logs/train_model/*.log")
+    ):
+        time.sleep(0.5)
+    assert runlock.orphans_of(results), "no job of the run was alive to stop"
+    os.kill(first.pid, signal.SIGTERM)
+    output, _ = first.communicate(timeout=60)
+    assert first.returncode == 128 + signal.SIGTERM, output[-2000:]
+    assert "SIGTERM: stopping Snakemake and its jobs" in output
+    assert [p for p in runlock.orphans_of(results) if p.status() != "zombie"] == []
+    assert not list(results.glob("train_model/*/node.json"))
+
+
+def test_a_job_whose_run_is_gone_does_not_publish(tmp_path, monkeypatch):
+    """A job left alone after its controller died once published its node, so its work ran twice."""
+    import platform
+
+    from precisionflow.errors import StageError
+    from precisionflow.nodeio import staged_node_dir, write_json_atomic
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    monkeypatch.setenv(runlock.CONTROLLER_VARIABLE, f"{platform.node()}:{gone.pid}:1.000")
+    with pytest.raises(StageError, match="is gone"):
+        with staged_node_dir(tmp_path / "train_model" / "abc") as folder:
+            write_json_atomic(folder / "node.json", {"stage": "train_model"})
+    assert not (tmp_path / "train_model" / "abc").exists() and not list((tmp_path / "train_model").iterdir())
+    monkeypatch.setenv(runlock.CONTROLLER_VARIABLE, runlock.controller_id())  # a live controller: published
+    with staged_node_dir(tmp_path / "train_model" / "abc") as folder:
+        write_json_atomic(folder / "node.json", {"stage": "train_model"})
+    assert (tmp_path / "train_model" / "abc" / "node.json").is_file()

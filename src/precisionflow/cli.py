@@ -229,12 +229,13 @@ def run_exclusively(plan: Dict, plan_file: Path, args, extra: List[str]) -> int:
         force = ["--forcerun", *[str(results / key / NODE_FILE) for key in missing]] if missing else []
         command = snakemake_command(plan_file, args.cores, False, [*force, "--rerun-incomplete", *extra], args.profile)
         env = runlock.run_environment(results)
-        if getattr(args, "verbose", False):
-            return subprocess.call(command, cwd=snakemake_dir(results), env={**env, VERBOSE_ENV: "1"})
-        from precisionflow.pipeline.console import run_quietly
+        with runlock.stopping_jobs_on_signal(results):
+            if getattr(args, "verbose", False):
+                return subprocess.call(command, cwd=snakemake_dir(results), env={**env, VERBOSE_ENV: "1"})
+            from precisionflow.pipeline.console import run_quietly
 
-        log = results / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        return run_quietly(command, snakemake_dir(results), env, log)
+            log = results / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"
+            return run_quietly(command, snakemake_dir(results), env, log)
 
 
 def cmd_run(args, extra: List[str]) -> int:

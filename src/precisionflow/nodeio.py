@@ -132,6 +132,29 @@ def declined(node_dir: Path) -> Optional[str]:
     return (read_json(marker).get("summary") or {}).get("declined")
 
 
+CONTROLLER_VARIABLE = "PRECISIONFLOW_CONTROLLER"  # set by pipeline/runlock.py's run_environment
+
+
+def controller_gone() -> Optional[str]:
+    """Why this job must not publish, or None: the `precisionflow run` that started it (same host)
+    is no longer running -- it was killed, and the next run will recompute this node under its own
+    control. A job on another host (SLURM) cannot see its controller and publishes as before."""
+    import platform
+
+    found = os.environ.get(CONTROLLER_VARIABLE, "")
+    host, _, rest = found.partition(":")
+    if not found or host != platform.node():
+        return None
+    pid, _, started = rest.partition(":")
+    import psutil
+
+    try:
+        alive = abs(psutil.Process(int(pid)).create_time() - float(started)) < 0.01  # not a reused pid
+    except (psutil.NoSuchProcess, ValueError):
+        alive = False
+    return None if alive else f"the precisionflow run that started this job (pid {pid}) is gone"
+
+
 @contextlib.contextmanager
 def staged_node_dir(final_dir: Path) -> Iterator[Path]:
     """Yield a temporary folder; on success it replaces `final_dir` in one rename."""
@@ -143,6 +166,9 @@ def staged_node_dir(final_dir: Path) -> Iterator[Path]:
         yield tmp
         if not (tmp / NODE_FILE).is_file():
             raise StageError(f"internal: {tmp} finished without {NODE_FILE}")
+        gone = controller_gone()
+        if gone:  # its work would be published beside the next run's recomputation of it: run twice
+            raise StageError(f"{gone}: {final_dir.name} not published; the next precisionflow run recomputes it")
         # Snakemake creates the output's parent folder before the job; an existing folder here
         # holds no finished node (Snakemake would not have scheduled the job), so it can go.
         if final_dir.exists():

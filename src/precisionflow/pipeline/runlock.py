@@ -27,6 +27,9 @@ from typing import Iterator, List
 from precisionflow.errors import PrecisionflowError
 
 RESULTS_VARIABLE = "PRECISIONFLOW_RESULTS"  # set for Snakemake and inherited by every job it starts
+# "host:pid:start time" of `precisionflow run`: a job on the same host publishes its node only while
+# that process lives (nodeio.controller_gone), so a job left alone never publishes twice.
+CONTROLLER_VARIABLE = "PRECISIONFLOW_CONTROLLER"
 GRACE_S = 10
 LOCK_NAME = ".precisionflow-run.lock"
 HOLDER_NAME = ".precisionflow-run.holder"
@@ -73,7 +76,35 @@ def live_snakemake_in(workdir: Path) -> List[int]:
 
 def run_environment(results: Path) -> dict:
     """The environment `precisionflow run` gives Snakemake: its jobs are known as this folder's."""
-    return {**os.environ, RESULTS_VARIABLE: str(Path(results).resolve())}
+    return {**os.environ, RESULTS_VARIABLE: str(Path(results).resolve()), CONTROLLER_VARIABLE: controller_id()}
+
+
+def controller_id() -> str:
+    import psutil
+
+    return f"{platform.node()}:{os.getpid()}:{psutil.Process().create_time():.3f}"
+
+
+@contextlib.contextmanager
+def stopping_jobs_on_signal(results: Path) -> Iterator[None]:
+    """While a run is under way, SIGTERM and SIGINT to `precisionflow run` (what CI, `timeout` and
+    Ctrl-C send) stop Snakemake and every job it started -- every process carrying this results
+    folder in its environment -- then exit with 128 + the signal. Without this, a plain `kill` left
+    Snakemake and its running job alive under PID 1 (still there 40 s later)."""
+    import signal
+    import sys
+
+    def stop(signum, _frame):
+        print(f"precisionflow: {signal.Signals(signum).name}: stopping Snakemake and its jobs.", file=sys.stderr, flush=True)
+        stop_orphans(results)
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def orphans_of(results: Path) -> list:
