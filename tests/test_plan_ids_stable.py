@@ -35,6 +35,18 @@ class FixedVersions(planning.PlanBuilder):
 
 
 def plan_ids(overrides, multirun):
+    from precisionflow import cpu_features as devices
+
+    # the CPU placement's weight bits follow the planning machine's CPU (VNNI or not): held fixed here
+    devices.integer_dot_product.cache_clear()
+    real, devices.integer_dot_product = devices.integer_dot_product, lambda: "avx512_vnni"
+    try:
+        return _plan_ids(overrides, multirun)
+    finally:
+        devices.integer_dot_product = real
+
+
+def _plan_ids(overrides, multirun):
     builder = FixedVersions(versions={stage: "fixed" for stage in planning.STAGES})
     for point in expand(overrides, multirun):
         builder.add_point(point)

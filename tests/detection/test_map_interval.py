@@ -47,7 +47,10 @@ def test_the_reweighted_matches_give_pycocotools_own_map():
 def test_a_map_change_whose_interval_straddles_the_budget_is_undecided():
     truth, reference, engine = scene(np.random.default_rng(1), 30)
     drops = metrics.paired_map_drops(
-        metrics.match_table(truth, reference, CLASSES), metrics.match_table(truth, engine, CLASSES), range(30), resamples=400
+        metrics.match_table(truth, reference, CLASSES),
+        metrics.match_table(truth, engine, CLASSES),
+        range(30),
+        resamples=verdict_rules.MIN_RESAMPLES,
     )
     point = 100 * (metrics.coco_map(truth, reference, CLASSES)["map"] - metrics.coco_map(truth, engine, CLASSES)["map"])
     low, high = np.quantile(drops["map"], [0.025, 0.975])

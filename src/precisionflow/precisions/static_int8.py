@@ -17,6 +17,12 @@ def int8_params(cfg: Dict[str, Any], placement: str, extra: Dict[str, Any] = Non
     params = {key: cfg["int8"][key] for key in INT8_KEYS}
     params.update(extra or {})
     params["placement"] = placement
+    if placement == "onnxruntime_cpu":  # the bits of the CPU's GEMM weights: in the id, and in the row
+        from precisionflow.cpu_features import integer_dot_product
+        from precisionflow.quant.qdq import cpu_weight_bits
+
+        params["cpu_weight_bits"] = cpu_weight_bits(integer_dot_product())
+        params["cpu_dot_product"] = integer_dot_product() or "none (int16 accumulation: 7-bit weights)"
     # The per-tensor report's sample (int8_mixed ranks ops by it) is drawn like calibration's.
     params["sampling"] = {"rule": cfg["calibration"]["sampling"], "seed": cfg["calibration"]["seed"]}
     return {"int8": params}
@@ -53,7 +59,9 @@ def to_int8(
     # every tensor QAT put a quantizer on; the placement's other Q/DQ (a pooled output, the logits)
     # are left out, so the engine rounds only where QAT trained it to.
     trained = lineage["ranges"]["learned_tensors"] if lineage["source"] == "qat" and not trt else None
-    freed = qdq.quantize_int8(source, target, ranges, nodes, placement, trained)
+    freed = qdq.quantize_int8(source, target, ranges, nodes, placement, trained, int8.get("cpu_weight_bits"))
+    if not trt:
+        placed["cpu_weight_bits"] = int8.get("cpu_weight_bits") or qdq.local_cpu_weight_bits()
     if trained is not None:
         placed["qat_untrained_left_float"] = freed
     elif not trt:

@@ -114,12 +114,15 @@ def quantize_int8(
     nodes: Sequence[str],
     placement: str = "tensorrt",
     trained: Optional[Iterable[str]] = None,
+    weight_bits: Optional[int] = None,
 ) -> List[str]:
     """Write the QDQ graph of `nodes` using the cache's ranges (no calibration happens here), with
     Q/DQ placed for `placement`'s runtime. `trained` (int8_qat on the CPU placement): the tensors
     QAT put a fake-quant on; a Q/DQ the placement would add anywhere else is left out, so the
     engine rounds where QAT trained and nowhere else. Returns the tensors the CPU placement leaves
-    unrounded: those (int8_qat), or the float output layer's input (post-training ranges)."""
+    unrounded: those (int8_qat), or the float output layer's input (post-training ranges).
+    `weight_bits` (CPU placement): 7 or 8 for the GEMM kernels' weights; None: this CPU's
+    (local_cpu_weight_bits)."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -153,7 +156,7 @@ def quantize_int8(
             options = dict(
                 nodes_to_exclude=left_float,
                 activation_type=QuantType.QUInt8,
-                reduce_range=CPU_WEIGHTS_7BIT,
+                reduce_range=(weight_bits or local_cpu_weight_bits()) == 7,
                 extra_options={**ORT_CPU_PLACEMENT, "TensorQuantOverrides": depthwise_weights_in_8_bits(model)},
             )
         quantize_static(
@@ -225,20 +228,31 @@ def symmetric_steps_in_uint8(ranges: Dict[str, Tuple[float, float]]) -> Dict[str
     }
 
 
-# Weights in 7 bits (ONNX Runtime's reduce_range) on the CPU placement. On an x86 CPU without VNNI,
-# ONNX Runtime's U8S8 kernels add pairs of uint8 x int8 products in int16 (vpmaddubsw), which
-# saturates when activations sit high in their uint8 range -- every tensor with a symmetric range
-# (zero point 128), so QAT's ranges most of all. MobileNetV2's int8_qat engine on this AVX2 CPU
-# agreed with its QAT model on 96.1% of images with 8-bit weights and 100% with 7-bit weights
-# (benchmarks/results/cpu_qat_placement.json). 7-bit weights cannot saturate (2 x 255 x 64 < 32768);
-# the same graph then runs correctly on any CPU, at the same kernels' speed.
-CPU_WEIGHTS_7BIT = True
+# Weights in 7 bits (ONNX Runtime's reduce_range) on the CPU placement, only where the CPU needs it.
+# On an x86 CPU without VNNI, ONNX Runtime's U8S8 kernels add pairs of uint8 x int8 products in
+# int16 (vpmaddubsw), which saturates when activations sit high in their uint8 range -- every tensor
+# with a symmetric range (zero point 128), so QAT's ranges most of all. MobileNetV2's int8_qat engine
+# on an AVX2 CPU agreed with its QAT model on 96.1% of images with 8-bit weights and 100% with 7-bit
+# weights (benchmarks/results/cpu_qat_placement.json); 7-bit weights cannot saturate (2 x 255 x 64 <
+# 32768). VNNI (vpdpbusd) and ARM's dot product accumulate in 32 bits: there 7 bits only cost
+# precision (resnet_mini int8_qat on photo patches at 32 px, on an AVX-512 VNNI CPU: 298 of 304
+# images agree with the QAT model with 7-bit weights, 303 with 8-bit; ../shared REFERENCE).
+def cpu_weight_bits(dot_flag: Optional[str]) -> int:
+    """8 where the CPU's integer kernels accumulate in 32 bits (`dot_flag`, cpu_features.
+    integer_dot_product), else 7."""
+    return 8 if dot_flag else 7
+
+
+def local_cpu_weight_bits() -> int:
+    from precisionflow.cpu_features import integer_dot_product
+
+    return cpu_weight_bits(integer_dot_product())
 
 
 def depthwise_weights_in_8_bits(model) -> Dict[str, list]:
     """ONNX Runtime tensor overrides giving every depthwise conv's weights all 8 bits.
 
-    The int16 saturation behind CPU_WEIGHTS_7BIT is in the GEMM kernels; ONNX Runtime's depthwise
+    The int16 saturation behind cpu_weight_bits's 7 is in the GEMM kernels; ONNX Runtime's depthwise
     kernel accumulates in 32 bits (a constructed depthwise sum at activation code 247 and weight
     code 127 came out exact here). A depthwise kernel has 9 weights per channel, so a seventh bit
     costs it most: MobileNetV2's CPU int8_qat engine agreed with its QAT model on 98.6% of 1,728

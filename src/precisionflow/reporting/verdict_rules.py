@@ -193,7 +193,9 @@ def map_drop_check(drop: float, resampled: Sequence[float], limit: float, confid
     resampled = [] if resampled is None else list(resampled)
     shown = f"{drop:+.2f}" if finite(drop) else str(drop)
     if not finite(drop, *resampled):
-        return judged(UNDECIDED, f"{subject} {shown} points below fp32 (max {limit}): a missing or non-finite drop, so no interval")
+        return judged(
+            UNDECIDED, f"{subject} {shown} points below fp32 (max {limit}): a missing or non-finite drop, so no interval"
+        )
     if len(resampled) < MIN_RESAMPLES:
         return judged(
             UNDECIDED,
@@ -360,8 +362,7 @@ def speed_check(
         why = _no_interval_reason(rounds) if bounds is None else "its record has no median"
         return judged(
             UNDECIDED,
-            f"speed-up over fp32 at {at} {shown}: {why}, so no interval (min {limit}x); "
-            "time more rounds (evaluate.ratio_rounds)",
+            f"speed-up over fp32 at {at} {shown}: {why}, so no interval (min {limit}x); time more rounds (evaluate.ratio_rounds)",
         )
     low, high = bounds
     verdict = stats.verdict_at_least(low, high, limit)

@@ -325,7 +325,9 @@ def serving_columns(served: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         found.update({"x_server": ratio["median"], "x_server_low": low, "x_server_high": high})
         # the printed cell: the ratio with its interval, or with why it has none -- never a bare point
         found["x_server_95"] = (
-            f"{ratio['median']:.2f} [{low:.2f},{high:.2f}]" if low != "" else f"{ratio['median']:.2f} (no ivl: {ratio.get('pairs', 1)} pair)"
+            f"{ratio['median']:.2f} [{low:.2f},{high:.2f}]"
+            if low != ""
+            else f"{ratio['median']:.2f} (no ivl: {ratio.get('pairs', 1)} pair)"
         )
     elif served["results"].get("fp32") is not None:  # a blank would say nothing: say which side found no rate
         fp32_server = served["results"]["fp32"].get("Server") or {}
@@ -772,6 +774,16 @@ def not_built(inputs: Dict[str, Path]) -> List[str]:
 QAT_FIDELITY = 0.995  # deployed == trained: int8_qat's engine should agree with its QAT model on 99.5%
 
 
+def cpu_weight_bits_of(eval_dir: Path) -> Optional[int]:
+    """The bits of the CPU placement's GEMM weights, as its quantize_onnx node recorded them."""
+    for name, node in named_lineage(eval_dir).items():
+        if name.endswith("quantize_onnx"):
+            bits = (node.get("summary") or {}).get("cpu_weight_bits")
+            if bits:
+                return bits
+    return None
+
+
 def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     """An int8_qat engine whose agreement with its QAT model is below 99.5% says by how much, and the
     known cause where its placement has one (measured: benchmarks/results/qat_unseen_data.json)."""
@@ -784,12 +796,17 @@ def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
         agreeing = round(qat["agreement"] * n)
         low, high = wilson(agreeing, n)
         cpu = "-ortcpu-" in eval_dir.name
-        why = (
-            "on the CPU placement convolution weights are stored in 7 bits (ONNX Runtime's AVX2 integer kernels "
-            "saturate with 8, quant/qdq.py) where QAT trained 8-bit grids, and outputs are requantized in integers"
-            if cpu
-            else "the graph rounds where QAT rounded; what is left is the runtime's arithmetic order"
-        )
+        bits = cpu_weight_bits_of(eval_dir) if cpu else None
+        if cpu and bits == 7:
+            why = (
+                "on the CPU placement convolution weights are stored in 7 bits (this CPU has no VNNI or dot product: "
+                "its integer kernels saturate with 8, quant/qdq.py) where QAT trained 8-bit grids, and outputs are "
+                "requantized in integers"
+            )
+        elif cpu:
+            why = "the CPU placement requantizes outputs in integers where QAT rounded in float"
+        else:
+            why = "the graph rounds where QAT rounded; what is left is the runtime's arithmetic order"
         lines.append(
             f"(qat) {eval_dir.name}: agrees with its QAT model on {agreeing} of {n} test images "
             f"({100 * qat['agreement']:.2f}% [{100 * low:.2f}, {100 * high:.2f}]), below {100 * QAT_FIDELITY:.1f}%: {why}."
