@@ -43,7 +43,12 @@ def test_the_starter_folder_and_free_form_keys_pass(tmp_path):
     (tmp_path / "pf" / "experiment" / "gpu.yaml").write_text(
         "# @package _global_\ntarget_defs:\n  mine: {device: cuda, expect_device: L4}\nevaluate:\n  budgets:\n    int8: {min_speedup: 1.2}\n"
     )
-    user_files.check_folder(tmp_path / "pf")
+    assert user_files.check_folder(tmp_path / "pf") is None  # free-form keys (a new target, a budget per precision) pass
+    # ... and the same file is read: a typo beside them is refused (the check is not blind to it)
+    gpu = tmp_path / "pf" / "experiment" / "gpu.yaml"
+    gpu.write_text(gpu.read_text() + "  budget:\n    max_top1: 3\n")
+    with pytest.raises(ConfigError, match=r"gpu\.yaml:\d+: evaluate\.budget\.max_top1: no such key"):
+        user_files.check_folder(tmp_path / "pf")
 
 
 def test_the_command_line_reports_it_before_composing(tmp_path):

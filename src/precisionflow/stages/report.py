@@ -290,7 +290,9 @@ def engine_options(description: Dict[str, Any]) -> str:
     parts += ["NHWC"] if cuda.get("prefer_nhwc") == "1" else []
     parts += ["fused conv+bias"] if cuda.get("fuse_conv_bias") == "1" else []
     parts += (
-        ["conv+bias fusion left off (slower here)"] if (description.get("conv_bias_fusion") or {}).get("kept") is False else []
+        ["conv+bias fusion left off (not faster here beyond doubt)"]
+        if (description.get("conv_bias_fusion") or {}).get("kept") is False
+        else []
     )
     parts += ["no NHWC (failed at first run)"] if description.get("nhwc_refused") else []
     if cuda.get("enable_cuda_graph") == "1":
