@@ -83,3 +83,31 @@ def test_a_qat_budget_on_a_row_without_qat_is_named_and_never_passes_alone():
             }
         ]
     )
+
+
+def test_served_answers_are_held_against_the_evaluated_predictions(tmp_path):
+    """The serve stage's AccuracyOnly answers were computed in every job and read by nothing."""
+    import numpy as np
+
+    from precisionflow.reporting.compare import PER_SAMPLE_FILE
+
+    np.savez(tmp_path / PER_SAMPLE_FILE, predictions=np.array([1, 0, 2, 2, 1]), labels=np.array([1, 0, 2, 1, 1]))
+
+    def served(answers):
+        return {"results": {"engine": {"AccuracyOnly": {"served_predictions": answers}}}}
+
+    assert budget.served_against_evaluated(tmp_path, served([1, 0, 2, 2])) is None
+    found = budget.served_against_evaluated(tmp_path, served([1, 0, 0, 2]))
+    assert found["verdict"] == stats.FAIL and "1 of 4" in found["text"]
+    assert budget.served_against_evaluated(tmp_path, None) is None
+
+
+def test_a_serve_node_that_answers_otherwise_fails():
+    from precisionflow.errors import StageError
+    from precisionflow.stages.serve_engine import refuse_wrong_answers
+
+    refuse_wrong_answers({"images": 4, "answered": 4, "same_predictions": 4})
+    with pytest.raises(StageError, match="different class than the engine run directly on 1 of 4"):
+        refuse_wrong_answers({"images": 4, "answered": 4, "same_predictions": 3, "max_abs_diff": 0.5})
+    with pytest.raises(StageError, match="answered 3 of 4"):
+        refuse_wrong_answers({"images": 4, "answered": 3})

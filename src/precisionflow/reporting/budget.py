@@ -134,6 +134,25 @@ def per_sample(folder: Path):
         return loaded["predictions"], loaded["labels"]
 
 
+def served_against_evaluated(eval_dir: Path, served: Optional[Dict[str, Any]]) -> Optional[Dict[str, str]]:
+    """FAIL when the serve stage's AccuracyOnly answers differ from evaluate_engine's predictions on
+    the same test images (the first ones of the split): the served system is not the judged one.
+    None where there is nothing to compare (no serving, detection, an older serve record)."""
+    answers = ((((served or {}).get("results") or {}).get("engine") or {}).get("AccuracyOnly") or {}).get("served_predictions")
+    found = per_sample(eval_dir) if answers else None
+    if not answers or found is None:
+        return None
+    evaluated = [int(p) for p in found[0][: len(answers)]]
+    differ = sum(a != b for a, b in zip(answers, evaluated, strict=False))
+    if differ or len(evaluated) != len(answers):
+        return judged(
+            stats.FAIL,
+            f"served answers differ from evaluate_engine's on {differ} of {len(answers)} test images: the engine "
+            "served is not the engine judged (rerun both; if it persists, report it)",
+        )
+    return None
+
+
 def paired_drops(
     engine_dir: Path, reference_dir: Path, confidence: float, classes: List[str], tags: Optional[List[List[str]]] = None
 ) -> Optional[Dict[str, Any]]:
@@ -443,6 +462,10 @@ def judge_entry(
             "the fine-tune's extra training with precision; rerun with the twin (precisionflow run)",
         )
         judged_by = {**against_base, "checks": against_base["checks"] + [missing]}
+        judged_by["verdict"] = overall(judged_by["checks"])
+    served_answers = served_against_evaluated(results / key, engine_ratios.get("served") if timed else None)
+    if served_answers:
+        judged_by = {**judged_by, "checks": judged_by["checks"] + [served_answers]}
         judged_by["verdict"] = overall(judged_by["checks"])
     ran = metrics["engine"].get("executed", {}).get("executed_precision", "unknown")
     entry = {

@@ -87,6 +87,8 @@ def answers_through_server(run_batch, images: np.ndarray, labels, settings: Dict
     result = {"images": len(images), "answered": len(answered)}  # (LoadGen judges no validity in AccuracyOnly)
     if len(answered) == len(images):
         result["same_predictions"] = int(np.sum(served.argmax(axis=1) == direct.argmax(axis=1)))
+        # the served classes, in test-split order: the verdict holds them against evaluate_engine's
+        result["served_predictions"] = served.argmax(axis=1).astype(int).tolist()
         result["max_abs_diff"] = float(np.max(np.abs(served - direct)))
         if labels is not None:
             truth = np.asarray(labels)[: len(images)]
@@ -405,9 +407,10 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         {side: (runners, service_s, out / "loadgen" / side) for side, (_engine, runners, service_s) in loaded.items()}, settings
     )
     engine = loaded["engine"][0]
-    results["engine"]["AccuracyOnly"] = answers_through_server(
+    results["engine"]["AccuracyOnly"] = answered = answers_through_server(
         engine.run, images, test.labels, settings, out / "loadgen" / "accuracy"
     )
+    refuse_wrong_answers(answered)
     mlperf_valid = settings["min_duration_ms"] >= MLPERF_MIN_DURATION_MS
     metrics = {
         "target": params["target"],
@@ -423,6 +426,25 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     }
     write_json_atomic(out / "metrics.json", metrics)
     return {"server_qps": results["engine"].get("Server", {}).get("rate"), "server_ratio": metrics["server_ratio"]}
+
+
+def refuse_wrong_answers(answered: Dict[str, Any]) -> None:
+    """The serve node fails, loudly, when serving answered otherwise than the engine does directly
+    on the same images: its rates would be rates of a wrong system under test."""
+    from precisionflow.errors import StageError
+
+    images = answered["images"]
+    if answered["answered"] != images:
+        raise StageError(
+            f"serving answered {answered['answered']} of {images} AccuracyOnly queries: the system under test "
+            "loses queries, so its Server rates are not the engine's"
+        )
+    if answered.get("same_predictions", images) != images:
+        raise StageError(
+            f"serving answered a different class than the engine run directly on {images - answered['same_predictions']} "
+            f"of {images} images (max output difference {answered.get('max_abs_diff', float('nan')):.3g}): the system "
+            "under test does not serve this engine's answers"
+        )
 
 
 def server_ratio(results: Dict[str, Any]):
