@@ -228,3 +228,36 @@ def test_a_user_model_whose_head_is_a_softmax_is_named_with_the_fix(tmp_path, ca
         )
         == "probs"
     )
+
+
+def test_a_softmax_head_is_named_in_sequential_keras_and_h5_files(tmp_path, capsys):
+    """Only a functional .keras file's softmax head was found; a Sequential .keras or an .h5 file
+    trained and was reported with a Softmax output."""
+    import json
+    import zipfile
+
+    import h5py
+
+    from precisionflow.modeling import models
+
+    sequential = {
+        "class_name": "Sequential",
+        "config": {
+            "name": "user",
+            "layers": [
+                {"class_name": "InputLayer", "config": {"name": "image"}},
+                {"class_name": "Dense", "config": {"name": "features", "activation": "relu"}},
+                {"class_name": "Dense", "config": {"name": "probs", "activation": "softmax"}},
+            ],
+        },
+    }
+    keras_path = tmp_path / "seq.keras"
+    with zipfile.ZipFile(keras_path, "w") as archive:
+        archive.writestr("config.json", json.dumps(sequential))
+    h5_path = tmp_path / "seq.h5"
+    with h5py.File(h5_path, "w") as handle:
+        handle.attrs["model_config"] = json.dumps(sequential)
+    for path in (keras_path, h5_path):
+        models.check_user_model_file({"path": str(path), "trust": False})
+        assert "ends in softmax (layer 'probs')" in capsys.readouterr().err, path
+    assert models.softmax_head(sequential["config"]) == "probs"

@@ -121,10 +121,15 @@ def load_user_model(keras, params: Dict[str, Any]):
 
 
 def softmax_head(config: Dict[str, Any]) -> str:
-    """The name of a functional model's output layer when it applies softmax, else ''."""
+    """The name of a model's output layer when it applies softmax, else ''. A functional config
+    names its outputs (output_layers); a Sequential one has none: its last layer is the output."""
     outputs = config.get("output_layers") or []
     names = {entry[0] for entry in outputs if isinstance(entry, list) and entry}
-    for layer in config.get("layers", []):
+    layers = config.get("layers", [])
+    if not outputs and layers:  # Sequential
+        last = layers[-1]
+        names = {last.get("name", last.get("config", {}).get("name"))}
+    for layer in layers:
         inner = layer.get("config", {})
         if layer.get("name", inner.get("name")) in names and (
             layer.get("class_name") == "Softmax" or inner.get("activation") == "softmax"
@@ -159,7 +164,6 @@ def check_user_model_file(params: Dict[str, Any]) -> None:
                 refuse_keras3(path, archive)
                 text = archive.read("config.json").decode(errors="replace")
                 code = '"Lambda"' in text
-            warn_softmax_head(path, text)
         except (zipfile.BadZipFile, KeyError) as err:
             raise ConfigError(
                 f"model.path: {path} is not a Keras .keras file (a zip archive with config.json): {err}. "
@@ -174,6 +178,7 @@ def check_user_model_file(params: Dict[str, Any]) -> None:
             f"model.path: {path} contains a Lambda layer (arbitrary Python code), refused in Keras safe "
             "mode. If you trust this file, set model.trust=true."
         )
+    warn_softmax_head(path, saved_layer_graph(path) or {})  # .keras and .h5, functional and Sequential
 
 
 def keras_version_of(archive) -> str:
@@ -201,15 +206,14 @@ def refuse_keras3(path: Path, archive) -> None:
         )
 
 
-def warn_softmax_head(path: Path, config_text: str) -> None:
+def warn_softmax_head(path: Path, config: Dict[str, Any]) -> None:
     """At planning, without TensorFlow: a softmax head is named (training refuses it unless the
-    class count differs and the head is replaced)."""
-    import json
+    class count differs and the head is replaced). `config`: saved_layer_graph's."""
     import sys
 
     try:
-        head = softmax_head(json.loads(config_text).get("config", {}))
-    except (ValueError, AttributeError):
+        head = softmax_head(config)
+    except (AttributeError, TypeError):
         return
     if head:
         print(f"precisionflow: warning: {softmax_message(path, head)}", file=sys.stderr)
