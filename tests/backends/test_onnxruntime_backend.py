@@ -118,3 +118,25 @@ def test_an_engine_that_fails_its_first_run_with_nhwc_is_built_without_it_and_sa
     assert built_without_refused_nhwc(attempt, {"prefer_nhwc": False}, tmp_path / "e.onnx") == ({"prefer_nhwc": False}, None)
     with pytest.raises(EngineMismatchError, match="fails when loaded and run"):
         built_without_refused_nhwc(lambda cuda: (cuda, "broken"), {"prefer_nhwc": False}, tmp_path / "e.onnx")
+
+
+def test_a_graph_with_fp16_inputs_gets_the_right_advice(tmp_path):
+    """Its self-check once advised a lower optimization level or no NHWC; the cause is float32
+    images fed to an fp16 input, which no build setting changes."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["image"], ["out"])],
+        "fp16_inputs",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT16, [1, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT16, [1, 4])],
+    )
+    path = tmp_path / "fp16_inputs.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    (tmp_path / "engine").mkdir()
+    with pytest.raises(EngineMismatchError) as refused:
+        get_backend("onnxruntime").build(path, tmp_path / "engine", ENGINE, LOCAL, "fp16")
+    message = str(refused.value)
+    assert "takes tensor(float16)" in message and "keep_io_types" in message
+    assert "optimization_level" not in message

@@ -191,11 +191,24 @@ def _first_inference_error(engine_path: Path, level: str, device: str, cuda) -> 
     try:
         session = _session(engine_path, _session_options(level, 1), _providers(device, cuda))
         model_input = session.get_inputs()[0]
+        if model_input.type != "tensor(float)":  # images reach every engine as float32: settings cannot fix this
+            return input_type_problem(model_input.name, model_input.type)
         shape = [dim if isinstance(dim, int) and dim > 0 else 1 for dim in model_input.shape]
         session.run(None, {model_input.name: np.zeros(shape, dtype=np.float32)})
         return None
     except Exception as err:  # noqa: BLE001 -- onnxruntime raises its own exception types
         return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+INPUT_TYPE_PROBLEM = "takes"  # the first word after the input's name in input_type_problem's message
+
+
+def input_type_problem(name: str, found: str) -> str:
+    return (
+        f"input '{name}' {INPUT_TYPE_PROBLEM} {found}, but precisionflow feeds every engine float32 images (tensor(float)); "
+        "export the graph with float32 inputs and outputs (an fp16 graph converted with keep_io_types=True, as "
+        "precisions/fp16.py does), or insert a Cast after the input"
+    )
 
 
 def built_without_refused_nhwc(attempt, cuda, engine_path: Path):
@@ -204,6 +217,8 @@ def built_without_refused_nhwc(attempt, cuda, engine_path: Path):
     NHWC and record why (as CUDA graphs refused are), instead of failing the evaluation later."""
     cuda, failure = attempt(cuda)
     refused = None
+    if failure and f"' {INPUT_TYPE_PROBLEM} tensor(" in failure:  # no build setting changes an input's type
+        raise EngineMismatchError(f"The engine ONNX Runtime saved ({engine_path}) cannot take images: {failure}.")
     if failure and cuda and cuda.get("prefer_nhwc"):
         refused = failure
         cuda, failure = attempt(dict(cuda, prefer_nhwc=False))
