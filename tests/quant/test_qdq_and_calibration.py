@@ -296,7 +296,8 @@ def test_a_mix_within_budget_is_built_only_when_faster_than_fp32_by_its_interval
     source = export_dir / "model.onnx"
     images = np.random.default_rng(0).random((8, 8, 8, 1), dtype=np.float32)
     labels = np.zeros(8, dtype=np.int64)
-    record = {"max_drop_points": 5.0, "of": 2}
+    # int8 itself, as choose() measured it on the selection split: straddling the 5-point budget
+    record = {"max_drop_points": 5.0, "of": 2, "split": "val", "trials": {"0": {"drop": 2.0, "low": -1.0, "high": 6.5}}}
     ranges = calibrate.measure_ranges(source, images, {"method": "minmax", "batch_size": 8})
     reference = np.zeros((8, 4), dtype=np.float32)
     kept, why = mixed.fastest_mix(
@@ -317,6 +318,8 @@ def test_a_mix_within_budget_is_built_only_when_faster_than_fp32_by_its_interval
     assert record["fastest"] == "chosen" and "speed_vs_fp32" in record
     if declined:
         assert "not faster than fp32 by its interval" in why
+        # the reason quotes int8's own measurement, never an unmeasured "int8 breaks the budget"
+        assert "int8 itself drops +2.00 [-1.00, +6.50] points on the val split" in why and "UNDECIDED" in why
 
 
 def test_an_int8_op_alone_between_float_ops_joins_them(tmp_path):
@@ -343,3 +346,32 @@ def test_an_int8_op_alone_between_float_ops_joins_them(tmp_path):
     onnx.save(helper.make_model(graph), str(tmp_path / "chain.onnx"))
     assert mixed.join_isolated_int8(tmp_path / "chain.onnx", ["a", "b", "c"], ["a", "c"]) == ["a", "c", "b"]
     assert mixed.join_isolated_int8(tmp_path / "chain.onnx", ["a", "b", "c"], ["a"]) == ["a"]
+
+
+def test_the_search_always_measures_int8_itself_on_the_selection_split():
+    """A NOT BUILT reason once said "int8 breaks the budget" where int8 was never measured (measured
+    afterwards: UNDECIDED, +0.00 [-2.58, +2.58])."""
+    from precisionflow.quant import mixed
+
+    labels = np.zeros(200, dtype=np.int64)
+    asked = []
+
+    def predictions(kept):  # 10 images lost with no op float, none with 3 or more
+        asked.append(kept)
+        wrong = np.zeros(200, dtype=bool)
+        wrong[: max(0, 10 - 4 * kept)] = True
+        return np.where(wrong, 1, 0)
+
+    chosen, record = mixed.choose(8, predictions, labels.copy(), labels, 2.0, 0.95)
+    assert 0 in asked and "0" in record["trials"] and chosen >= 1
+    assert "int8 itself drops +5.00" in mixed.int8_itself(record) and "beyond the budget" in mixed.int8_itself(record)
+
+
+def test_int8_mixeds_cpu_graph_job_takes_the_timing_exclusivity():
+    from precisionflow.config.compose import expand
+    from precisionflow.pipeline.plan import build_plan
+
+    plan = build_plan(expand(["precisions=[fp32,int8,int8_mixed]"]), "/tmp/precisionflow-mixed-timing")
+    graphs = {key: spec for key, spec in plan["nodes"].items() if key.startswith("quantize_onnx/")}
+    timed = sorted(key for key, spec in graphs.items() if spec["resources"].get("timing"))
+    assert timed and all(key.startswith("quantize_onnx/int8_mixed-ortcpu") for key in timed), timed

@@ -332,7 +332,9 @@ class PlanBuilder:
             )
         slug = precision + ("-ortcpu" if placement == "onnxruntime_cpu" else "") + spec.slug_suffix(cfg)
         self.warn_once(spec.planning_warning(params, lambda: self.split_sizes(data)))
-        return self.add("quantize_onnx", slug, params, inputs)
+        # its speed trials (CPU placement) run under the timing exclusivity (common.smk); never hashed
+        timed_here = {"timing": 1} if spec.times_its_graph and placement == "onnxruntime_cpu" else {}
+        return self.add("quantize_onnx", slug, params, inputs, resources=timed_here)
 
     def _add_engine(self, cfg, graph: Node, target: str) -> Node:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])

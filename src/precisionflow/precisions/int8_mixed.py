@@ -67,6 +67,7 @@ SPEC = PrecisionSpec(
     graph_params=mixed_params,
     calibration="ptq",
     builds_on="int8",
+    times_its_graph=True,
     placement_dependent=True,
     simulate_tensorrt=True,
     runs_in="integer",

@@ -31,6 +31,9 @@ class PrecisionSpec:
     calibration: Optional[str] = None  # "ptq" or "qat": the calibrate node its graph reads; None: none
     qat_finetune: bool = False  # its graph is made from a QAT fine-tune of the model
     builds_on: Optional[str] = None  # another precision whose graph node it reads (int8_mixed: int8's report)
+    # Its graph stage times candidate graphs on the CPU placement (int8_mixed's speed search): that
+    # job takes the timing stages' exclusivity (the whole host), as compare_speed does.
+    times_its_graph: bool = False
     placement_dependent: bool = False  # one graph per runtime placement (TensorRT's Q/DQ differ from ONNX Runtime CPU's)
     simulate_tensorrt: bool = False  # on a CPU target, the TensorRT-placed graph is evaluated as a row of its own
     judged_against_twin: bool = False  # judged against the same fine-tune run in fp32, not the base fp32 model

@@ -162,10 +162,24 @@ def fastest_mix(source, ranges, nodes, kept, images, labels, reference, scratch,
         said = "; ".join(f"{at}: {x['median']:.2f}x [{x['interval'][0]:.2f}, {x['interval'][1]:.2f}]" for at, x in slow.items())
         return [], (
             f"the fastest mix within the budget ({len(candidates[best])} of {record['of']} ops in float) is not "
-            f"faster than fp32 by its interval on this CPU ({said}), while int8 breaks the budget: no trade-off to "
+            f"faster than fp32 by its interval on this CPU ({said}), while {int8_itself(record)}: no trade-off to "
             "build -- nothing built."
         )
     return candidates[best], ""
+
+
+def int8_itself(record: Dict[str, Any]) -> str:
+    """What int8 with no op kept float measured on the selection split, as a clause: the reason a
+    NOT BUILT quotes, from the trial itself ("int8 breaks the budget" was once said unmeasured)."""
+    trial, budget = record["trials"].get("0"), record["max_drop_points"]
+    if trial is None:
+        return "int8 itself was not measured on this split"
+    measured = f"int8 itself drops {trial['drop']:+.2f} [{trial['low']:+.2f}, {trial['high']:+.2f}] points on the {record.get('split', 'selection')} split"
+    if trial["low"] > budget:
+        return f"{measured}, beyond the budget {budget}"
+    if trial["high"] > budget:
+        return f"{measured}, which cannot tell whether it is within the budget {budget} (UNDECIDED)"
+    return f"{measured}, within the budget {budget}"
 
 
 # The workflow times batch 1 and larger batches: a mix must be faster than fp32 at both ends (at
@@ -282,8 +296,13 @@ def choose(
             trials[kept] = stats.paired_drop(reference_right, predictions(kept) == labels, confidence)
         return trials[kept].high <= budget
 
-    low, high = 0, ops - 1  # at least one op stays quantized: the graph must be int8
-    reached = clears(high)
+    # int8 itself (no op kept float) is always measured: a NOT BUILT reason about int8 quotes it
+    if clears(0):
+        low = high = 0
+        reached = True
+    else:
+        low, high = 1, ops - 1  # at least one op stays quantized: the graph must be int8
+        reached = high >= 0 and clears(high)
     while low < high and reached:
         middle = (low + high) // 2
         low, high = (low, middle) if clears(middle) else (middle + 1, high)

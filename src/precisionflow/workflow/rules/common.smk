@@ -51,7 +51,17 @@ def job_resources(stage, mem_mb=1000, runtime=60, timing=False):
                  (("gpu", 0), ("gpu_model", ""), ("slurm_partition", ""), ("mem_mb", mem_mb), ("runtime", runtime))}
     if timing:
         resources.update(host_share=timing_share(stage), slurm_extra="--exclusive")
+    else:  # a node of another stage that times (int8_mixed's speed trials) says so in its plan entry
+        resources.update(host_share=node_timing_share(stage))
     return resources
+
+
+def node_timing_share(stage):
+    """The whole host for a node whose plan resources say it times (`timing`), else one unit."""
+    def value(wildcards):
+        timed = PLAN["nodes"][f"{stage}/{wildcards.node}"]["resources"].get("timing")
+        return timing_share(stage)(wildcards) if timed else 1
+    return value
 
 
 # A timing job on a CPU target holds the whole host. One on a GPU holds its GPU (a slot, taken by
