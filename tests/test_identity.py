@@ -481,7 +481,7 @@ def test_the_closure_covers_every_module_a_stage_really_loads(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
-    closure = set(identity.import_closure("precisionflow.stages.quantize_onnx"))
+    closure = set(identity.source_hashes("quantize_onnx", None, "fp16"))  # the stage's closure and fp16's
     files = {str(identity.module_file(name).relative_to(identity.PACKAGE_DIR)) for name in loaded}
     assert files <= closure
 
@@ -517,9 +517,9 @@ SOURCE_EDITS = {
     "stages/compare_speed.py": {"compare_speed", "report", "track_mlflow"},
     "stages/prune_model.py": set(),  # the default experiment prunes nothing: no prune node
     "reporting/report_pages.py": {"report", "track_mlflow"},
-    # verdicts are drawn by the report; int8_mixed's search decides by the same intervals, and a
-    # stage's closure is its module's (quantize_onnx imports the search for every precision)
-    "stats.py": {"quantize_onnx", "build_engine", "evaluate_engine", "compare_speed", "serve_engine", "report", "track_mlflow"},
+    # verdicts are drawn by the report; int8_mixed's search decides by the same intervals, but the
+    # default plan has no int8_mixed node: its graphs (fp32, fp16, int8, int8_qat) never run stats.py
+    "stats.py": {"build_engine", "evaluate_engine", "compare_speed", "serve_engine", "report", "track_mlflow"},
 }
 
 
@@ -584,3 +584,63 @@ def test_editing_the_report_template_reruns_the_report(default_point, tmp_path, 
     finally:
         monkeypatch.undo()
         identity.clear_caches()
+
+
+# ---- a node's id covers exactly the code it runs: one precision's edit, or a new precision file ----
+
+
+def _ids_with(tmp_path, monkeypatch, overrides, edit=None, new_file=None):
+    """Plan ids of `overrides` with the package copied, one file edited and/or one file added."""
+    import shutil
+
+    from precisionflow import identity
+
+    copy = tmp_path / f"copy-{len(list(tmp_path.iterdir()))}" / "precisionflow"
+    shutil.copytree(identity.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    if edit:
+        relative, change = edit
+        (copy / relative).write_text(change((copy / relative).read_text()))
+    if new_file:
+        relative, text = new_file
+        (copy / relative).write_text(text)
+    monkeypatch.setattr(identity, "PACKAGE_DIR", copy)
+    identity.clear_caches()
+    try:
+        return plan_ids(expand(overrides))
+    finally:
+        monkeypatch.undo()
+        identity.clear_caches()
+
+
+def code_line(text: str) -> str:
+    """One line of code (not a comment) under the imports."""
+    return text.replace("\n\n", "\n\nCHANGED = 1\n", 1)
+
+
+NEW_PRECISION = """from precisionflow.precisions.fp32 import copy_graph
+from precisionflow.precisions.spec import PrecisionSpec
+
+SPEC = PrecisionSpec(name="toy", summary="a copy of fp32", make_graph=copy_graph)
+"""
+
+
+@pytest.mark.parametrize("plan", [["precisions=[fp32,fp16]"], ["precisions=[fp32,fp16]", "model=small_cnn"]])
+def test_another_precisions_edit_or_a_new_precision_file_changes_no_id(tmp_path, monkeypatch, plan):
+    """Once: a code line in int8_qat.py changed 12 of 16 ids of an fp32+fp16 plan."""
+    before = _ids_with(tmp_path, monkeypatch, plan)
+    assert _ids_with(tmp_path, monkeypatch, plan, edit=("precisions/int8_qat.py", code_line)) == before
+    assert _ids_with(tmp_path, monkeypatch, plan, new_file=("precisions/toy.py", NEW_PRECISION)) == before
+
+
+def test_an_edit_of_fp16_changes_only_fp16s_nodes_and_their_dependants(tmp_path, monkeypatch):
+    plan = ["precisions=[fp32,fp16]"]
+    before = _ids_with(tmp_path, monkeypatch, plan)
+    after = _ids_with(tmp_path, monkeypatch, plan, edit=("precisions/fp16.py", code_line))
+    gone = before - after
+    built = planning.build_plan(expand(plan), "/tmp/precisionflow-identity-test")["nodes"]
+    fp16_and_after = {key for key in before if "fp16" in key} | {
+        key for key in before if key.split("/")[0] in ("report", "track_mlflow")
+    }
+    assert gone and gone <= fp16_and_after, sorted(gone - fp16_and_after)
+    assert not any("fp32" in key and key.split("/")[0] in ("quantize_onnx", "build_engine") for key in gone)
+    assert all(key in built for key in before)

@@ -135,14 +135,18 @@ def node_backend(params: Dict) -> Optional[str]:
     return (params.get("engine") or {}).get("backend") or params.get("backend")
 
 
-def source_hashes(stage: str, backend: Optional[str] = None) -> Dict[str, str]:
+def source_hashes(stage: str, backend: Optional[str] = None, precision: Optional[str] = None) -> Dict[str, str]:
     """{relative file: sha256} of the code a stage runs. An engine stage names its backend: the
     other backends' modules (reachable only by name) are not its code, so editing the TensorRT
-    backend leaves ONNX Runtime engines and their measurements as they are."""
+    backend leaves ONNX Runtime engines and their measurements as they are. A node of a precision
+    adds that precision's module and what it imports (the registry loads it by name, so no other
+    precision is in any closure): editing int8_qat.py reruns int8_qat's nodes and their dependants."""
     closure = import_closure(f"{PACKAGE}.stages.{stage}")
     if backend is not None:
         others = {path for name, path in backend_files().items() if name != backend}
         closure = tuple(relative for relative in closure if relative not in others)
+    if precision is not None and module_file(f"{PACKAGE}.precisions.{precision}") is not None:
+        closure = tuple(sorted(set(closure) | set(import_closure(f"{PACKAGE}.precisions.{precision}"))))
     return {relative: _file_digest(relative) for relative in closure}
 
 

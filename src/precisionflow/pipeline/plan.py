@@ -169,13 +169,14 @@ class PlanBuilder:
         return found
 
     def identity_of(self, stage: str, params: Dict[str, Any]) -> Dict[str, Any]:
-        """The stage's code version and packages; an engine stage's covers only its own backend."""
-        backend = identity.node_backend(params)
-        if backend is None:
+        """The stage's code version and packages; an engine stage's covers only its own backend, a
+        node of a precision its own precision's module (never the other precisions')."""
+        backend, precision = identity.node_backend(params), params.get("precision")
+        if backend is None and precision is None:
             return self.identities[stage]
-        key = f"{stage}@{backend}"
+        key = f"{stage}@{backend}@{precision}"
         if key not in self.backend_versions:
-            self.backend_versions[key] = identity.code_version(stage, identity.source_hashes(stage, backend))
+            self.backend_versions[key] = identity.code_version(stage, identity.source_hashes(stage, backend, precision))
         return {**self.identities[stage], "code": self.backend_versions[key]}
 
     def add(

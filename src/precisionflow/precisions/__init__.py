@@ -1,12 +1,40 @@
 """The registry of precisions: name -> PrecisionSpec (spec.py). Each built-in precision is one file
-here; `register` adds one (a plug-in or a test)."""
+here, named as the precision and defining SPEC; `register` adds one (a plug-in or a test).
 
-from typing import Dict, List, Optional
+Built-ins are found by file name and imported by name, one at a time, when first asked for -- never
+all at once: a node's id covers the import closure of the code it runs (identity.py), and a
+registry that imported every precision put every precision into every closure (one line added to
+int8_qat.py changed 12 of the 16 ids of an fp32+fp16 plan). A node of precision P hashes P's
+module (pipeline/plan.py, identity.precision_hashes) and nothing of the others.
+"""
+
+import functools
+import importlib
+import re
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
 
 from precisionflow.errors import ConfigError
 from precisionflow.precisions.spec import PrecisionSpec
 
-REGISTRY: Dict[str, PrecisionSpec] = {}
+REGISTRY: Dict[str, PrecisionSpec] = {}  # the precisions loaded so far, and every plug-in
+REFERENCE_NAME = "fp32"  # the precision every other engine is judged against
+# How built-ins are listed (names(), the docs): these first, any other file after them by name.
+DISPLAY_ORDER = ("fp32", "fp16", "int8", "int8_qat", "int8_mixed", "int8_dynamic", "bf16")
+_DEFINES_SPEC = re.compile(r"^SPEC\s*=", re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=None)
+def builtin_names() -> Tuple[str, ...]:
+    """The built-in precisions: this folder's modules that define SPEC at their top level (read as
+    text, not imported)."""
+    found = [
+        path.stem
+        for path in Path(__file__).parent.glob("*.py")
+        if path.stem != "__init__" and _DEFINES_SPEC.search(path.read_text())
+    ]
+    rank = {name: index for index, name in enumerate(DISPLAY_ORDER)}
+    return tuple(sorted(found, key=lambda name: (rank.get(name, len(rank)), name)))
 
 
 def register(spec: PrecisionSpec) -> PrecisionSpec:
@@ -15,45 +43,51 @@ def register(spec: PrecisionSpec) -> PrecisionSpec:
 
 
 def names() -> List[str]:
-    return list(REGISTRY)
+    return list(dict.fromkeys([*builtin_names(), *REGISTRY]))
+
+
+def _load_builtin(name: str) -> None:
+    module = importlib.import_module(f"precisionflow.precisions.{name}")  # a file of this folder (builtin_names)
+    spec = getattr(module, "SPEC", None)
+    if not isinstance(spec, PrecisionSpec) or spec.name != name:
+        raise ConfigError(
+            f"precisions/{name}.py: expected SPEC = PrecisionSpec(name='{name}', ...) (a built-in's file is named "
+            f"as its precision), found {getattr(spec, 'name', spec)!r}."
+        )
+    register(spec)
 
 
 def get(name: str) -> PrecisionSpec:
     """The spec of a precision; a name the registry lacks is a config error naming the choices."""
+    if name not in REGISTRY and name in builtin_names():
+        _load_builtin(name)
     if name not in REGISTRY:
-        raise ConfigError(f"precisions: expected one of [{', '.join(REGISTRY)}], found '{name}'.{closest(name)}")
+        raise ConfigError(f"precisions: expected one of [{', '.join(names())}], found '{name}'.{closest(name)}")
     return REGISTRY[name]
 
 
 def closest(name: str) -> str:
     import difflib
 
-    close = difflib.get_close_matches(str(name).lower(), list(REGISTRY), n=1, cutoff=0.4)
+    close = difflib.get_close_matches(str(name).lower(), names(), n=1, cutoff=0.4)
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
 def find(name: str) -> Optional[PrecisionSpec]:
     """The spec, or None for a name that is no precision (the fp32 twin's evaluation row)."""
-    return REGISTRY.get(name)
+    return get(name) if name in names() else None
 
 
 def reference() -> PrecisionSpec:
-    return next(spec for spec in REGISTRY.values() if spec.is_reference)
+    return get(REFERENCE_NAME)
 
 
 def is_reference(name: str) -> bool:
-    return name == reference().name
+    return name == REFERENCE_NAME
 
 
 PLUGIN_VARIABLE = "PRECISIONFLOW_PRECISIONS"  # comma-separated modules, each defining SPEC
 PLUGIN_SOURCES: Dict[str, str] = {}  # plug-in precision -> its source file's sha256 (in its graph node's id)
-
-
-def _register_builtins() -> None:
-    from precisionflow.precisions import bf16, fp16, fp32, int8, int8_dynamic, int8_mixed, int8_qat
-
-    for module in (fp32, fp16, int8, int8_qat, int8_mixed, int8_dynamic, bf16):
-        register(module.SPEC)
 
 
 def _register_plugins() -> None:
@@ -79,5 +113,4 @@ def _register_plugins() -> None:
             PLUGIN_SOURCES[spec.name] = hashlib.sha256(handle.read()).hexdigest()
 
 
-_register_builtins()
 _register_plugins()

@@ -27,6 +27,7 @@ from precisionflow.reporting.compare import (
     serving_inputs,
     split_inputs,
 )
+from precisionflow.errors import PrecisionflowError
 from precisionflow.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
 from precisionflow.reporting import report_pages
 
@@ -777,8 +778,13 @@ QAT_FIDELITY = 0.995  # deployed == trained: int8_qat's engine should agree with
 
 
 def cpu_weight_bits_of(eval_dir: Path) -> Optional[int]:
-    """The bits of the CPU placement's GEMM weights, as its quantize_onnx node recorded them."""
-    for name, node in named_lineage(eval_dir).items():
+    """The bits of the CPU placement's GEMM weights, as its quantize_onnx node recorded them (None
+    where the lineage cannot be read or an older node did not record them)."""
+    try:
+        found = named_lineage(eval_dir)
+    except (OSError, PrecisionflowError):
+        return None
+    for name, node in found.items():
         if name.endswith("quantize_onnx"):
             bits = (node.get("summary") or {}).get("cpu_weight_bits")
             if bits:
@@ -798,7 +804,7 @@ def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
         agreeing = round(qat["agreement"] * n)
         low, high = wilson(agreeing, n)
         cpu = "-ortcpu-" in eval_dir.name
-        bits = cpu_weight_bits_of(eval_dir) if cpu else None
+        bits = (found.get("cpu_weight_bits") or cpu_weight_bits_of(eval_dir)) if cpu else None
         if cpu and bits == 7:
             why = (
                 "on the CPU placement convolution weights are stored in 7 bits (this CPU has no VNNI or dot product: "
