@@ -150,6 +150,12 @@ def source_hashes(stage: str, backend: Optional[str] = None, precision: Optional
     return {relative: _file_digest(relative) for relative in closure}
 
 
+def node_source_hashes(stage: str, params: Dict) -> Dict[str, str]:
+    """source_hashes for one node: its stage, the backend and the precision its params name. The
+    planner, the runner's check and `plan --why` all read a node's code through this."""
+    return source_hashes(stage, node_backend(params), params.get("precision"))
+
+
 def code_version(stage: str, hashes: Optional[Dict[str, str]] = None) -> str:
     hashes = hashes if hashes is not None else source_hashes(stage)
     digest = hashlib.sha256("".join(f"{rel}:{sha}\n" for rel, sha in sorted(hashes.items())).encode())

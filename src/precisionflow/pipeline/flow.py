@@ -35,6 +35,9 @@ class Stage:
 
 
 DATA = ("prepare_dataset",)
+# A precision that builds on another (PrecisionSpec.builds_on) reads that precision's graph node
+# under the other precision's name as its role (int8_mixed reads "int8"): any such role is of this kind.
+BUILDS_ON = "builds_on"
 MODEL = ("train_model", "finetune_model")
 ENGINE = ("build_engine",)
 
@@ -84,7 +87,7 @@ STAGES: Tuple[Stage, ...] = (
     Stage(
         "quantize_onnx",
         "the precision graph: fp32, fp16, int8 Q/DQ (placed for the runtime), int8_mixed",
-        {"onnx": ("export_onnx",), "calibration": ("calibrate",), "data": DATA, "int8": ("quantize_onnx",)},
+        {"onnx": ("export_onnx",), "calibration": ("calibrate",), "data": DATA, BUILDS_ON: ("quantize_onnx",)},
         mem_mb=2000,
         group="graphs",
     ),
@@ -158,7 +161,10 @@ def role_kind(role: str) -> str:
 
 def check_edge(stage: str, role: str, source_stage: str) -> None:
     """Refuse an edge the table does not declare: the planner and the table must agree."""
-    allowed = BY_NAME[stage].reads.get(role_kind(role)) if stage in BY_NAME else None
+    reads = BY_NAME[stage].reads if stage in BY_NAME else {}
+    allowed = reads.get(role_kind(role))
+    if allowed is None and BUILDS_ON in reads and source_stage in reads[BUILDS_ON]:
+        allowed = reads[BUILDS_ON]  # a role named after the precision built on
     if allowed is None or source_stage not in allowed:
         raise AssertionError(
             f"plan.py feeds {stage}'s input '{role}' from {source_stage}, which flow.py does not "

@@ -176,7 +176,7 @@ class PlanBuilder:
             return self.identities[stage]
         key = f"{stage}@{backend}@{precision}"
         if key not in self.backend_versions:
-            self.backend_versions[key] = identity.code_version(stage, identity.source_hashes(stage, backend, precision))
+            self.backend_versions[key] = identity.code_version(stage, identity.node_source_hashes(stage, params))
         return {**self.identities[stage], "code": self.backend_versions[key]}
 
     def add(

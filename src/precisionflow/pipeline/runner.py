@@ -39,7 +39,7 @@ def package_versions(names) -> Dict[str, str]:
 
 def check_identity(spec: Dict[str, Any], stage_module) -> Dict[str, str]:
     """Refuse to run where the code or a package differs from what the node's id covers."""
-    sources = identity.source_hashes(spec["stage"], identity.node_backend(spec["params"]))
+    sources = identity.node_source_hashes(spec["stage"], spec["params"])
     planned = spec.get("identity") or {}
     found = {
         "code": identity.code_version(spec["stage"], sources),

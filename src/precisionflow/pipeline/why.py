@@ -37,7 +37,7 @@ def differences(planned: Dict[str, Any], existing: Dict[str, Any], results: Opti
 def _changed_sources(planned: Dict[str, Any], old_identity: Dict[str, Any]) -> str:
     from precisionflow import identity
 
-    now = identity.source_hashes(planned["stage"], identity.node_backend(planned["params"]))
+    now = identity.node_source_hashes(planned["stage"], planned["params"])
     before = old_identity.get("sources", {})
     changed = sorted(rel for rel in set(now) | set(before) if now.get(rel) != before.get(rel))
     return ", ".join(changed) or "its import closure"

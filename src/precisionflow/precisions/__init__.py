@@ -38,6 +38,38 @@ def builtin_names() -> Tuple[str, ...]:
 
 
 def register(spec: PrecisionSpec) -> PrecisionSpec:
+    """Add a precision, refusing one the planner could not place (a clear message, never a
+    traceback at planning): a name that is taken or is no identifier, or a `builds_on` that names no
+    precision, itself, or a chain that comes back to it."""
+    if not str(spec.name).isidentifier():
+        raise ConfigError(f"precision '{spec.name}': expected a name usable as an identifier (letters, digits, _).")
+    if spec.settings is not None:
+        import dataclasses
+
+        from precisionflow.schema import Config
+
+        if not dataclasses.is_dataclass(spec.settings):
+            raise ConfigError(f"precision '{spec.name}': settings must be a dataclass type, found {spec.settings!r}.")
+        if spec.name in {f.name for f in dataclasses.fields(Config)}:
+            raise ConfigError(
+                f"precision '{spec.name}': its settings section would replace the configuration's own '{spec.name}' "
+                "section; name the precision otherwise."
+            )
+    if spec.builds_on is not None:
+        chain, current = [spec.name], spec.builds_on
+        while current is not None:
+            if current == spec.name or current in chain:
+                raise ConfigError(
+                    f"precision '{spec.name}': builds_on forms a cycle ({' -> '.join([*chain, current])}); "
+                    "a precision builds on one that does not build on it."
+                )
+            if current not in names():
+                raise ConfigError(
+                    f"precision '{spec.name}': builds_on='{current}' is no precision; expected one of "
+                    f"[{', '.join(names())}].{closest(current)}"
+                )
+            chain.append(current)
+            current = get(current).builds_on
     REGISTRY[spec.name] = spec
     return spec
 
@@ -76,6 +108,11 @@ def closest(name: str) -> str:
 def find(name: str) -> Optional[PrecisionSpec]:
     """The spec, or None for a name that is no precision (the fp32 twin's evaluation row)."""
     return get(name) if name in names() else None
+
+
+def with_settings() -> List[PrecisionSpec]:
+    """The precisions that declare settings of their own (loads every built-in: planning only)."""
+    return [spec for spec in (get(name) for name in names()) if spec.settings is not None]
 
 
 def reference() -> PrecisionSpec:

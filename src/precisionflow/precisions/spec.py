@@ -31,6 +31,10 @@ class PrecisionSpec:
     calibration: Optional[str] = None  # "ptq" or "qat": the calibrate node its graph reads; None: none
     qat_finetune: bool = False  # its graph is made from a QAT fine-tune of the model
     builds_on: Optional[str] = None  # another precision whose graph node it reads (int8_mixed: int8's report)
+    # Its own typed settings: a dataclass whose fields become the configuration section named after
+    # the precision (`<name>.<field>=...`, checked like every other key, "did you mean" included);
+    # graph_params reads cfg[name]. None: it reads shared sections (fp16.*, int8.*) or nothing.
+    settings: Optional[type] = None
     # Its graph stage times candidate graphs on the CPU placement (int8_mixed's speed search): that
     # job takes the timing stages' exclusivity (the whole host), as compare_speed does.
     times_its_graph: bool = False
