@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from precisionflow import cli
+from precisionflow import cli, precisions
 
 
 def image(path: Path):
@@ -70,12 +70,12 @@ CATEGORIES = {
         (
             "unknown enum value",
             ["precisions=[fp32,fp8]"],
-            "expected one of [fp32, fp16, int8, int8_qat, int8_mixed, int8_dynamic, bf16]",
+            f"expected one of [{', '.join(precisions.names())}]",  # the registry's, not a list kept here
         ),
         (
             "unknown choice in a list",
             ["precisions=[fp32,int9]"],
-            "expected one of [fp32, fp16, int8, int8_qat, int8_mixed, int8_dynamic, bf16], found 'int9'. Did you mean 'int8'?",
+            f"expected one of [{', '.join(precisions.names())}], found 'int9'. Did you mean 'int8'?",
         ),
         (
             "unknown finetune mode",

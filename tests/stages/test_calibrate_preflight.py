@@ -5,7 +5,11 @@ import pytest
 
 from precisionflow.datasets.facts import DataFacts
 from precisionflow.errors import ConfigError
-from precisionflow.stages import calibrate
+from precisionflow.stages import Reading, calibrate
+
+def at(calibration):
+    return Reading({"calibration": calibration})
+
 
 CALIBRATION = {"split": "val", "num_samples": 64, "min_per_class": 8, "sampling": "stratified", "exclude_conditions": []}
 
@@ -22,23 +26,23 @@ def facts(classes=None, tags=None, val=200):
 
 def test_more_samples_than_the_split_holds_is_refused_naming_the_split():
     with pytest.raises(ConfigError, match=r"calibration.num_samples=64, but the val split has 40 images"):
-        calibrate.preflight(CALIBRATION, facts(val=40)[0])
+        calibrate.preflight(at(CALIBRATION), facts(val=40)[0])
 
 
 def test_a_class_the_sample_would_barely_see_is_a_warning_and_classes_are_listed_once():
     data, listed = facts(classes={"cat": 190, "dog": 10})
-    (warning,) = calibrate.preflight(CALIBRATION, data)
+    (warning,) = calibrate.preflight(at(CALIBRATION), data)
     assert "fewer than calibration.min_per_class=8 images of 1 class(es): dog" in warning
-    calibrate.preflight(CALIBRATION, data)
+    calibrate.preflight(at(CALIBRATION), data)
     assert listed == ["val"]  # the facts list a split's classes once, however many nodes ask
 
 
 def test_an_excluded_condition_the_test_split_lacks_is_refused():
     data, _ = facts(tags={"val": {"dusk": 50}, "test": {"dusk": 30}})
     with pytest.raises(ConfigError, match="calibration.exclude_conditions"):
-        calibrate.preflight(dict(CALIBRATION, exclude_conditions=["dawn"]), data)
+        calibrate.preflight(at(dict(CALIBRATION, exclude_conditions=["dawn"])), data)
 
 
 def test_balanced_data_with_conditions_the_sample_covers_gives_no_warning():
     data, _ = facts(classes={"cat": 100, "dog": 100}, tags={"val": {"dusk": 100}, "test": {"dusk": 30}})
-    assert calibrate.preflight(CALIBRATION, data) == []
+    assert calibrate.preflight(at(CALIBRATION), data) == []

@@ -112,7 +112,8 @@ class PlanBuilder:
 
     def data_params(self, cfg: Dict[str, Any]) -> Dict[str, Any]:
         """The data set's declared settings, plus a content fingerprint for folder data sets."""
-        params = stage_module("prepare_dataset").reads(Reading(cfg))
+        at = Reading(cfg)
+        params = stage_module("prepare_dataset").reads(at)
         if params["name"] not in ("image_folder", "coco_folder"):
             return params
         from precisionflow.datasets import image_folder
@@ -185,10 +186,18 @@ class PlanBuilder:
         slug: str,
         params: Dict[str, Any],
         inputs: Dict[str, Node],
-        checks: Optional[Dict[str, Any]] = None,
         resources: Optional[Dict[str, Any]] = None,
+        at: Optional[Reading] = None,
     ) -> Node:
+        """A node of `stage`, read at `at`: the stage contract's optional parts are called here for
+        every stage that has them -- preflight(at, the data node's facts) before the node exists,
+        checks(at) for the thresholds kept beside its id."""
         resources = {**self.stage_resources.get(stage, {}), **(resources or {})}  # never hashed
+        module = stage_module(stage)
+        if at is not None and hasattr(module, "preflight") and "data" in inputs:
+            for warning in module.preflight(at, self.facts(inputs["data"])):
+                self.warn_once(warning)
+        checks = module.checks(at) if at is not None and hasattr(module, "checks") else None
         for role, node in inputs.items():
             flow.check_edge(stage, role, node.stage)
         input_keys = {role: node.key for role, node in sorted(inputs.items())}
@@ -202,7 +211,7 @@ class PlanBuilder:
     def add_point(self, cfg: Dict[str, Any]) -> List[Node]:
         """Add one configuration's chain; return its measured nodes (evaluations, ratios, baselines)."""
         self.stage_resources = cfg.get("stage_resources") or {}
-        data = self.add("prepare_dataset", cfg["dataset"]["name"], self.data_params(cfg), {})
+        data = self.add("prepare_dataset", cfg["dataset"]["name"], self.data_params(cfg), {}, at=Reading(cfg))
         train_params = stage_module("train_model").reads(Reading(cfg))
         train_params["model"]["files"] = self.model_files(train_params["model"])
         model = trained = self.add(
@@ -210,7 +219,7 @@ class PlanBuilder:
             f"{cfg['model']['name']}-{cfg['train']['precision_policy']}-e{cfg['train']['epochs']}",
             train_params,
             {"data": data},
-            checks=stage_module("train_model").checks(cfg),
+            at=Reading(cfg),
         )
         if cfg["prune"]["method"] != "none":  # the QAT branch starts from the pruned model too
             model = trained = self._add_prune(cfg, model, data)
@@ -253,19 +262,24 @@ class PlanBuilder:
 
     def _add_framework(self, cfg, target: str, model: Node, data: Node) -> Node:
         runtime, resources = self._device(cfg, target, "tensorflow")
-        params = stage_module("benchmark_framework").reads(Reading(cfg, target, runtime))
-        return self.add("benchmark_framework", f"tf-{target}", params, {"model": model, "data": data}, resources=resources)
+        at = Reading(cfg, target, runtime)
+        params = stage_module("benchmark_framework").reads(at)
+        return self.add("benchmark_framework", f"tf-{target}", params, {"model": model, "data": data}, resources=resources, at=at)
 
     def _add_prune(self, cfg, model: Node, data: Node) -> Node:
-        params = stage_module("prune_model").reads(Reading(cfg))  # its settings were checked with the rest (config/compose.py)
+        at = Reading(cfg)
+        params = stage_module("prune_model").reads(at)  # its settings were checked with the rest (config/compose.py)
         from precisionflow.modeling.pruning import describe
 
-        return self.add("prune_model", describe(params["prune"]).replace(" ", "-"), params, {"model": model, "data": data})
+        return self.add("prune_model", describe(params["prune"]).replace(" ", "-"), params, {"model": model, "data": data}, at=at)
 
     def _add_finetune(self, cfg, finetune: Dict[str, Any], model: Node, data: Node) -> Node:
-        params = stage_module("finetune_model").reads(Reading(cfg, finetune=finetune))
+        at = Reading(cfg, finetune=finetune)
+        params = stage_module("finetune_model").reads(at)
         params["model"]["files"] = self.model_files(params["model"])
-        return self.add("finetune_model", f"{finetune['mode']}-e{finetune['epochs']}", params, {"model": model, "data": data})
+        return self.add(
+            "finetune_model", f"{finetune['mode']}-e{finetune['epochs']}", params, {"model": model, "data": data}, at=at
+        )
 
     def _add_export(self, cfg, model: Node, data: Node) -> Node:
         module = stage_module("export_onnx")
@@ -274,16 +288,14 @@ class PlanBuilder:
             f"{model.id.rsplit('-', 1)[0]}-opset{cfg['export']['opset']}",
             module.reads(Reading(cfg)),
             {"model": model, "data": data},
-            checks=module.checks(cfg),
+            at=Reading(cfg),
         )
 
     def _add_calibration(self, cfg, onnx: Node, data: Node, source: str) -> Node:
-        stage = stage_module("calibrate")
-        params = stage.reads(Reading(cfg, source=source))
-        for warning in stage.preflight(cfg["calibration"], self.facts(data)):
-            self.warn_once(warning)
+        at = Reading(cfg, source=source)
+        params = stage_module("calibrate").reads(at)
         slug = f"{source}-{params['method']}-n{params['num_samples']}"
-        return self.add("calibrate", slug, params, {"onnx": onnx, "data": data})
+        return self.add("calibrate", slug, params, {"onnx": onnx, "data": data}, at=at)
 
     def placement(self, cfg, target: str) -> str:
         """Where a target's int8 Q/DQ goes: the placement of the runtime that runs its engines."""
@@ -301,12 +313,13 @@ class PlanBuilder:
         graphs[(precision, "tensorrt")] = graph
         engine = self._add_engine(cfg, graph, target)
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        params = {**stage_module("evaluate_engine").reads(Reading(cfg, target, runtime, precision)), "simulates": "tensorrt"}
+        at = Reading(cfg, target, runtime, precision)
+        params = {**stage_module("evaluate_engine").reads(at), "simulates": "tensorrt"}
         inputs = {"engine": engine, "data": data, "reference": onnx}
         if precisions.get(precision).compared_with_trained_model:
             qat_export = self.nodes[graph.inputs["onnx"]]
             inputs.update(qat_export=qat_export, qat_model=self.nodes[qat_export.inputs["model"]])
-        return self.add("evaluate_engine", f"{precision}-trtsim-{target}", params, inputs, resources=resources)
+        return self.add("evaluate_engine", f"{precision}-trtsim-{target}", params, inputs, resources=resources, at=at)
 
     def _add_graph(
         self,
@@ -319,7 +332,8 @@ class PlanBuilder:
         placement: Optional[str] = None,
     ) -> Node:
         spec = precisions.get(precision)
-        params = stage_module("quantize_onnx").reads(Reading(cfg, precision=precision, placement=placement or "tensorrt"))
+        at = Reading(cfg, precision=precision, placement=placement or "tensorrt")
+        params = stage_module("quantize_onnx").reads(at)
         inputs = {"onnx": onnx}
         if spec.qat_finetune:
             qat_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="qat"), trained, data)
@@ -335,21 +349,25 @@ class PlanBuilder:
         self.warn_once(spec.planning_warning(params, lambda: self.split_sizes(data)))
         # its speed trials (CPU placement) run under the timing exclusivity (common.smk); never hashed
         timed_here = {"timing": 1} if spec.times_its_graph and placement == "onnxruntime_cpu" else {}
-        return self.add("quantize_onnx", slug, params, inputs, resources=timed_here)
+        return self.add("quantize_onnx", slug, params, inputs, resources=timed_here, at=at)
 
     def _add_engine(self, cfg, graph: Node, target: str) -> Node:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        params = stage_module("build_engine").reads(Reading(cfg, target, runtime))
-        return self.add("build_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, {"graph": graph}, resources=resources)
+        at = Reading(cfg, target, runtime)
+        params = stage_module("build_engine").reads(at)
+        return self.add(
+            "build_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, {"graph": graph}, resources=resources, at=at
+        )
 
     def _add_evaluation(self, cfg, precision: str, target: str, engine: Node, graph: Node, onnx: Node, data: Node) -> Node:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        params = stage_module("evaluate_engine").reads(Reading(cfg, target, runtime, precision))
+        at = Reading(cfg, target, runtime, precision)
+        params = stage_module("evaluate_engine").reads(at)
         inputs = {"engine": engine, "data": data, "reference": onnx}
         if precisions.get(precision).compared_with_trained_model:  # deployed == trained: compared with the QAT model itself
             qat_export = self.nodes[graph.inputs["onnx"]]
             inputs.update(qat_export=qat_export, qat_model=self.nodes[qat_export.inputs["model"]])
-        return self.add("evaluate_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, inputs, resources=resources)
+        return self.add("evaluate_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, inputs, resources=resources, at=at)
 
     def _add_qat_twin(self, cfg, trained: Node, qat_graph: Node, onnx: Node, data: Node) -> List[Node]:
         """The QAT fine-tune run again in fp32 (same epochs, learning rate, seed, data), exported,
@@ -365,7 +383,8 @@ class PlanBuilder:
         for target in cfg["targets"]:
             engine = self._add_engine(cfg, twin_graph, target)
             runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-            params = {**stage_module("evaluate_engine").reads(Reading(cfg, target, runtime, TWIN)), "twin_of": qat_model.key}
+            at = Reading(cfg, target, runtime, TWIN)
+            params = {**stage_module("evaluate_engine").reads(at), "twin_of": qat_model.key}
             evaluations.append(
                 self.add(
                     "evaluate_engine",
@@ -373,27 +392,30 @@ class PlanBuilder:
                     params,
                     {"engine": engine, "data": data, "reference": onnx},
                     resources=resources,
+                    at=at,
                 )
             )
         return evaluations
 
     def _add_serving(self, cfg, target: str, engine: Node, fp32_engine: Node, data: Node) -> Node:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        params = stage_module("serve_engine").reads(Reading(cfg, target, runtime))
+        at = Reading(cfg, target, runtime)
+        params = stage_module("serve_engine").reads(at)
         inputs = {"engine": engine, "data": data}
         if fp32_engine.key != engine.key:
             inputs["fp32_engine"] = fp32_engine
-        return self.add("serve_engine", engine.id.rsplit("-", 1)[0], params, inputs, resources=resources)
+        return self.add("serve_engine", engine.id.rsplit("-", 1)[0], params, inputs, resources=resources, at=at)
 
     def _add_comparison(self, cfg, target: str, engine: Node, fp32_engine: Node, model: Node, data: Node) -> Node:
         runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        params = stage_module("compare_speed").reads(Reading(cfg, target, runtime))
+        at = Reading(cfg, target, runtime)
+        params = stage_module("compare_speed").reads(at)
         inputs = {"engine": engine, "data": data}
         if cfg["target_defs"][target]["framework"]:
             inputs["model"] = model
         if fp32_engine.key != engine.key:
             inputs["fp32_engine"] = fp32_engine
-        return self.add("compare_speed", engine.id.rsplit("-", 1)[0], params, inputs, resources=resources)
+        return self.add("compare_speed", engine.id.rsplit("-", 1)[0], params, inputs, resources=resources, at=at)
 
 
 def check_condition_budgets(builder: "PlanBuilder", cfg: Dict[str, Any], point: Dict[str, Node]) -> None:

@@ -5,9 +5,11 @@
                                  the id; a key read nowhere else belongs nowhere here)
     run(params, inputs, out) -> summary dict   the work, writing only under `out`
   and where it has them:
-    preflight(...) -> [warning]  its settings against what its inputs will hold, before anything
-                                 runs (calibrate: DataFacts of its data node); raises ConfigError
-    checks(cfg) / check(limits, summary)   thresholds kept outside the id, checked on its summary
+    preflight(at, data_facts) -> [warning]  its settings against what its data node will hold
+                                 (datasets.facts.DataFacts), before anything runs; raises ConfigError
+    checks(at) -> limits / check(limits, summary)   thresholds kept outside the id, checked on its summary
+  The planner calls preflight and checks for every stage that defines them (PlanBuilder.add), so a
+  stage that gains one needs no edit of the planner.
     AGGREGATES = True            it reads every point of the sweep (report, track_mlflow): the
                                  planner hands it what was measured, not one point's Reading
 

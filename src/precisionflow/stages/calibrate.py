@@ -71,11 +71,12 @@ def reads(at: Reading) -> Dict[str, Any]:
     return params
 
 
-def preflight(calibration: Dict[str, Any], data: DataFacts) -> List[str]:
+def preflight(at: Reading, data: DataFacts) -> List[str]:
     """Before anything runs, the calibration settings against what the data node will hold
     (datasets.facts.DataFacts): more samples than the split has and a condition name the test split
     does not carry are refused; a sample that would barely see some classes or conditions gives
     the warnings returned (printed once per plan)."""
+    calibration = at.cfg["calibration"]
     from precisionflow.datasets import conditions
 
     split, wanted = calibration["split"], calibration["num_samples"]

@@ -21,10 +21,10 @@ def reads(at: Reading) -> Dict[str, Any]:
     return {"opset": cfg["export"]["opset"]}
 
 
-def checks(cfg: Dict[str, Any]) -> Dict[str, Any]:
+def checks(at: Reading) -> Dict[str, Any]:
     """Thresholds: checked against the node's summary, not part of its id (a changed threshold
     re-checks the existing export, it does not export again)."""
-    return {"max_abs_diff": cfg["export"]["max_abs_diff"], "rtol": cfg["export"]["rtol"]}
+    return {"max_abs_diff": at.cfg["export"]["max_abs_diff"], "rtol": at.cfg["export"]["rtol"]}
 
 
 def allowed_diff(limits: Dict[str, Any], summary: Dict[str, Any]) -> float:

@@ -30,9 +30,9 @@ def reads(at: Reading) -> Dict[str, Any]:
 THRESHOLD_KEYS = ("at_chance",)  # checked against the summary (checks/check), never part of the id
 
 
-def checks(cfg: Dict[str, Any]) -> Dict[str, Any]:
+def checks(at: Reading) -> Dict[str, Any]:
     """Thresholds, not parameters (a changed one re-checks the finished training)."""
-    return {"at_chance": cfg["train"]["at_chance"]}
+    return {"at_chance": at.cfg["train"]["at_chance"]}
 
 
 def check(limits: Dict[str, Any], summary: Dict[str, Any]) -> None:
