@@ -425,19 +425,9 @@ class Config:
     results_dir: Optional[str] = None
 
 
-def with_precision_sections() -> type:
-    """Config, plus one section per precision that declares its own settings (a plug-in's
-    PrecisionSpec.settings): `toy.alpha=3` is then a typed key like any other."""
-    import dataclasses
-
-    from precisionflow import precisions
-
-    extra = [(spec.name, spec.settings, field(default_factory=spec.settings)) for spec in precisions.with_settings()]
-    return dataclasses.make_dataclass("Config", extra, bases=(Config,)) if extra else Config
-
-
-def register() -> None:
-    """Register the schema with Hydra's ConfigStore (idempotent)."""
+def register(node: type = Config) -> None:
+    """Register the schema with Hydra's ConfigStore (idempotent). `node`: Config, or Config with the
+    plug-in precisions' own sections (config/compose.py, with_precision_sections)."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name="precisionflow_schema", node=with_precision_sections())
+    ConfigStore.instance().store(name="precisionflow_schema", node=node)

@@ -7,6 +7,7 @@ from precisionflow.datasets.facts import DataFacts
 from precisionflow.errors import ConfigError
 from precisionflow.stages import Reading, calibrate
 
+
 def at(calibration):
     return Reading({"calibration": calibration})
 

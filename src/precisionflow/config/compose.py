@@ -78,7 +78,7 @@ def _compose(group_overrides: Tuple[str, ...]):
     folder = user_files.user_folder()
     if folder is not None and folder.is_dir():  # its files checked key by key, with file and line
         user_files.check_folder(folder)
-    register()
+    register(with_precision_sections())
     # A user's folder (--config-dir) is put ahead of this one by the search-path plugin in
     # src/hydra_plugins/precisionflow_searchpath.
     try:
@@ -86,6 +86,26 @@ def _compose(group_overrides: Tuple[str, ...]):
             return compose(config_name="config", overrides=list(group_overrides))
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(_group_error(str(err), group_overrides)) from err
+
+
+def with_precision_sections() -> type:
+    """The schema's Config, plus one section per precision that declares its own settings (a
+    plug-in's PrecisionSpec.settings): `toy.alpha=3` is then a typed key like any other. A section
+    that would replace one of the configuration's own is refused."""
+    import dataclasses
+
+    from precisionflow.schema import Config
+
+    own = {f.name for f in dataclasses.fields(Config)}
+    extra = []
+    for spec in precisions.with_settings():
+        if spec.name in own:
+            raise ConfigError(
+                f"precision '{spec.name}': its settings section would replace the configuration's own "
+                f"'{spec.name}' section; name the precision otherwise."
+            )
+        extra.append((spec.name, spec.settings, dataclasses.field(default_factory=spec.settings)))
+    return dataclasses.make_dataclass("Config", extra, bases=(Config,)) if extra else Config
 
 
 def _group_error(message: str, group_overrides) -> str:

@@ -465,10 +465,7 @@ def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequen
             }
         )
         if cfg["tracking"]["enabled"]:
-            tracking = {
-                **{k: cfg["tracking"][k] for k in ("uri", "experiment")},
-                "tensorrt_version": cfg["calibration"]["tensorrt_version"],
-            }
+            tracking = stage_module("track_mlflow").reads(Reading(cfg))
             measured_by_tracking.setdefault(json.dumps(tracking, sort_keys=True), {}).update(point)
     warn_unresolvable(builder, budgets)
     report_params = stage_module("report").reads(dict(sorted(budgets.items())))

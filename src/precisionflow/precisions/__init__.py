@@ -46,15 +46,8 @@ def register(spec: PrecisionSpec) -> PrecisionSpec:
     if spec.settings is not None:
         import dataclasses
 
-        from precisionflow.schema import Config
-
         if not dataclasses.is_dataclass(spec.settings):
             raise ConfigError(f"precision '{spec.name}': settings must be a dataclass type, found {spec.settings!r}.")
-        if spec.name in {f.name for f in dataclasses.fields(Config)}:
-            raise ConfigError(
-                f"precision '{spec.name}': its settings section would replace the configuration's own '{spec.name}' "
-                "section; name the precision otherwise."
-            )
     if spec.builds_on is not None:
         chain, current = [spec.name], spec.builds_on
         while current is not None:

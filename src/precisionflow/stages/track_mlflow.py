@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from precisionflow import precisions
+from precisionflow.stages import Reading
 from precisionflow.reporting import tracking
 from precisionflow.reporting.compare import HEADLINE_METRICS, engine_key, ratio_values, ratios_by_engine, split_inputs, task_of
 from precisionflow.nodeio import named_lineage, node_key, read_json
@@ -31,6 +32,18 @@ ARTIFACTS = {
     "calibrate": ("ranges.json",),
     "prune_model": ("prune.json",),
 }
+
+
+def reads(at: Reading) -> Dict[str, Any]:
+    """Where the runs go, and the TensorRT version a calibration cache's header names (an exported
+    cache is an artifact). The planner adds the command line's overrides (a run's tag) and hands it
+    every measured node of the sweep points that share these settings."""
+    tracking = at.cfg["tracking"]
+    return {
+        "uri": tracking["uri"],
+        "experiment": tracking["experiment"],
+        "tensorrt_version": at.cfg["calibration"]["tensorrt_version"],
+    }
 
 
 def child_params(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
