@@ -159,12 +159,17 @@ def role_kind(role: str) -> str:
     return re.sub(r"\d{5}$", "", role)  # the planner numbers them with five digits
 
 
+def edge_kind(stage: str, role: str) -> str:
+    """The declared kind of `stage`'s input `role`: its role_kind, or BUILDS_ON for a role named
+    after the precision built on (any name the stage does not declare, where it reads BUILDS_ON)."""
+    reads = BY_NAME[stage].reads if stage in BY_NAME else {}
+    kind = role_kind(role)
+    return BUILDS_ON if kind not in reads and BUILDS_ON in reads else kind
+
+
 def check_edge(stage: str, role: str, source_stage: str) -> None:
     """Refuse an edge the table does not declare: the planner and the table must agree."""
-    reads = BY_NAME[stage].reads if stage in BY_NAME else {}
-    allowed = reads.get(role_kind(role))
-    if allowed is None and BUILDS_ON in reads and source_stage in reads[BUILDS_ON]:
-        allowed = reads[BUILDS_ON]  # a role named after the precision built on
+    allowed = BY_NAME[stage].reads.get(edge_kind(stage, role)) if stage in BY_NAME else None
     if allowed is None or source_stage not in allowed:
         raise AssertionError(
             f"plan.py feeds {stage}'s input '{role}' from {source_stage}, which flow.py does not "
