@@ -223,3 +223,25 @@ def test_a_budget_finer_than_the_test_split_is_said_at_planning(tmp_path, capsys
     assert "for fp32 is finer" not in printed  # the reference is not judged against itself
     assert resolution_warning({"max_top1_drop": 5.0}, "int8", "classification", 360) is None
     assert resolution_warning({"max_top1_drop": 0.1}, "int8", "detection", 360) is None
+
+
+def test_why_compares_like_with_like_and_prints_no_unchanged_budget(tmp_path):
+    """`plan --why` once set an fp32 build against an int8 build, and printed 144 lines of
+    `budgets.evaluate_engine/<id>.max_top1_drop: '<unset>' -> 2.0` that were not changes."""
+    import json
+
+    from precisionflow.config.compose import expand
+    from precisionflow.pipeline.plan import build_plan
+    from precisionflow.pipeline.why import explain
+
+    results = tmp_path / "results"
+    first = build_plan(expand(["train.epochs=2", "precisions=[fp32,int8]"]), str(results))
+    for key, spec in first["nodes"].items():
+        (results / key).mkdir(parents=True)
+        (results / key / "node.json").write_text(json.dumps(spec))
+    lines = explain(build_plan(expand(["train.epochs=3", "precisions=[fp32,int8]"]), str(results)))
+    assert not any("budgets.evaluate_engine/" in line for line in lines), [line for line in lines if "budgets." in line]
+    for index, line in enumerate(lines):
+        if line.startswith(("build_engine/", "quantize_onnx/")) and "[vs " in line:
+            planned, against = line.split("/", 1)[1].split("  [vs ")
+            assert planned.rsplit("-", 1)[0] == against.rstrip("]").rsplit("-", 1)[0], line  # like with like

@@ -4,6 +4,7 @@ node of the same stage that already exists (or that none exists, or that an upst
 Used by `precisionflow plan --why` and `precisionflow run -n`.
 """
 
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -15,7 +16,8 @@ def differences(planned: Dict[str, Any], existing: Dict[str, Any], results: Opti
     """Human-readable differences between a planned node and an existing node.json. An upstream is
     "(new)" only when no node folder of it exists yet (`results` given), else "(another node)"."""
     found = []
-    new, old = dict(flatten(planned["params"], "params")), dict(flatten(existing.get("params", {}), "params"))
+    new = dict(_by_name(flatten(planned["params"], "params")))
+    old = dict(_by_name(flatten(existing.get("params", {}), "params")))
     for key in sorted(set(new) | set(old)):
         if new.get(key, "<unset>") != old.get(key, "<unset>"):
             found.append(f"{key[len('params.') :]}: {old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r}")
@@ -34,6 +36,20 @@ def differences(planned: Dict[str, Any], existing: Dict[str, Any], results: Opti
     return found
 
 
+_NODE_ID = re.compile(r"(\w+/[\w.\-]+?)-[0-9a-f]{12}\b")
+
+
+def _by_name(pairs):
+    """Params keyed by node (the report's budgets per evaluation) compared by the node's readable
+    name, not its id: a new id with the same budget is no change ('<unset>' -> 2.0 x 144 lines)."""
+    return [(_NODE_ID.sub(r"\1", key), value) for key, value in pairs]
+
+
+def slug(node_id: str) -> str:
+    """The readable part of a node id (fp16-local-fdfdc6efd758 -> fp16-local)."""
+    return node_id.rsplit("-", 1)[0]
+
+
 def _changed_sources(planned: Dict[str, Any], old_identity: Dict[str, Any]) -> str:
     from precisionflow import identity
 
@@ -44,9 +60,13 @@ def _changed_sources(planned: Dict[str, Any], old_identity: Dict[str, Any]) -> s
 
 
 def closest(planned: Dict[str, Any], stage_dir: Path, limit: int = 300) -> Tuple[Optional[str], List[str]]:
-    """The existing node of the stage with the fewest differences, and those differences."""
+    """The existing node of the stage with the fewest differences, and those differences. Like is
+    compared with like: among nodes of the same readable name (precision, target, model) when any
+    exists -- an fp32 build is never explained by its differences from an int8 build."""
     best: Tuple[Optional[str], List[str]] = (None, [])
     markers = sorted(stage_dir.glob(f"*/{NODE_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
+    alike = [marker for marker in markers if slug(marker.parent.name) == slug(planned.get("id", ""))]
+    markers = alike or markers
     for marker in markers:
         found = differences(planned, read_json(marker), stage_dir.parent)
         if best[0] is None or len(found) < len(best[1]):
