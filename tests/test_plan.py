@@ -241,7 +241,7 @@ def test_why_compares_like_with_like_and_prints_no_unchanged_budget(tmp_path):
         (results / key / "node.json").write_text(json.dumps(spec))
     lines = explain(build_plan(expand(["train.epochs=3", "precisions=[fp32,int8]"]), str(results)))
     assert not any("budgets.evaluate_engine/" in line for line in lines), [line for line in lines if "budgets." in line]
-    for index, line in enumerate(lines):
+    for line in lines:
         if line.startswith(("build_engine/", "quantize_onnx/")) and "[vs " in line:
             planned, against = line.split("/", 1)[1].split("  [vs ")
             assert planned.rsplit("-", 1)[0] == against.rstrip("]").rsplit("-", 1)[0], line  # like with like
