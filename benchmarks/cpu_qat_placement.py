@@ -90,8 +90,7 @@ def measure(results: Path) -> list:
         }
         for index, (name_of, (seven_bit, trained)) in enumerate(variants.items()):
             graph = Path(folder) / f"v{index}.onnx"
-            qdq.CPU_WEIGHTS_7BIT = seven_bit
-            qdq.quantize_int8(source, graph, ranges, nodes, "onnxruntime_cpu", trained)
+            qdq.quantize_int8(source, graph, ranges, nodes, "onnxruntime_cpu", trained, 7 if seven_bit else 8)
             engine = session(graph)
             name = engine.get_inputs()[0].name
             predicted = engine.run(None, {name: images})[0].argmax(1)
