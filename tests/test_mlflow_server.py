@@ -154,3 +154,34 @@ def test_concurrent_writers_to_one_store_lose_and_duplicate_nothing(server, tmp_
     assert len({r.data.tags["node.id"] for r in children}) == 24  # no duplicates
     for child in children:
         assert [m.step for m in client.get_metric_history(child.info.run_id, "loss")] == list(range(25))
+
+
+def test_ui_prints_its_link_once_the_server_answers_and_stops_it_on_sigterm(tmp_path):
+    """The link was printed at start (it answered 20-110 s later), and a SIGTERM to `precisionflow
+    ui` left `mlflow server` serving on the port."""
+    import time
+    import urllib.request
+
+    port = free_port()
+    ui = subprocess.Popen(
+        [sys.executable, "-m", "precisionflow.cli", "ui", "--results", str(tmp_path), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 300
+        line = ""
+        while time.time() < deadline and "(Ctrl-C stops it)" not in line:
+            line = ui.stdout.readline()
+            assert line or ui.poll() is None, "ui exited before printing its link"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as reply:  # it answers now
+            assert reply.status == 200
+        ui.send_signal(signal.SIGTERM)
+        ui.wait(30)
+    finally:
+        if ui.poll() is None:
+            ui.kill()
+    time.sleep(1)
+    with socket.socket() as probe:  # nothing serves on the port any more
+        assert probe.connect_ex(("127.0.0.1", port)) != 0

@@ -191,31 +191,72 @@ def compare(uri: str, experiment: str, sweeps: List[str], where: Optional[str], 
     return render(rows, fmt, all_columns)
 
 
-def ui(uri: str, port: int) -> int:
-    """MLflow's UI on the project's store, quiet, until Ctrl-C (which stops the server and its workers)."""
+def ui(uri: str, port: int, answer_timeout_s: float = 300.0) -> int:
+    """MLflow's UI on the project's store, quiet, until Ctrl-C or SIGTERM (either stops the server
+    and its workers: a SIGTERM once left `mlflow server` serving on the port). The links are printed
+    once the server answers -- printed at start they answered only 20 s (quiet machine) to 110 s
+    (loaded) later."""
     import os
     import signal
 
     base = f"http://127.0.0.1:{port}"
-    print(f"MLflow UI for {uri}: {base}  (Ctrl-C stops it)", flush=True)
-    print(f"  runs, with precisionflow's columns: {runs_link(uri, base)}", flush=True)
-    print(f"  the trade-off chart: {runs_link(uri, base, 'trade_off')}", flush=True)
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port)]
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "GUNICORN_CMD_ARGS": "--log-level warning", "UVICORN_LOG_LEVEL": "warning"}
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def stop(signum=None, _frame=None):  # the server and every worker it started: its own process group
+        try:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        print("MLflow UI stopped.", flush=True)
+        if signum is not None:
+            raise SystemExit(0)
+
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
+        print(f"MLflow UI for {uri}: starting at {base} ...", flush=True)
+        if not answers(base, server, answer_timeout_s):
+            code = server.poll()
+            print(
+                f"The MLflow server {'exited with ' + str(code) if code is not None else 'did not answer in time'}; run "
+                f"`{' '.join(command)}` to see its messages.",
+                file=sys.stderr,
+            )
+            stop()
+            return code or 1
+        print(f"MLflow UI for {uri}: {base}  (Ctrl-C stops it)", flush=True)
+        print(f"  runs, with precisionflow's columns: {runs_link(uri, base)}", flush=True)
+        print(f"  the trade-off chart: {runs_link(uri, base, 'trade_off')}", flush=True)
         code = server.wait()
         if code:
             print(f"The MLflow server exited with {code}; run `{' '.join(command)}` to see its messages.", file=sys.stderr)
         return code
-    except KeyboardInterrupt:  # the server and every worker it started: its own process group
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-        print("MLflow UI stopped.")
+    except KeyboardInterrupt:
+        stop()
         return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def answers(base: str, server, timeout_s: float) -> bool:
+    """Whether the server at `base` answers its health check before `timeout_s` (False at once if
+    it exits)."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as reply:  # noqa: S310 -- our own local server
+                if reply.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.5)
+    return False
 
 
 def runs_link(uri: str, base: str, view: str = "runs") -> str:
