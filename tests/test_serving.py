@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from precisionflow.measure import serving
+from precisionflow.measure import server_search, serving
 from precisionflow import stats
 from precisionflow.reporting import verdict_rules
 
@@ -53,11 +53,11 @@ def test_one_stall_the_percentile_absorbs_does_not_cut_the_run(tmp_path):
 
 def test_the_search_finds_the_largest_valid_rate_within_its_precision():
     capacity = 1234.0  # a server valid exactly up to this rate
-    found = serving.max_server_rate(lambda rate: rate <= capacity, start=50.0, precision=0.05)
+    found = server_search.max_server_rate(lambda rate: rate <= capacity, start=50.0, precision=0.05)
     low, high = found["bracket"]
     assert low <= capacity < high and high / low <= 1.05 + 1e-9 and found["rate"] == low
     assert found["runs"][-1] == (low, True)  # the answer re-verified
-    never = serving.max_server_rate(lambda rate: False, start=50.0, precision=0.05)
+    never = server_search.max_server_rate(lambda rate: False, start=50.0, precision=0.05)
     assert never["rate"] is None
 
 
@@ -68,13 +68,13 @@ def test_the_search_steps_down_when_the_answer_fails_its_re_verification():
         calls[rate] = calls.get(rate, 0) + 1
         return rate <= 1000 and not (calls[rate] == 2 and rate > 900)
 
-    found = serving.max_server_rate(flaky, start=100.0, precision=0.05)
+    found = server_search.max_server_rate(flaky, start=100.0, precision=0.05)
     assert found["rate"] < 1000 and found["runs"][-1][1]
 
 
 def test_the_real_search_on_a_known_engine(tmp_path):
     """2 ms per batch + 0.5 ms per image, batches up to 8: at most ~1,300 images/s; a 20 ms p99 bound."""
-    from precisionflow.stages.serve_engine import server_search
+    from precisionflow.measure.server_search import server_search
 
     runners = known_service(0.002, 0.0005)
     counter = iter(range(100))
@@ -88,7 +88,7 @@ def test_the_real_search_on_a_known_engine(tmp_path):
 
 
 def test_a_bound_below_batch_one_latency_gets_a_verdict_not_an_error():
-    from precisionflow.stages.serve_engine import server_search
+    from precisionflow.measure.server_search import server_search
 
     single = {"p99_ns": 3.4e6, "mean_ns": 3.0e6}
     found = server_search(lambda *a: pytest.fail("no run is needed"), single, dict(SETTINGS, latency_bound_ms=2))
@@ -164,7 +164,7 @@ def test_one_transient_failure_does_not_trap_the_search_low():
         seen.append(rate)
         return rate <= 3000 and not (round(rate) == 532 and seen.count(rate) == 1)
 
-    found = serving.max_server_rate(once_flaky, start=266.0, precision=0.1)
+    found = server_search.max_server_rate(once_flaky, start=266.0, precision=0.1)
     assert found["rate"] > 2500, found
 
 
@@ -196,7 +196,7 @@ def test_the_search_never_returns_a_rate_no_run_confirmed():
         seen.append(rate)
         return len(seen) <= 2
 
-    found = serving.max_server_rate(fails_after_the_first_doubling, start=1000.0, precision=0.1)
+    found = server_search.max_server_rate(fails_after_the_first_doubling, start=1000.0, precision=0.1)
     assert found["rate"] is None and not any(valid for _, valid in found["runs"][2:])
 
 
@@ -295,9 +295,9 @@ def test_the_search_never_runs_past_the_offline_rate():
         seen.append(rate)
         return rate <= 95.0
 
-    found = serving.max_server_rate(holds_to_95, start=80.0, precision=0.05, ceiling=100.0)
+    found = server_search.max_server_rate(holds_to_95, start=80.0, precision=0.05, ceiling=100.0)
     assert max(seen) == 100.0 and 95.0 / 1.05 <= found["rate"] <= 95.0
-    assert serving.max_server_rate(lambda rate: True, start=80.0, precision=0.05, ceiling=100.0)["rate"] == 100.0
+    assert server_search.max_server_rate(lambda rate: True, start=80.0, precision=0.05, ceiling=100.0)["rate"] == 100.0
 
 
 def test_a_start_that_fails_once_is_tried_again_before_the_search_halves():
@@ -309,7 +309,7 @@ def test_a_start_that_fails_once_is_tried_again_before_the_search_halves():
         seen.append(rate)
         return rate <= 14000 and len(seen) != 1
 
-    found = serving.max_server_rate(start_fails_once, start=14000.0, precision=0.1)
+    found = server_search.max_server_rate(start_fails_once, start=14000.0, precision=0.1)
     assert found["rate"] >= 14000 * 0.9 and seen[:2] == [14000.0, 14000.0]
 
 
@@ -347,7 +347,7 @@ def stalling_run(capacity_short: float, capacity_long: float, seen: list):
 def test_a_start_that_holds_at_full_length_spends_no_short_probe():
     """On the H200 the 4-s probes ended at 0.10-0.26x Offline under a 0.8x start that held for 60 s,
     and cost a minute per search: the start runs at full length first."""
-    from precisionflow.stages.serve_engine import server_search
+    from precisionflow.measure.server_search import server_search
 
     seen = []
     settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1)
@@ -358,7 +358,7 @@ def test_a_start_that_holds_at_full_length_spends_no_short_probe():
 
 
 def test_short_probes_search_only_where_the_start_and_its_descent_fail():
-    from precisionflow.stages.serve_engine import server_search
+    from precisionflow.measure.server_search import server_search
 
     seen = []
     settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1, full_length_climb=3)
@@ -372,7 +372,7 @@ def test_short_probes_search_only_where_the_start_and_its_descent_fail():
 def test_a_confirmed_start_climbs_at_full_length_until_a_run_fails():
     """The H200's ResNet-50 held 0.90x Offline in 60-s runs and not 0.95x: with full_length_climb the
     stage reports 0.90x with the failed 0.95x as its bracket's top, not the 0.80x it confirmed first."""
-    from precisionflow.stages.serve_engine import server_search
+    from precisionflow.measure.server_search import server_search
 
     seen = []
     settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1, full_length_climb=3)
@@ -388,7 +388,7 @@ def test_a_start_that_fails_at_full_length_steps_down_at_full_length():
     """On the H200 a second search's 60-s run at 0.85x Offline failed and the stage fell to its 4-s
     probes' answer, 0.46x (ResNet-50 fp32): a failed start now steps down by 0.05x Offline in
     full-length runs (as many as full_length_climb) before the probes' answer is tried."""
-    from precisionflow.stages.serve_engine import server_search
+    from precisionflow.measure.server_search import server_search
 
     seen = []
     settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1, full_length_climb=3)
@@ -400,7 +400,7 @@ def test_a_start_that_fails_at_full_length_steps_down_at_full_length():
 def test_without_a_valid_offline_the_probes_search_first():
     """With no Offline rate the start is half of what one stream completes, a guess: held at full
     length it would be the answer however far above it the engine serves, so the probes search."""
-    from precisionflow.stages.serve_engine import server_search
+    from precisionflow.measure.server_search import server_search
 
     seen = []
     settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1, full_length_climb=3)
@@ -409,7 +409,7 @@ def test_without_a_valid_offline_the_probes_search_first():
 
 
 def test_the_climb_spends_no_more_full_length_runs_than_allowed():
-    from precisionflow.stages.serve_engine import server_search
+    from precisionflow.measure.server_search import server_search
 
     seen = []
     settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1, full_length_climb=1)
@@ -419,7 +419,7 @@ def test_the_climb_spends_no_more_full_length_runs_than_allowed():
 
 
 def test_no_rate_when_nothing_the_probes_found_holds_at_full_length():
-    from precisionflow.stages.serve_engine import server_search
+    from precisionflow.measure.server_search import server_search
 
     seen = []
     settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1)
@@ -430,7 +430,7 @@ def test_no_rate_when_nothing_the_probes_found_holds_at_full_length():
 
 
 def test_without_a_probe_length_every_run_is_full_length():
-    from precisionflow.stages.serve_engine import server_search
+    from precisionflow.measure.server_search import server_search
 
     seen = []
     settings = dict(SETTINGS, min_duration_ms=60000, search_precision=0.1)
@@ -441,7 +441,7 @@ def test_without_a_probe_length_every_run_is_full_length():
 def test_a_slow_rate_keeps_the_run_that_holds_it():
     """Below ~500/s a relative tolerance lost the match between the search's rounded answer and
     LoadGen's own rounding of the target (215.2146 vs 215.215): the row lost its p99."""
-    from precisionflow.stages.serve_engine import server_search
+    from precisionflow.measure.server_search import server_search
 
     def run(scenario, rate, duration_ms=None):  # LoadGen records the target its own way
         return {"valid": rate <= 216, "target_qps": round(rate, 4), "p99_ns": 9e6}

@@ -111,3 +111,31 @@ def test_a_serve_node_that_answers_otherwise_fails():
         refuse_wrong_answers({"images": 4, "answered": 4, "same_predictions": 3, "max_abs_diff": 0.5})
     with pytest.raises(StageError, match="answered 3 of 4"):
         refuse_wrong_answers({"images": 4, "answered": 3})
+
+
+def test_verdict_lines_name_what_sets_a_row_apart():
+    """After a calibration sweep two int8 budget lines differed only in their ratio: which was
+    entropy and which minmax was said nowhere."""
+    rows = [
+        {
+            "verdict": "PASS",
+            "precision": "int8",
+            "variant": method,
+            "target": "local",
+            "ran": "int8 9/10",
+            "accuracy_name": "top-1",
+            "accuracy": 0.99,
+            "drop_points": 0.0,
+            "drop": None,
+            "agreement": 1.0,
+            "extra": "",
+            "node": f"evaluate_engine/int8-{method}",
+            "model": "m",
+            "checks": [],
+            "breaches": [],
+            "undecided": [],
+        }
+        for method in ("entropy", "minmax")
+    ]
+    text = budget.format_verdicts(rows)
+    assert "int8 [entropy]" in text and "int8 [minmax]" in text

@@ -114,6 +114,11 @@ def local_device_name(device: str) -> str:
     return gpu if gpu != "unknown CUDA device" or device == "cuda" else cpu_name()
 
 
+def may_run_on_gpu(target_def: Dict[str, Any]) -> bool:
+    """Whether a target's engines may run on a GPU: `cuda`, or `auto` on a machine that has one."""
+    return target_def["device"] == "cuda" or (target_def["device"] == "auto" and has_nvidia_gpu())
+
+
 def has_nvidia_gpu() -> bool:
     return gpu_facts()["device_name"] != "unknown CUDA device"
 

@@ -301,7 +301,9 @@ class PlanBuilder:
         """Where a target's int8 Q/DQ goes: the placement of the runtime that runs its engines."""
         from precisionflow.quant.qdq import placement_for
 
-        on_gpu = stage_module("build_engine").may_run_on_gpu(cfg["target_defs"][target])
+        from precisionflow.backends.devices import may_run_on_gpu
+
+        on_gpu = may_run_on_gpu(cfg["target_defs"][target])
         return placement_for(cfg["engine"]["backend"], on_gpu)
 
     def _add_tensorrt_simulation(

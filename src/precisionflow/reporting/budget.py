@@ -17,7 +17,7 @@ from precisionflow.datasets import conditions
 from precisionflow import stats
 from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.verdict_rules import judged, overall, share_check
-from precisionflow.reporting.compare import task_of
+from precisionflow.reporting.compare import task_of, variant
 from precisionflow.schema import BudgetConf
 from precisionflow.nodeio import NODE_FILE, declined, named_lineage, read_json
 
@@ -474,6 +474,9 @@ def judge_entry(
         "target": spec["params"]["target"],
         "ran": ran,
         "model": named_lineage(results / key)["export_onnx"]["inputs"]["model"],
+        # what sets the row apart from its neighbours of one precision (calibration method, qat,
+        # TRT-sim): the verdict lines and the fastest/tie line name it, as the table does
+        "variant": variant(named_lineage(results / key)),
         **headline(metrics, reference),
         "worst_class": worst_class(metrics, reference, judged_by["pairs"]),
         **condition_figures(judged_by["pairs"], results / key, tags, budget["confidence"], metrics),
@@ -657,8 +660,9 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
     for entry in found:
         speed = speed_text(entry)
         against = "vs its fp32 twin" if entry.get("vs_base_fp32") else "vs fp32"
+        named = entry["precision"] + (f" [{entry['variant']}]" if entry.get("variant") else "")
         head = (
-            f"{entry['verdict']:<9} {entry['precision']:<10} {entry['target']:<6} (ran {entry['ran']}) "
+            f"{entry['verdict']:<9} {named:<10} {entry['target']:<6} (ran {entry['ran']}) "
             f"{entry['accuracy_name']} {100 * entry['accuracy']:.2f} ({0.0 - entry['drop_points']:+.2f}"
             f"{interval_text(entry['drop'])} {against}), agreement with {'base ' if entry.get('vs_base_fp32') else ''}fp32 "
             f"{entry['agreement']:.4f}" + (f", {entry['extra']}" if entry["extra"] else "") + speed

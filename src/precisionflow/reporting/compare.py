@@ -74,3 +74,16 @@ def ratio_values(ratio_metrics: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
 
 def engine_key(eval_dir: Path) -> str:
     return read_node(eval_dir)["inputs"]["engine"]
+
+
+def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
+    """What distinguishes graphs of one precision: calibration method, ops kept in float."""
+    graph = lineage["quantize_onnx"]["summary"]
+    parts = [graph["calibration_method"]] if graph.get("calibration_source") == "ptq" else []
+    parts += ["qat"] if graph.get("calibration_source") == "qat" else []
+    parts += [f"{len(graph['kept_float'])} op(s) fp"] if graph.get("kept_float") else []
+    if lineage["evaluate_engine"]["params"].get("twin_of"):
+        parts.append("qat twin")  # the QAT fine-tune run in fp32: int8_qat's reference
+    if lineage["evaluate_engine"]["params"].get("simulates") == "tensorrt":
+        parts.append("TRT-sim")  # TensorRT's Q/DQ placement simulated on this CPU (a note says so)
+    return ", ".join(parts)

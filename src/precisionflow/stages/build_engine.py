@@ -35,15 +35,11 @@ BACKEND_SETTINGS = {
 def engine_settings(engine: Dict[str, Any], target_def: Dict[str, Any]) -> Dict[str, Any]:
     keys = BACKEND_SETTINGS.get(engine["backend"], tuple(engine))
     settings = {key: engine[key] for key in keys}
+    from precisionflow.backends.devices import may_run_on_gpu
+
     if engine["backend"] == "onnxruntime" and may_run_on_gpu(target_def):
         settings["cuda"] = dict(engine["onnxruntime"])  # CUDA provider options: read only where a GPU runs it
     return settings
-
-
-def may_run_on_gpu(target_def: Dict[str, Any]) -> bool:
-    from precisionflow.backends.devices import has_nvidia_gpu
-
-    return target_def["device"] == "cuda" or (target_def["device"] == "auto" and has_nvidia_gpu())
 
 
 def reads(at: Reading) -> Dict[str, Any]:

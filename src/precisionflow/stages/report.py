@@ -26,6 +26,7 @@ from precisionflow.reporting.compare import (
     serving_by_engine,
     serving_inputs,
     split_inputs,
+    variant,
 )
 from precisionflow.errors import PrecisionflowError
 from precisionflow.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
@@ -368,19 +369,6 @@ def displayed(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 copy[column] = f"{row[column]}{NOISY_MARK}"
         shown.append(copy)
     return shown
-
-
-def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
-    """What distinguishes graphs of one precision: calibration method, ops kept in float."""
-    graph = lineage["quantize_onnx"]["summary"]
-    parts = [graph["calibration_method"]] if graph.get("calibration_source") == "ptq" else []
-    parts += ["qat"] if graph.get("calibration_source") == "qat" else []
-    parts += [f"{len(graph['kept_float'])} op(s) fp"] if graph.get("kept_float") else []
-    if lineage["evaluate_engine"]["params"].get("twin_of"):
-        parts.append("qat twin")  # the QAT fine-tune run in fp32: int8_qat's reference
-    if lineage["evaluate_engine"]["params"].get("simulates") == "tensorrt":
-        parts.append("TRT-sim")  # TensorRT's Q/DQ placement simulated on this CPU (a note says so)
-    return ", ".join(parts)
 
 
 def engine_label(eval_dir: Path, precision: str) -> str:
@@ -887,7 +875,8 @@ def speed_cost(entry: Dict[str, Any]) -> str:
     speed = entry["speed"]
     against = "its fp32 twin" if entry.get("vs_base_fp32") else "fp32"
     return (
-        f"{entry['precision']} ({entry['ran']}), {ratio_text(speed)} fp32's throughput "
+        f"{entry['precision']}{' [' + entry['variant'] + ']' if entry.get('variant') else ''} ({entry['ran']}), "
+        f"{ratio_text(speed)} fp32's throughput "
         f"at {entry['speedup_at']}, for {entry['accuracy_name']} {0.0 - entry['drop_points']:+.2f}"
         f"{interval_text(entry.get('drop'))} points vs {against}"
     )
