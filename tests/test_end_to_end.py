@@ -86,8 +86,9 @@ def test_first_run_produces_sane_table(first_run):
     rows = summary_rows(results, output)
     assert set(rows) == {"fp32", "fp16", "int8", "tensorflow"}
     assert number(rows["fp32"]["x_tf_b1"]) > 0 and float(rows["fp32"]["sps_streams"]) > 0
-    # fp16 ran fp32's kernels on the CPU: its row says so instead of a speed-up
-    assert rows["fp16"]["x_fp32_b1"] == "=fp32" and number(rows["int8"]["x_fp32_bmax"]) > 0
+    # fp16 ran fp32's kernels on the CPU: its row says so ("fp32 (!)") and shows the ratio measured
+    # for it, never "=fp32" (a graph that runs fp32's kernels may still cost time: bf16's Casts)
+    assert number(rows["fp16"]["x_fp32_b1"]) > 0 and number(rows["int8"]["x_fp32_bmax"]) > 0
     assert rows["fp32"]["x_fp32_b1"] == ""  # fp32 is the reference
     # ONNX Runtime's CPU provider has no fp16 kernels: the row says what ran, and the notes say why.
     assert rows["fp16"]["ran"] == "fp32 (!)" and "fp16 graph, ran fp32 on CPUExecutionProvider" in output
@@ -465,8 +466,8 @@ def test_a_precision_from_a_plug_in_and_int8_dynamic_run_end_to_end(tmp_path):
     rows = summary_rows(results, done.stdout)
     assert {"fp32", "int8_dynamic", "rounded_fp32"} <= set(rows)
     assert rows["int8_dynamic"]["ran"].startswith("int8") and float(rows["int8_dynamic"]["int8_frac"]) > 0
-    # it asked for fp32 kernels and ran them: no "(!)", and no speed-up claimed over the same kernels
-    assert rows["rounded_fp32"]["ran"] == "fp32" and rows["rounded_fp32"]["x_fp32_bmax"] == "=fp32"
+    # it asked for fp32 kernels and ran them: no "(!)"; its ratio is the one measured, not "=fp32"
+    assert rows["rounded_fp32"]["ran"] == "fp32" and number(rows["rounded_fp32"]["x_fp32_bmax"]) > 0
     assert float(rows["rounded_fp32"]["agreement"]) >= 0.95
     assert not (results / "calibrate").exists()  # no precision here calibrates
 
