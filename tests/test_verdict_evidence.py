@@ -139,3 +139,22 @@ def test_verdict_lines_name_what_sets_a_row_apart():
     ]
     text = budget.format_verdicts(rows)
     assert "int8 [entropy]" in text and "int8 [minmax]" in text
+
+
+def test_an_engine_slower_than_fp32_is_never_called_best():
+    """int8_dynamic at 0.12x fp32 (p50 56 ms against 1.0 ms) was named the "best" engine."""
+    from precisionflow.stages import report
+
+    entry = {
+        "precision": "int8_dynamic",
+        "variant": "",
+        "ran": "int8 9/10",
+        "accuracy_name": "top-1",
+        "drop_points": 0.0,
+        "drop": None,
+        "speedup_at": "bmax",
+        "speed": {"median": 0.12, "low": 0.11, "high": 0.13, "rounds": 12},
+    }
+    line = report.ranking_line({"winner": {**entry["speed"], "entry": entry}})
+    assert "slower than fp32" in line and "best" not in line
+    assert "SLOWER than fp32" in budget.speed_text({**entry, "timed": True})
