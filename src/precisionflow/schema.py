@@ -343,8 +343,9 @@ class ServingConf:
     max_wait_ms: float = 1.0  # ... waiting at most this long for a batch to fill
     workers: int = 1  # threads calling the engine (1 on a GPU: a captured CUDA graph is one thread's)
     search_precision: float = 0.1  # the Server rate is bisected until its bracket is within 10%
-    # Independent Server searches per side (each its own arrival schedule): the ratio's interval
-    # spans their answers, so it widens when runs disagree; any search with no valid rate withholds it.
+    # Independent Server searches per side (each its own arrival schedule), run in pairs with the
+    # fp32 side's in alternating order: the ratio's interval is the t interval of the pairs' log
+    # ratios (2 at least); any search with no valid rate withholds it.
     search_repeats: int = 2
     # The search's probing runs (null: min_duration_ms). Set shorter, 0.8x Offline runs at full length
     # first and the short probes search only where full-length runs find no rate: on the H200 one
