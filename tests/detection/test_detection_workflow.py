@@ -70,9 +70,11 @@ def test_evaluations_record_boxes_and_the_fp32_comparison(detection_run):
 
 def test_verdicts_report_and_mlflow_speak_detection(detection_run):
     results, output = detection_run
-    assert re.search(r"(PASS|FAIL|UNDECIDED)\s+int8\s+local .* mAP \d+\.\d+ \([+-]\d+\.\d+ vs fp32\)", output)
+    assert re.search(r"(PASS|FAIL|UNDECIDED)\s+int8 \[[^\]]+\]\s+local .* mAP \d+\.\d+ \([+-]\d+\.\d+ vs fp32\)", output)
     # int8_qat is judged against its fp32 twin (the same fine-tune without fake-quant), the base delta beside it
-    assert re.search(r"(PASS|FAIL|UNDECIDED)\s+int8_qat\s+local .* mAP \d+\.\d+ \([+-]\d+\.\d+ vs its fp32 twin\)", output)
+    assert re.search(
+        r"(PASS|FAIL|UNDECIDED)\s+int8_qat \[qat[^\]]*\]\s+local .* mAP \d+\.\d+ \([+-]\d+\.\d+ vs its fp32 twin\)", output
+    )
     assert "vs base fp32:" in output and "the budget reads the twin" in output
     report = Path(re.search(r"^Summary table:\s+(\S+)/summary.csv$", output, re.MULTILINE).group(1))
     page = (report / "report.html").read_text()
