@@ -288,7 +288,8 @@ class TargetConf:
 @dataclass
 class BudgetConf:
     """What an engine may cost against the fp32 engine of its model and target; null = not checked.
-    Thresholds, not parameters: they never enter a node id (precisionflow check re-reads results)."""
+    Thresholds, not parameters: they never enter a node id (precisionflow check re-reads results) --
+    except the per-condition ones for int8_mixed, whose search holds them while choosing its graph."""
 
     max_top1_drop: Optional[float] = None  # top-1 points (0-100 scale) below fp32
     min_agreement: Optional[float] = None  # share of test samples predicted as fp32 predicts them

@@ -215,7 +215,7 @@ def test_accuracy_driven_int8_mixed_keeps_the_op_that_breaks_the_budget(tmp_path
     ranges = {"nchw": (-1.0, 1.0), "flat": (-0.002, 0.002)}  # the Gemm's input clipped to nothing
     kept, record = mixed.search(source, ranges, ["conv0", "logits"], data, {"report_split": "val", "mixed_max_val_drop": 5.0})
     assert kept == ["logits"] and record["budget_met"] and record["drop_interval"][1] <= 5.0, record
-    assert [op for op, _ in record["sensitivity"]] == ["logits", "conv0"] and record["split"] == "val"
+    assert record["order"] == ["logits", "conv0"] and record["split"] == "val"
     assert record["trials"]["0"]["low"] > 5.0  # plain int8 broke the budget beyond doubt
 
 

@@ -6,6 +6,9 @@ from precisionflow.precisions.spec import PrecisionSpec
 from precisionflow.precisions.static_int8 import int8_params, read_rows, to_int8
 
 
+CONDITION_BUDGETS = ("max_condition_drop", "condition_limits")
+
+
 def mixed_params(cfg, placement):
     drop = cfg["int8"]["mixed_max_val_drop"]
     extra = {"mixed_max_val_drop": drop}
@@ -13,7 +16,19 @@ def mixed_params(cfg, placement):
         extra["mixed_keep_fp"] = cfg["int8"]["mixed_keep_fp"]
     else:
         extra["confidence"] = cfg["evaluate"]["confidence"]  # the search's intervals decide
+        extra["condition_budgets"] = condition_budgets(cfg["evaluate"])
     return int8_params(cfg, placement, extra)
+
+
+def condition_budgets(evaluate):
+    """The per-condition budgets int8_mixed is judged by (evaluate.budget, evaluate.budgets.int8_mixed
+    on top): the search must hold them on the selection split, so -- unlike other budgets, which
+    only judge -- they shape this graph and are in its id."""
+    found = {key: (evaluate.get("budget") or {}).get(key) for key in CONDITION_BUDGETS}
+    found.update(
+        {key: value for key, value in (evaluate.get("budgets") or {}).get("int8_mixed", {}).items() if key in CONDITION_BUDGETS}
+    )
+    return {"max_condition_drop": found["max_condition_drop"], "condition_limits": dict(found["condition_limits"] or {})}
 
 
 def choose_float(source, fp32_model, ranges, nodes, inputs, int8):
@@ -29,7 +44,24 @@ def choose_float(source, fp32_model, ranges, nodes, inputs, int8):
 
 
 def to_mixed(source, target, params, inputs, out):
-    return to_int8(source, target, params, inputs, out, choose_float)
+    """The graph (or the reason none is built) and, from the search, sensitivity.csv: each op alone
+    in int8, its top-1 drop overall and per condition on the selection split -- written whether
+    or not a mix is built (it answers "which ops lose the dim images" either way)."""
+    details = to_int8(source, target, params, inputs, out, choose_float)
+    search = details.get("mixed_search") or {}
+    rows = search.pop("sensitivity_table", None)
+    if rows:
+        from precisionflow.quant import sensitivity
+
+        sensitivity.write_csv(rows, out / SENSITIVITY_FILE)
+        search["costliest"] = {  # per subset, the three ops that cost it most (the console names them)
+            subset: [[row["op"], row["top1_drop_points"]] for row in sensitivity.costliest(rows, subset)]
+            for subset in dict.fromkeys(row["condition"] for row in rows)
+        }
+    return details
+
+
+SENSITIVITY_FILE = "sensitivity.csv"
 
 
 def slug_suffix(cfg):

@@ -1,17 +1,22 @@
-"""Accuracy-driven int8_mixed: which ops to keep in float so that int8 stays within a budget.
+"""Accuracy-driven int8_mixed: which ops to keep in float so that int8 holds its budgets -- overall
+and on every budgeted condition (dim images, long shadows) -- on the selection split.
 
-Sensitivity is measured, not guessed from per-tensor error: for each quantizable op, a graph with
-only that op quantized runs the decision split (validation by default), and the op's sensitivity
-is how far its outputs move from the fp32 graph's. Ops are then kept in float most sensitive first,
-and the number kept is found by bisection: the fewest whose top-1 drop on the decision split is
-within `mixed_max_val_drop` points of fp32 by its paired interval (stats.py), never by the bare
-estimate. The test split is never read here.
+Sensitivity is measured, not guessed from per-tensor error (quant/sensitivity.py): for each
+quantizable op, a graph with only that op quantized runs the selection split (validation by
+default), judged overall and per condition. int8 itself is measured first; the budgets it does not
+hold by its interval decide the order: the ops that cost those conditions most go float first
+(round-robin over the failing conditions, worst first), so float ops are spent where the worst
+condition needs them -- a search that read only the overall drop could meet it while `dim` still
+failed. The number kept is found by bisection: the fewest whose top-1 drop is within
+`mixed_max_val_drop` points overall AND within each condition's budget (budgets.max_condition_drop,
+budgets.condition_limits) by its paired interval (stats.py), never by the bare estimate. The test
+split is never read here: the verdict is read there, beside this split's figure.
 
 Then speed is weighed: an int8 op left alone between float ops pays a quantize and a dequantize for
-one op, so such ops join the float run around them when the budget still holds; on the CPU
+one op, so such ops join the float run around them when every budget still holds; on the CPU
 placement (where the graph is the engine) each candidate mix is timed against the fp32 graph side
-by side and the fastest kept. When no mix is worth building -- int8 itself meets the budget, none
-meets it, or the one that does is not faster than fp32 by its interval -- the search says so and
+by side and the fastest kept. When no mix is worth building -- int8 itself meets the budgets, none
+meets them, or the one that does is not faster than fp32 by its interval -- the search says so and
 nothing is built (the MobileNetV2 photo run had built a 61-of-62-float engine at 0.52x fp32).
 """
 
@@ -45,23 +50,6 @@ def _quantized_outputs(
     return _outputs(_trial_graph(source, ranges, nodes, scratch, placement), images)
 
 
-def sensitivity(
-    source: Path,
-    ranges,
-    nodes: Sequence[str],
-    images: np.ndarray,
-    reference: np.ndarray,
-    scratch: Path,
-    placement: str = "tensorrt",
-):
-    """[(op, mean |output change| with only that op quantized)], most sensitive first."""
-    scored = [
-        (float(np.mean(np.abs(_quantized_outputs(source, ranges, [op], images, scratch, placement) - reference))), op)
-        for op in nodes
-    ]
-    return [(op, score) for score, op in sorted(scored, reverse=True)]
-
-
 def search(
     source: Path,
     ranges,
@@ -71,30 +59,49 @@ def search(
     confidence: float = 0.95,
     placement: str = "tensorrt",
 ) -> Tuple[List[str], Dict[str, Any]]:
-    """(ops to keep in float, the search's record: order, trials with intervals, what it reached)."""
+    """(ops to keep in float, the search's record: per-op sensitivity overall and per condition, the
+    order, trials with intervals per budgeted condition, what it reached)."""
+    from precisionflow.datasets import conditions
     from precisionflow.datasets.store import Split
+    from precisionflow.quant import sensitivity
 
-    # The decision split in memory: each trial graph runs all of it (bounded by int8.report_split's size).
-    decision = Split(data_dir, int8["report_split"])
+    # The selection split in memory: each trial graph runs all of it (bounded by int8.report_split's size).
+    split = int8["report_split"]
+    decision = Split(data_dir, split)
     images, labels = decision.array(), decision.labels
+    where = sensitivity.subsets(labels, conditions.groups(conditions.load(data_dir, split)))
+    limits, unjudged = condition_limits(int8, where)
     reference = _outputs(source, images)
     with tempfile.TemporaryDirectory(prefix="pf-mixed-") as folder:
         scratch = Path(folder)
-        order = sensitivity(source, ranges, nodes, images, reference, scratch, placement)
 
-        def predictions(kept: int) -> np.ndarray:  # the decision split through the graph with `kept` ops in float
-            quantized = [op for op, _ in order[kept:]]
-            return _quantized_outputs(source, ranges, quantized, images, scratch, placement).argmax(1)
+        def outputs_with(quantized: List[str]) -> np.ndarray:
+            return _quantized_outputs(source, ranges, quantized, images, scratch, placement)
 
-        chosen, record = choose(len(order), predictions, reference.argmax(1), labels, int8["mixed_max_val_drop"], confidence)
-        kept = [op for op, _ in order[:chosen]]
+        rows = sensitivity.table(nodes, outputs_with, reference, labels, where, confidence)
+        int8_itself_predictions = outputs_with(list(nodes)).argmax(1)
+        failing = failing_subsets(reference.argmax(1) == labels, int8_itself_predictions == labels, where, limits, confidence)
+        order = sensitivity.order(rows, failing)
+
+        def predictions(kept: int) -> np.ndarray:  # the selection split through the graph with `kept` ops in float
+            return int8_itself_predictions if kept == 0 else outputs_with(order[kept:]).argmax(1)
+
+        chosen, record = choose(len(order), predictions, reference.argmax(1), labels, limits, confidence, where)
+        kept = order[:chosen]
         record.update(
-            {"split": int8["report_split"], "of": len(order), "sensitivity": [[op, round(score, 6)] for op, score in order]}
+            {
+                "split": split,
+                "of": len(order),
+                "ranked_for": failing or [sensitivity.OVERALL],
+                "order": order,
+                "sensitivity_table": rows,
+                "conditions_not_in_split": unjudged,
+            }
         )
         why = nothing_to_build(record, chosen)
         if not why:
             kept, why = fastest_mix(
-                source, ranges, nodes, kept, images, labels, reference, scratch, placement, record, confidence
+                source, ranges, nodes, kept, images, labels, reference, scratch, placement, record, confidence, where=where
             )
     record["kept"] = len(kept)
     if why:
@@ -103,11 +110,41 @@ def search(
     return kept, record
 
 
+def condition_limits(int8: Dict[str, Any], where: Dict[str, np.ndarray]) -> Tuple[Dict[str, float], List[str]]:
+    """({subset: budget in points} the mix must hold by its interval, [named conditions this split
+    lacks]): the overall budget (int8.mixed_max_val_drop), every condition at max_condition_drop,
+    a named one at its own limit (the budgets int8_mixed is judged by, read into its params)."""
+    from precisionflow.quant.sensitivity import OVERALL
+
+    budgets = int8.get("condition_budgets") or {}
+    limits = {OVERALL: int8["mixed_max_val_drop"]}
+    for tag in where:
+        if tag == OVERALL:
+            continue
+        limit = (budgets.get("condition_limits") or {}).get(tag, budgets.get("max_condition_drop"))
+        if limit is not None:
+            limits[tag] = float(limit)
+    unjudged = sorted(set(budgets.get("condition_limits") or {}) - set(where))
+    return limits, unjudged
+
+
+def failing_subsets(
+    reference_right: np.ndarray, int8_right: np.ndarray, where, limits: Dict[str, float], confidence: float
+) -> List[str]:
+    """The budgeted subsets int8 itself does not hold by its interval, the furthest beyond first:
+    where the search spends its float ops."""
+    from precisionflow.quant import sensitivity
+
+    drops = sensitivity.drops_on(reference_right, int8_right, {name: where[name] for name in limits}, confidence)
+    beyond = [name for name in limits if drops[name].high > limits[name]]
+    return sorted(beyond, key=lambda name: -(drops[name].high - limits[name]))
+
+
 def nothing_to_build(record: Dict[str, Any], chosen: int) -> str:
     """Why no mix is worth building on accuracy alone, or ''."""
     if not record["budget_met"]:
         return (
-            f"no mix of int8 and float kept top-1 within {record['max_drop_points']} points of fp32 by its interval on "
+            f"no mix of int8 and float kept top-1 within {budgets_text(record)} of fp32 by its interval on "
             f"the {record['split']} split ({record.get('why_not_met', '')}); an engine with nearly every op in float "
             "buys no speed over fp32: nothing built. Read the int8 and fp32 rows, or set "
             "a budget this split can resolve."
@@ -116,34 +153,43 @@ def nothing_to_build(record: Dict[str, Any], chosen: int) -> str:
         trial = record["trials"]["0"]
         return (
             f"int8 itself is within the budget on the {record['split']} split (drop {trial['drop']} "
-            f"[{trial['low']}, {trial['high']}] <= {record['max_drop_points']} points): int8_mixed would be the int8 "
-            "graph again -- nothing built; read the int8 row."
+            f"[{trial['low']}, {trial['high']}] <= {record['max_drop_points']} points"
+            + (f", and every budgeted condition within its own: {budgets_text(record)}" if record.get("condition_limits") else "")
+            + "): int8_mixed would be the int8 graph again -- nothing built; read the int8 row."
         )
     return ""
 
 
-def fastest_mix(source, ranges, nodes, kept, images, labels, reference, scratch, placement, record, confidence, timer=None):
+def budgets_text(record: Dict[str, Any]) -> str:
+    """'2.0 points overall, dim 5.0' -- the budgets a mix must hold, as the search read them."""
+    named = ", ".join(f"{name} {limit}" for name, limit in (record.get("condition_limits") or {}).items())
+    return f"{record['max_drop_points']} points overall" + (f", {named}" if named else "")
+
+
+def fastest_mix(
+    source, ranges, nodes, kept, images, labels, reference, scratch, placement, record, confidence, timer=None, where=None
+):
     """(ops kept in float, why nothing is built or ''): the chosen mix and, when it differs, the mix
-    with its isolated int8 ops joined to the float around them (if the budget still holds by its
-    interval); on the CPU placement the candidates are timed against fp32 and the fastest kept --
-    unless it is not faster than fp32 by its interval."""
-    from precisionflow import stats
+    with its isolated int8 ops joined to the float around them (if every budget still holds by its
+    interval, each budgeted condition's too); on the CPU placement the candidates are timed against
+    fp32 and the fastest kept -- unless it is not faster than fp32 by its interval."""
+    from precisionflow.quant.sensitivity import OVERALL, drops_on
 
     candidates = {"chosen": kept}
     joined = join_isolated_int8(source, nodes, kept)
     if joined != kept and len(joined) < len(nodes):  # at least one op stays int8: the graph must be int8
         quantized = [op for op in nodes if op not in joined]
-        drop = stats.paired_drop(
-            reference.argmax(1) == labels,
-            _quantized_outputs(source, ranges, quantized, images, scratch, placement).argmax(1) == labels,
-            confidence,
-        )
+        limits = {OVERALL: record["max_drop_points"], **(record.get("condition_limits") or {})}
+        where = where or {OVERALL: np.arange(len(labels))}
+        right = _quantized_outputs(source, ranges, quantized, images, scratch, placement).argmax(1) == labels
+        drops = drops_on(reference.argmax(1) == labels, right, {name: where[name] for name in limits}, confidence)
+        drop = drops[OVERALL]
         record["joined"] = {
             "kept": len(joined),
             "drop": round(drop.drop, 3),
             "interval": [round(drop.low, 3), round(drop.high, 3)],
         }
-        if drop.high <= record["max_drop_points"]:
+        if all(drops[name].high <= limit for name, limit in limits.items()):
             candidates["isolated int8 ops joined to float"] = joined
     if placement != "onnxruntime_cpu":
         record["speed"] = "not weighed: the TensorRT placement's graph runs only simulated on this machine"
@@ -277,24 +323,30 @@ def choose(
     predictions: Callable[[int], np.ndarray],
     reference: np.ndarray,
     labels: np.ndarray,
-    budget: float,
+    budget,
     confidence: float,
+    where: Dict[str, np.ndarray] = None,
 ) -> Tuple[int, Dict[str, Any]]:
-    """How many of the most sensitive ops to keep in float: the fewest whose top-1 drop against
-    fp32 on the decision split is within `budget` BY ITS INTERVAL (paired images: the drop's upper
-    end <= budget), found by bisection over the sensitivity order. Drops need not shrink as more
-    ops stay float (a trial one image away from a 6-point drop is common on small splits), so a
-    trial counts only when its interval clears the budget, and the budget is reported met only
-    when the chosen trial's does. Returns (kept, record of every trial with its interval)."""
-    from precisionflow import stats
+    """How many of the first ops of the order to keep in float: the fewest whose top-1 drop against
+    fp32 on the selection split is within its budget BY ITS INTERVAL (paired images: the drop's
+    upper end <= budget) -- overall and on every budgeted condition (`budget`: points, or {subset:
+    points} with sensitivity.OVERALL among them; `where`: {subset: image indices}). Found by
+    bisection over the order. Drops need not shrink as more ops stay float (a trial one image away
+    from a 6-point drop is common on small splits), so a trial counts only when every interval
+    clears, and the budget is reported met only when the chosen trial's do. Returns (kept, record of
+    every trial with its intervals)."""
+    from precisionflow.quant.sensitivity import OVERALL, drops_on
 
+    limits = dict(budget) if isinstance(budget, dict) else {OVERALL: budget}
+    where = where or {OVERALL: np.arange(len(labels))}
     reference_right = reference == labels
-    trials: Dict[int, stats.PairedDrop] = {}
+    trials: Dict[int, Dict[str, Any]] = {}
 
     def clears(kept: int) -> bool:
         if kept not in trials:
-            trials[kept] = stats.paired_drop(reference_right, predictions(kept) == labels, confidence)
-        return trials[kept].high <= budget
+            judged_on = {name: where[name] for name in limits}
+            trials[kept] = drops_on(reference_right, predictions(kept) == labels, judged_on, confidence)
+        return all(trials[kept][name].high <= limits[name] for name in limits)
 
     # int8 itself (no op kept float) is always measured: a NOT BUILT reason about int8 quotes it
     if clears(0):
@@ -307,26 +359,55 @@ def choose(
         middle = (low + high) // 2
         low, high = (low, middle) if clears(middle) else (middle + 1, high)
     chosen = high if reached else ops - 1
-    met = reached and trials[chosen].high <= budget
-    drop = trials[chosen]
+    met = reached and clears(chosen)
+    drop = trials[chosen][OVERALL]
     record = {
         "fp32_top1": float(np.mean(reference_right)),
-        "max_drop_points": budget,
+        "max_drop_points": limits[OVERALL],
+        "condition_limits": {name: limit for name, limit in limits.items() if name != OVERALL},
         "confidence": confidence,
         "drop_points": round(drop.drop, 3),
         "drop_interval": [round(drop.low, 3), round(drop.high, 3)],
         "budget_met": met,
         "images": drop.n,
         "one_image_points": round(drop.one_image, 3),
-        "trials": {
-            str(k): {"drop": round(v.drop, 3), "low": round(v.low, 3), "high": round(v.high, 3), "lost": v.b, "gained": v.c}
-            for k, v in sorted(trials.items())
-        },
+        "trials": {str(k): trial_record(v) for k, v in sorted(trials.items())},
     }
+    if len(limits) > 1:
+        record["conditions"] = trial_record(trials[chosen])["conditions"]
     if not met:
-        record["why_not_met"] = (
-            f"no trial's interval cleared {budget} points on the decision split's {drop.n} images "
-            f"(one image = {drop.one_image:.2f} points; the smallest drop budget {drop.n} images can "
-            f"ever pass is {stats.zero_flip_resolution(drop.n, confidence):.2f})"
-        )
+        record["why_not_met"] = why_not_met(trials[chosen], limits, confidence)
     return chosen, record
+
+
+def trial_record(drops: Dict[str, Any]) -> Dict[str, Any]:
+    """One trial: the overall drop at the top level (as before conditions), each condition's beside it."""
+    from precisionflow.quant.sensitivity import OVERALL
+
+    def fields(v):
+        return {"drop": round(v.drop, 3), "low": round(v.low, 3), "high": round(v.high, 3), "lost": v.b, "gained": v.c}
+
+    found = fields(drops[OVERALL])
+    by_condition = {name: {**fields(v), "images": v.n} for name, v in drops.items() if name != OVERALL}
+    if by_condition:
+        found["conditions"] = by_condition
+    return found
+
+
+def why_not_met(drops: Dict[str, Any], limits: Dict[str, float], confidence: float) -> str:
+    """Which budgets the last trial (all but one op float) still did not clear, with what the images can resolve."""
+    from precisionflow import stats
+    from precisionflow.quant.sensitivity import OVERALL
+
+    said = []
+    for name, limit in limits.items():
+        drop = drops[name]
+        if drop.high <= limit:
+            continue
+        subject = "the selection split" if name == OVERALL else f"condition '{name}'"
+        said.append(
+            f"{subject}'s {drop.n} images: {drop.drop:+.2f} [{drop.low:+.2f}, {drop.high:+.2f}] against {limit} "
+            f"(one image = {drop.one_image:.2f} points; the smallest budget {drop.n} images can ever pass is "
+            f"{stats.zero_flip_resolution(drop.n, confidence):.2f})"
+        )
+    return "no trial's interval cleared every budget; with all but one op in float: " + "; ".join(said)

@@ -5,9 +5,12 @@ the rules that turn numbers into PASS / FAIL / UNDECIDED live in verdict_rules.p
 
 Budgets are thresholds, so they stay out of node ids: the plan carries them beside the nodes
 (plan["budgets"]), and `precisionflow check` re-reads finished results with whatever budgets the
-configuration names now -- it runs nothing. A verdict names the number that broke it.
+configuration names now -- it runs nothing. A verdict names the number that broke it. (One
+exception: int8_mixed's search must hold the per-condition budgets while it chooses its graph, so
+those are in its graph's params too -- precisions/int8_mixed.condition_budgets.)
 """
 
+import re
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -502,6 +505,10 @@ def judge_entry(
         calibrate = next((node for name, node in named_lineage(results / key).items() if name.endswith("calibrate")), None)
         entry["calibration_coverage"] = (calibrate or {}).get("summary", {}).get("sample_per_condition")
     entry.update(mixed_validation(results / key))
+    failed_conditions = [tag for tag in condition_breaches(entry["breaches"]) if tag in (entry.get("per_condition") or {})]
+    if failed_conditions:  # which ops cost those images most, where a search measured it
+        costly = costly_ops(plan, results, key)
+        entry["costly_ops"] = {tag: costly[tag] for tag in failed_conditions if costly.get(tag)}
     if twin is not None:
         entry["vs_base_fp32"] = {
             "drop": against_base["drop"],
@@ -577,8 +584,9 @@ def condition_figures(
     }
 
 
-def mixed_validation(eval_dir: Path) -> Dict[str, str]:
-    """int8_mixed: what its search decided on (validation split), to print beside what the test split says."""
+def mixed_validation(eval_dir: Path) -> Dict[str, Any]:
+    """int8_mixed: what its search decided on (the selection split), overall and per budgeted
+    condition, to print beside what the test split says."""
     search = named_lineage(eval_dir)["quantize_onnx"]["summary"].get("mixed_search")
     if not search or "drop_interval" not in search:
         return {}
@@ -588,8 +596,45 @@ def mixed_validation(eval_dir: Path) -> Dict[str, str]:
             f"chosen on {search['split']} ({search['images']} images): {0.0 - search['drop_points']:+.2f} "
             f"[{0.0 - high:+.2f}, {0.0 - low:+.2f}], budget {search['max_drop_points']} "
             + ("met" if search["budget_met"] else "NOT met by its interval")
-        )
+        ),
+        "validation_conditions": {
+            tag: {**figures, "limit": search["condition_limits"][tag], "split": search["split"]}
+            for tag, figures in (search.get("conditions") or {}).items()
+        },
     }
+
+
+CONDITION_CHECK = re.compile(r"condition '([^']+)'")  # verdict_rules' text for a condition's check
+
+
+def condition_breaches(breaches: List[str]) -> List[str]:
+    """The conditions named by the checks an engine FAILed, in order, once each."""
+    return list(dict.fromkeys(match.group(1) for text in breaches for match in CONDITION_CHECK.finditer(text)))
+
+
+def costly_ops(plan: Dict[str, Any], results: Path, key: str) -> Dict[str, List]:
+    """{condition: [[op, top-1 drop with only that op in int8], ...]}: the ops that cost each
+    condition most, from an int8_mixed search's sensitivity table -- the row's own (int8_mixed) or
+    one over the same calibration and placement (an int8 row beside an int8_mixed one). {} when no
+    search measured it."""
+    graph = named_lineage(results / key)["quantize_onnx"]
+    own = (graph["summary"].get("mixed_search") or {}).get("costliest")
+    if own:
+        return own
+    calibration, placement = graph["inputs"].get("calibration"), (graph["params"].get("int8") or {}).get("placement")
+    for other, spec in sorted(plan["nodes"].items()):
+        if (
+            spec["stage"] == "quantize_onnx"
+            and spec["params"]["precision"] == "int8_mixed"
+            and calibration is not None
+            and spec["inputs"].get("calibration") == calibration
+            and (spec["params"].get("int8") or {}).get("placement") == placement
+            and (results / other / NODE_FILE).is_file()
+        ):
+            found = ((read_json(results / other / NODE_FILE).get("summary") or {}).get("mixed_search") or {}).get("costliest")
+            if found:
+                return found
+    return {}
 
 
 def verdicts(plan: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -683,9 +728,32 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
             lines.append(
                 f"      int8_mixed {entry['validation']}; test: {0.0 - entry['drop_points']:+.2f}{interval_text(entry['drop'])}"
             )
+        lines += ["      " + text for text in condition_side_by_side(entry)]
+        for tag, ops in (entry.get("costly_ops") or {}).items():
+            named_ops = ", ".join(f"{op} {0.0 - drop:+.2f}" for op, drop in ops)
+            lines.append(
+                f"      ops that cost '{tag}' most, each alone in int8 on the selection split (int8_mixed's sensitivity.csv): {named_ops} points"
+            )
         lines += [f"      broke: {reason}" for reason in entry["breaches"]]
         lines += [f"      cannot tell: {reason}" for reason in entry["undecided"]]
     return "\n".join(lines)
+
+
+def condition_side_by_side(entry: Dict[str, Any]) -> List[str]:
+    """int8_mixed: each budgeted condition as the search held it (selection split) beside the test split's figure."""
+    lines = []
+    for tag, chosen in (entry.get("validation_conditions") or {}).items():
+        test = (entry.get("per_condition") or {}).get(tag) or {}
+        tested = (
+            f"test {0.0 - test['drop']:+.2f} [{0.0 - test['high']:+.2f}, {0.0 - test['low']:+.2f}] on {test['images']} images"
+            if "drop" in test
+            else "test: no images of it"
+        )
+        lines.append(
+            f"{tag}: chosen on {chosen['split']} {0.0 - chosen['drop']:+.2f} [{0.0 - chosen['high']:+.2f}, {0.0 - chosen['low']:+.2f}] "
+            f"on {chosen['images']} images (limit {chosen['limit']}); {tested}"
+        )
+    return lines
 
 
 def worst_condition_text(entry: Dict[str, Any]) -> str:

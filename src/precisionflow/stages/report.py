@@ -12,6 +12,7 @@ What a row claims is what it measured:
 
 import csv
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -622,6 +623,40 @@ def condition_changes(found: List[Dict[str, Any]], out: Path, labels: Dict[str, 
     return pictures
 
 
+SENSITIVITY_OPS = 20  # rows of a heat map: the ops that cost any condition most
+
+
+def sensitivity_maps(inputs: Dict[str, Path], out: Path) -> List[str]:
+    """One heat map per int8_mixed search in the sweep (built or declined: the table answers "which
+    ops lose the dim images" either way): ops x (all images, each condition), worst first, with the
+    table copied beside the report as sensitivity-<graph id>.csv."""
+    from precisionflow.quant import sensitivity
+
+    pictures, seen = [], set()
+    for role, path in sorted(inputs.items()):
+        if not role.startswith("eval"):
+            continue
+        graph = named_lineage(path)["quantize_onnx"]
+        folder = path.parent.parent / node_key(graph)
+        table = folder / "sensitivity.csv"
+        if folder in seen or not table.is_file():
+            continue
+        seen.add(folder)
+        shutil.copyfile(table, out / f"sensitivity-{graph['id']}.csv")
+        rows = sensitivity.read_csv(table)
+        worst = {}
+        for row in rows:
+            worst[row["op"]] = max(worst.get(row["op"], float("-inf")), row["top1_drop_points"])
+        ops = sorted(worst, key=lambda op: -worst[op])[:SENSITIVITY_OPS]
+        changes = {op: {row["condition"]: -row["top1_drop_points"] for row in rows if row["op"] == op} for op in ops}
+        subsets = list(dict.fromkeys(row["condition"] for row in rows))
+        pictures.append(f"{FIGURES}/sensitivity-{graph['id']}.png")
+        placement = (graph["params"].get("int8") or {}).get("placement", "?")
+        title = f"int8_mixed graph {graph['id'][-6:]} ({placement} placement): top-1 change, only that op in int8"
+        report_pages.per_class_changes(changes, subsets, title, out / pictures[-1])
+    return pictures
+
+
 def class_changes(eval_dirs: List[Path], out: Path) -> List[str]:
     """per_class.csv (every engine, every class: top-1 -- AP for a detector -- against fp32) and
     one picture per target."""
@@ -989,6 +1024,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         ],
         f"Per condition: each engine's {GALLERY_CONDITIONS} most damaged conditions, their images alone": condition_galleries(
             found, evals, out, data_cache
+        ),
+        "Which ops lose which conditions (int8_mixed's search: each op alone in int8, top-1 change on the selection split)": (
+            sensitivity_maps(inputs, out)
         ),
     }
     write_json_atomic(out / "verdicts.json", found)

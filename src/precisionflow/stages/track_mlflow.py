@@ -28,7 +28,7 @@ TRAINING_STAGES = ("train_model", "finetune_model")
 ARTIFACTS = {
     "evaluate_engine": ("metrics.json", "flipped.csv", "box_changes.csv", "worst_boxes.json"),
     "build_engine": ("engine.json",),
-    "quantize_onnx": ("layer_error.csv", "layer_error.png"),
+    "quantize_onnx": ("layer_error.csv", "layer_error.png", "sensitivity.csv"),  # the last: int8_mixed's search
     "calibrate": ("ranges.json",),
     "prune_model": ("prune.json",),
 }
