@@ -118,7 +118,7 @@ def engines(results: Path):
 def main() -> None:
     label, extra = sys.argv[1], sys.argv[2:]
     folder, sidecar = photos_with_dim()
-    results = OUT / f"mixed-per-condition-{label}"
+    results = OUT / "mixed-per-condition"  # one folder: "after" reuses "before"'s training, calibration and int8
     overrides = [*OVERRIDES, f"dataset.path={folder}", f"dataset.conditions={sidecar}", *extra]
     command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *overrides]
     started = time.perf_counter()
