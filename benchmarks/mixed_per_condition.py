@@ -10,8 +10,8 @@ validation split. Per condition, each row: the drop with its interval on the sel
 search's) and on test (the verdict's), ops float / int8 as built, speed over fp32 with its interval,
 and the search's time against the whole run.
 
-    .venv/bin/python benchmarks/mixed_per_condition.py LABEL [OVERRIDE ...]
-        -> benchmarks/results/mixed_per_condition_LABEL.json
+    .venv/bin/python benchmarks/mixed_per_condition.py LABEL DIM_FACTOR [OVERRIDE ...]
+        -> benchmarks/results/mixed_per_condition_LABEL_dimDIM_FACTOR.json
 
 "before": the same command with PYTHONPATH=<a checkout before issue 52>/src (the search then read
 the overall drop only).
@@ -29,7 +29,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import OUT, QUICK_TIMING, ROOT, save  # noqa: E402
 
-DIM_EVERY, DIM_FACTOR = 5, 0.15
+DIM_EVERY = 5
 OVERRIDES = [
     "model=resnet_mini",
     "dataset=image_folder",
@@ -49,9 +49,9 @@ OVERRIDES = [
 ]
 
 
-def photos_with_dim(per_class: int = 300) -> tuple:
-    """(image folder, conditions sidecar): photo patches, every DIM_EVERY-th dimmed and tagged."""
-    folder = OUT / f"photo_patches32_dim_n{8 * per_class}"
+def photos_with_dim(dim_factor: float, per_class: int = 300) -> tuple:
+    """(image folder, conditions sidecar): photo patches, every DIM_EVERY-th dimmed to `dim_factor` and tagged."""
+    folder = OUT / f"photo_patches32_dim{dim_factor}_n{8 * per_class}"
     sidecar = folder.parent / f"{folder.name}-conditions.csv"
     if sidecar.is_file():
         return folder, sidecar
@@ -60,7 +60,7 @@ def photos_with_dim(per_class: int = 300) -> tuple:
     rows = ["file,conditions"]
     for path in sorted(folder.glob("*/*.png")):
         if int(path.stem) % DIM_EVERY == 0:
-            pixels = np.asarray(Image.open(path)).astype(np.float32) * DIM_FACTOR
+            pixels = np.asarray(Image.open(path)).astype(np.float32) * dim_factor
             Image.fromarray(pixels.astype(np.uint8)).save(path)
             rows.append(f"{path.relative_to(folder)},dim")
     sidecar.write_text("\n".join(rows) + "\n")
@@ -116,19 +116,20 @@ def engines(results: Path):
 
 
 def main() -> None:
-    label, extra = sys.argv[1], sys.argv[2:]
-    folder, sidecar = photos_with_dim()
-    results = OUT / "mixed-per-condition"  # one folder: "after" reuses "before"'s training, calibration and int8
+    label, dim_factor, extra = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+    folder, sidecar = photos_with_dim(dim_factor)
+    # one folder per data set: "after" reuses "before"'s training, calibration and int8
+    results = OUT / f"mixed-per-condition-dim{dim_factor}"
     overrides = [*OVERRIDES, f"dataset.path={folder}", f"dataset.conditions={sidecar}", *extra]
     command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *overrides]
     started = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - started
-    (OUT / f"mixed_per_condition_{label}_stdout.txt").write_text(done.stdout + done.stderr)
+    (OUT / f"mixed_per_condition_{label}_dim{dim_factor}_stdout.txt").write_text(done.stdout + done.stderr)
     if done.returncode not in (0, 1):
         raise SystemExit(f"run failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     found = {
-        "command": " ".join(["benchmarks/mixed_per_condition.py", label, *extra]),
+        "command": " ".join(["benchmarks/mixed_per_condition.py", label, str(dim_factor), *extra]),
         "overrides": overrides,
         "exit": done.returncode,
         "wall_s": round(wall, 1),
@@ -136,7 +137,7 @@ def main() -> None:
         "engines": engines(results),
         "console_budgets": done.stdout[done.stdout.find("Budgets (") :],
     }
-    save(f"mixed_per_condition_{label}.json", found)
+    save(f"mixed_per_condition_{label}_dim{dim_factor}.json", found)
     print(found["console_budgets"])
 
 

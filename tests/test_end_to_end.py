@@ -328,7 +328,7 @@ def test_the_printed_mlflow_links_open_the_trade_off_columns_and_chart(first_run
         for budget_ms in (25000, 60000, 120000):
             flags = chromium_flags(tmp_path, budget_ms, width=1400)
             dom = subprocess.run(flags + ["--dump-dom", link], capture_output=True, text=True, timeout=240).stdout
-            if all(column in dom for column in ("top1_drop_points", "x_fp32_bmax")):
+            if all(column in dom for column in ("accuracy_change_points", "x_fp32_bmax")):
                 break
         artifacts = Path(os.environ.get("PRECISIONFLOW_TEST_ARTIFACTS", results.parent / "artifacts"))
         artifacts.mkdir(parents=True, exist_ok=True)
@@ -343,7 +343,7 @@ def test_the_printed_mlflow_links_open_the_trade_off_columns_and_chart(first_run
         os.killpg(server.pid, 15)
         server.wait(30)
     # the trade-off columns the view puts first, rendered in a 1400-px window
-    for column in ("precision", "verdict", "top1_drop_points", "x_fp32_bmax", "x_server"):
+    for column in ("precision", "verdict", "accuracy_change_points", "x_fp32_bmax", "x_server"):
         assert column in dom, column
     assert "int8" in dom and "fp16" in dom  # the engine runs, not only their collapsed sweep
     # engine runs only: the training run and the sweep's parent are filtered out by the link
@@ -358,7 +358,7 @@ def test_the_printed_mlflow_links_open_the_trade_off_columns_and_chart(first_run
     assert 'class="g-xtitle"' in chart and 'class="g-ytitle"' in chart
     xtitle = re.search(r'class="g-xtitle".*?data-unformatted="([^"]+)"', chart).group(1)
     ytitle = re.search(r'class="g-ytitle".*?data-unformatted="([^"]+)"', chart).group(1)
-    assert (xtitle, ytitle) == ("x_fp32_bmax", "top1_drop_points")
+    assert (xtitle, ytitle) == ("x_fp32_bmax", "accuracy_change_points")
     assert not any(name in chart for name in others), others
 
 

@@ -27,4 +27,28 @@ def test_compare_tells_rows_apart_and_signs_changes():
     engine = rows[("int8", "entropy")]
     assert engine["ran"] == "int8 9/10" and engine["change"] == "-0.44 [-1.68, +0.54]" and engine["x_fp32"] == "1.36 [1.34, 1.54]"
     assert rows[("int8", "entropy, TRT-sim")]["ran"] == "fp32 (!)" and rows[("int8", "entropy, TRT-sim")]["x_fp32"] == ""
-    assert rows[("fp16", "")]["x_fp32"] == "=fp32" and rows[("fp16", "")]["change"] == "+0.00"
+    # fp16 ran fp32's kernels: its measured ratio all the same (an "=fp32" once stood where 0.70x was measured)
+    assert rows[("fp16", "")]["x_fp32"] == "3.10 (bmax)" and rows[("fp16", "")]["change"] == "+0.00"
+
+
+def test_compare_names_the_model_second_when_the_runs_hold_several():
+    """After `train.epochs=4` beside the default epochs=12, the two models' engines are told apart
+    by a model column placed right after the precision (it once fell off the table's width)."""
+    import pandas
+
+    from precisionflow.reporting import mlflow_compare
+
+    runs = pandas.DataFrame(
+        [
+            {"tags.precision": precision, "tags.node.train_model": f"train_model/resnet_mini-fp32-e{epochs}-{digest}",
+             "tags.verdict": "PASS", "metrics.top1_drop_points": 0.1, "tags.target": "local",
+             "tags.executed": "x graph, ran fp32 on CPUExecutionProvider -- a long label " * 3}
+            for precision in ("fp32", "bf16") for epochs, digest in ((12, "aaaaaaaaaaaa"), (4, "bbbbbbbbbbbb"))
+        ]
+    )  # fmt: skip
+    rows = mlflow_compare.table(runs)
+    shown = mlflow_compare.shown_columns(rows, all_columns=False)
+    assert shown[:2] == ["precision", "model"]
+    assert {row["model"] for row in rows} == {"resnet_mini-fp32-e12", "resnet_mini-fp32-e4"}
+    single = [row for row in rows if row["model"].endswith("e12")]
+    assert "model" not in mlflow_compare.shown_columns(single, all_columns=False)[:2]

@@ -185,3 +185,40 @@ def test_ui_prints_its_link_once_the_server_answers_and_stops_it_on_sigterm(tmp_
     time.sleep(1)
     with socket.socket() as probe:  # nothing serves on the port any more
         assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_the_trade_off_chart_draws_every_engine_run_of_a_16_engine_sweep(server, tmp_path):
+    """MLflow's chart shows its first 10 runs unless the view says otherwise: 16 engine runs (two
+    calibrations, two models, four precisions) on a real server, the printed chart link in headless
+    Chromium at 1400x900 -- all 16 points drawn, the y axis the signed change (up = better)."""
+    import re
+
+    from mlflow import MlflowClient
+
+    from precisionflow.reporting import tracking
+    from tests.test_end_to_end import chromium_flags
+
+    flags = chromium_flags(tmp_path, 25000, width=1400)
+    client = MlflowClient(server)
+    experiment = client.create_experiment("sixteen-engines")
+    for index in range(16):
+        precision = ("fp32", "fp16", "int8", "int8_qat")[index % 4]
+        run = client.create_run(
+            experiment, tags={"precision": precision, "target": "local", "mlflow.runName": f"{precision} #{index}"}
+        )
+        client.log_metric(run.info.run_id, "accuracy_change_points", round(-0.25 * (index % 5), 2))
+        client.log_metric(run.info.run_id, "x_fp32_bmax", round(1.0 + 0.1 * index, 3))
+        client.set_terminated(run.info.run_id)
+    tracking.share_view(client, experiment)
+    chart_link = tracking.ui_links(server, experiment)["trade_off"]
+    for budget_ms in (25000, 60000, 120000):  # the chart draws after the runs load (slow on a loaded machine)
+        flags = chromium_flags(tmp_path, budget_ms, width=1400)
+        chart = subprocess.run(flags + ["--dump-dom", chart_link], capture_output=True, text=True, timeout=240).stdout
+        if 'class="g-ytitle"' in chart:
+            break
+    ytitle = re.search(r'class="g-ytitle".*?data-unformatted="([^"]+)"', chart).group(1)
+    assert ytitle == tracking.TRADE_OFF_AXES["y"] == "accuracy_change_points"
+    scatter = chart[chart.index("precisionflow: accuracy change") :]
+    scatter = scatter[: scatter.index('class="g-ytitle"')]
+    points = len(re.findall(r'class="point[ "]', scatter))  # plotly's markers: class="point plotly-customdata"
+    assert points == 16, points

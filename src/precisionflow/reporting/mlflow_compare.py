@@ -122,8 +122,11 @@ def derived(run, row: dict) -> dict:
     speed = ""
     if None not in (get["x_fp32_verdict"], get["x_fp32_low"], get["x_fp32_high"]):  # the ratio the verdict read
         speed = f"{get['x_fp32_verdict']:.2f} [{get['x_fp32_low']:.2f}, {get['x_fp32_high']:.2f}]"
+    elif row["x_fp32_bmax"] != "" and not get["simulates"]:  # measured, no verdict read it: the ratio alone
+        speed = f"{float(row['x_fp32_bmax']):.2f} (bmax)"
     elif ran.startswith("fp32") and row["precision"] not in ("fp32", "tensorflow") and not get["simulates"]:
-        speed = "=fp32"  # its graph ran fp32's kernels: no speed-up of its own (as the console says)
+        # a blank says why: "=fp32" stood here once where the same job had measured 0.70x
+        speed = "not logged (ran fp32's kernels)"
     return {"variant": ", ".join(variant), "ran": ran, "change": change, "x_fp32": speed}
 
 
@@ -150,6 +153,9 @@ def shown_columns(rows: List[dict], all_columns: bool) -> List[str]:
     from tabulate import tabulate
 
     names = [name for name, _ in COLUMNS]
+    if len({row["model"] for row in rows}) > 1:  # engines of several models: the model names the row, so it comes second
+        names.remove("model")
+        names.insert(1, "model")
     if all_columns:
         return names
     chosen: List[str] = []

@@ -11,10 +11,17 @@ import hashlib
 from pathlib import Path
 from typing import Any, Dict, List
 
-from precisionflow import precisions
 from precisionflow.stages import Reading
 from precisionflow.reporting import tracking
-from precisionflow.reporting.compare import HEADLINE_METRICS, engine_key, ratio_values, ratios_by_engine, split_inputs, task_of
+from precisionflow.reporting.compare import (
+    HEADLINE_METRICS,
+    engine_key,
+    ratio_values,
+    ratios_by_engine,
+    split_inputs,
+    task_of,
+    variant,
+)
 from precisionflow.nodeio import named_lineage, node_key, read_json
 from precisionflow.quant import cache
 
@@ -160,18 +167,23 @@ def log_training(client, context, record: Dict[str, Any]) -> str:
     return run.info.run_id
 
 
+def run_name(lineage, metrics) -> str:
+    """'int8 [entropy, TRT-sim] · local · resnet_mini-fp32-e12 2598df': what tells neighbouring runs
+    apart first (precision, variant as the console names it, target), the model last with its
+    training settings whole -- MLflow's name column once cut 'resnet_mini-fp32-e' before the epochs."""
+    found = variant(lineage)
+    model, _, digest = lineage["train_model"]["id"].rpartition("-")
+    named = metrics["precision"] + (f" [{found}]" if found else "")
+    return f"{named} · {metrics['target']} · {model} {digest[:6]}"
+
+
 def log_child(client, context, eval_dir: Path) -> bool:
     """Log one engine's run unless a complete logging of it exists; True if logged now."""
     from mlflow.entities import Metric, Param, RunTag
 
     lineage = named_lineage(eval_dir)
     metrics = read_json(eval_dir / "metrics.json")
-    method = lineage.get("calibrate", {}).get("params", {}).get("method")  # two int8 engines of two calibrations
-    calibrated = getattr(precisions.find(metrics["precision"]), "calibration", None) == "ptq"  # QAT's ranges are learned
-    label = metrics["precision"] + (f" ({method})" if method and calibrated else "")
-    if lineage["evaluate_engine"]["params"].get("simulates"):  # the TensorRT-placed graph run on this CPU
-        label += " TRT-sim"
-    name = f"{label} · {lineage['train_model']['id']} · {metrics['target']}"
+    name = run_name(lineage, metrics)
     run = tracking.resumable_run(
         client, context["experiment_id"], {tracking.NODE_TAG: node_key(lineage["evaluate_engine"])}, name, context["parent_id"]
     )
@@ -216,6 +228,8 @@ def verdict_metrics(verdict: Dict[str, Any]) -> Dict[str, float]:
         found.update(
             {
                 "top1_drop_points": verdict["drop"]["drop"],
+                # the chart's y axis and the runs view's column: signed, up = better, to 0.01 point
+                "accuracy_change_points": round(0.0 - verdict["drop"]["drop"], 2) + 0.0,
                 "top1_drop_low": verdict["drop"]["low"],
                 "top1_drop_high": verdict["drop"]["high"],
                 "top1_drop_p_value": verdict["drop"]["p_value"],
