@@ -119,8 +119,10 @@ def main() -> None:
     label, dim_factor, extra = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
     folder, sidecar = photos_with_dim(dim_factor)
     # one folder per data set: "after" reuses "before"'s training, calibration and int8
-    results = OUT / f"mixed-per-condition-dim{dim_factor}"
-    overrides = [*OVERRIDES, f"dataset.path={folder}", f"dataset.conditions={sidecar}", *extra]
+    results = OUT / f"mixed-per-condition-dim{dim_factor}" / "-".join(sorted(extra)).replace("/", "_")
+    given = {override.split("=", 1)[0] for override in extra}  # an OVERRIDE replaces the default of its key
+    defaults = [override for override in OVERRIDES if override.split("=", 1)[0] not in given]
+    overrides = [*defaults, f"dataset.path={folder}", f"dataset.conditions={sidecar}", *extra]
     command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *overrides]
     started = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)

@@ -185,6 +185,11 @@ def test_a_side_with_no_valid_rate_gives_no_ratio_and_an_undecided_row():
     assert server_ratio(results) is None
     served_rows = {"settings": {"latency_bound_ms": 33}, "results": results, "server_ratio": None}
     assert verdict_rules.server_check(served_rows, 1.0, True)["verdict"] == stats.UNDECIDED
+    # the table's cell is never a bare blank: it names the side and the bound
+    from precisionflow.stages.report import serving_columns
+
+    cell = serving_columns(served_rows)["x_server_95"]
+    assert cell == "none: the fp32 side found no valid rate within 33 ms", cell
 
 
 def test_the_search_never_returns_a_rate_no_run_confirmed():

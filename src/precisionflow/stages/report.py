@@ -338,7 +338,7 @@ def serving_columns(served: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         fp32_server = served["results"]["fp32"].get("Server") or {}
         side = "this engine" if not server.get("rate") else "the fp32 side" if not fp32_server.get("rate") else ""
         if side and "Server" in served["settings"].get("scenarios", ["Server"]):
-            found["x_server_95"] = f"none: {side} found no valid rate"
+            found["x_server_95"] = f"none: {side} found no valid rate within {served['settings']['latency_bound_ms']:g} ms"
     return found
 
 
