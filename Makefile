@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test test-fast lint format lock clean-results typecheck-tensorrt docs
+.PHONY: setup run test test-fast lint format lock clean-results typecheck-tensorrt docs samples
 
 setup: $(VENV)/.installed
 
@@ -25,6 +25,11 @@ run: setup
 # handed the six-minute one-test files out last.
 test: setup
 	$(BIN)/python -m pytest -m "slow or not slow" -n 2 --dist loadfile --no-loadscope-reorder --durations=25 $(ARGS)
+
+# The README's and getting-started's sample output from a default run of the program as it is
+# (tools/samples.py; tests/test_docs.py fails when their model ids drift from a fresh clone's).
+samples: setup
+	$(BIN)/python tools/samples.py run
 
 test-fast: setup
 	$(BIN)/python -m pytest $(ARGS)

@@ -18,6 +18,7 @@ the overall drop only).
 """
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -119,7 +120,7 @@ def main() -> None:
     label, dim_factor, extra = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
     folder, sidecar = photos_with_dim(dim_factor)
     # one folder per data set: "after" reuses "before"'s training, calibration and int8
-    results = OUT / f"mixed-per-condition-dim{dim_factor}" / "-".join(sorted(extra)).replace("/", "_")
+    results = OUT / f"mixed-per-condition-dim{dim_factor}" / re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(sorted(extra)) or "default")
     given = {override.split("=", 1)[0] for override in extra}  # an OVERRIDE replaces the default of its key
     defaults = [override for override in OVERRIDES if override.split("=", 1)[0] not in given]
     overrides = [*defaults, f"dataset.path={folder}", f"dataset.conditions={sidecar}", *extra]
@@ -139,7 +140,8 @@ def main() -> None:
         "engines": engines(results),
         "console_budgets": done.stdout[done.stdout.find("Budgets (") :],
     }
-    save(f"mixed_per_condition_{label}_dim{dim_factor}.json", found)
+    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(sorted(extra)))
+    save(f"mixed_per_condition_{label}_dim{dim_factor}{'_' + tag if tag else ''}.json", found)
     print(found["console_budgets"])
 
 

@@ -83,3 +83,16 @@ def test_console_samples_are_copied_from_a_recorded_run(page):
     assert samples, f"{page}: no console sample found (the test would check nothing)"
     for sample in samples:
         assert sample in recorded, f"{page}: this sample is in none of {named}:\n{sample[:400]}"
+
+
+def test_the_samples_cite_the_model_ids_a_fresh_clone_trains():
+    """The README's and getting-started's samples come from `make samples` (tools/samples.py); a
+    code or default change that retrains the model leaves them citing a model nobody gets -- the
+    README once showed 34d1148ccf48 where a fresh clone trained d8585a25da04."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("samples", ROOT / "tools" / "samples.py")
+    samples = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(samples)
+    assert all(samples.cited(ROOT / name) for name in samples.FILES), "a sample lost its markers or its model line"
+    assert samples.drifted() == [], "the samples cite models a fresh clone does not train: run `make samples`"
