@@ -167,3 +167,37 @@ def test_the_sensitivity_csv_reads_back(tmp_path):
     ]
     sensitivity.write_csv(rows, tmp_path / "sensitivity.csv")
     assert sensitivity.read_csv(tmp_path / "sensitivity.csv") == rows
+
+
+def test_the_console_puts_each_condition_beside_test_and_names_the_ops_that_cost_a_failed_one():
+    """The verdict lines of an int8_mixed row: each budgeted condition as the search held it on the
+    selection split beside test's figure; and for a row that FAILed a condition, the ops that cost
+    that condition most (from the search's sensitivity table)."""
+    from precisionflow.reporting import budget
+
+    breach = "condition 'dim' top-1 drop +9.00 points [+4.10, +14.2] (95% interval; 9 image(s) lost, 0 gained; max 5.0)"
+    entry = {
+        "verdict": "FAIL",
+        "precision": "int8_mixed",
+        "variant": "entropy, 2 op(s) fp",
+        "target": "local",
+        "ran": "int8 7/10",
+        "accuracy_name": "top-1",
+        "accuracy": 0.9,
+        "drop_points": 1.0,
+        "drop": None,
+        "agreement": 0.98,
+        "extra": "",
+        "node": "evaluate_engine/int8_mixed-x",
+        "model": "m",
+        "checks": [],
+        "breaches": [breach],
+        "undecided": [],
+        "per_condition": {"dim": {"drop": 9.0, "low": 4.1, "high": 14.2, "images": 100}},
+        "validation_conditions": {"dim": {"drop": 2.0, "low": -1.0, "high": 4.5, "images": 144, "limit": 5.0, "split": "val"}},
+        "costly_ops": {"dim": [["conv_3", 12.5], ["conv_1", 4.0]]},
+    }
+    assert budget.condition_breaches([breach, "top-1 drop +1.0 points"]) == ["dim"]
+    text = budget.format_verdicts([entry])
+    assert "dim: chosen on val -2.00 [-4.50, +1.00] on 144 images (limit 5.0); test -9.00 [-14.20, -4.10] on 100 images" in text
+    assert "ops that cost 'dim' most" in text and "conv_3 -12.50, conv_1 -4.00 points" in text
