@@ -201,7 +201,9 @@ def ratio_interval(rounds: Sequence[float], confidence: float = 0.95) -> Optiona
     values = np.log(np.asarray([r for r in rounds if r and r > 0], dtype=float))
     if len(values) < 2:
         return None
-    from scipy.stats import t
+    # scipy.special's inverse t CDF: the same quantile as scipy.stats.t.ppf, a third of the import
+    # (0.26 s against 0.81 s), paid by every `precisionflow run` that prints verdicts, no-op reruns too
+    from scipy.special import stdtrit
 
-    half = float(t.ppf(1 - (1 - confidence) / 2, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values)))
+    half = float(stdtrit(len(values) - 1, 1 - (1 - confidence) / 2) * values.std(ddof=1) / math.sqrt(len(values)))
     return float(math.exp(values.mean() - half)), float(math.exp(values.mean() + half))
