@@ -84,7 +84,7 @@ def graphs(results: Path):
             "why_not": summary.get("declined"),
             "ops_float": len(summary.get("kept_float") or []),
             "ops_int8": summary.get("quantized_nodes"),
-            "seconds": node.get("seconds"),
+            "seconds": (node.get("timings") or {}).get("seconds"),
             "search": {
                 key: search.get(key)
                 for key in ("split", "images", "drop_points", "drop_interval", "conditions", "condition_limits", "budget_met")
@@ -94,6 +94,8 @@ def graphs(results: Path):
                 "int8_itself": (search.get("trials") or {}).get("0"),
                 "costliest": search.get("costliest"),
                 "kept": search.get("kept"),
+                "ranked_for": search.get("ranked_for"),
+                "trials": search.get("trials"),
             },
         }
     return found
@@ -116,7 +118,20 @@ def engines(results: Path):
     return [{key: entry.get(key) for key in keys} for entry in json.loads(report.read_text())]
 
 
+def summarize(label: str, results: Path) -> None:
+    """Re-read a results folder's quantize nodes into a saved JSON (their times and search records)."""
+    from _common import RESULTS
+
+    path = RESULTS / label
+    found = json.loads(path.read_text())
+    found["graphs"] = graphs(results)  # not the engines: a later run in the folder wrote the newest report
+    path.write_text(json.dumps(found, indent=1) + "\n")
+
+
 def main() -> None:
+    if sys.argv[1] == "--summarize":  # --summarize RESULT_JSON_NAME RESULTS_DIR
+        summarize(sys.argv[2], Path(sys.argv[3]))
+        return
     label, dim_factor, extra = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
     folder, sidecar = photos_with_dim(dim_factor)
     # one folder per data set: "after" reuses "before"'s training, calibration and int8
