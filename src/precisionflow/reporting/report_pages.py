@@ -145,7 +145,10 @@ def per_class_changes(changes: Dict[str, Dict[str, float]], classes: Sequence[st
     engines = list(changes)
     grid = np.array([[changes[engine].get(name, np.nan) for name in classes] for engine in engines])
     limit = max(1.0, float(np.nanmax(np.abs(grid)))) if grid.size else 1.0
-    fig, axis = plt.subplots(figsize=(max(6.0, 0.7 * len(classes) + 4), 0.5 * len(engines) + 1.6))
+    import textwrap
+
+    labels_inches = 0.07 * max((len(engine) for engine in engines), default=0)  # long op names need the room
+    fig, axis = plt.subplots(figsize=(max(6.0, 0.7 * len(classes) + 3 + labels_inches), 0.5 * len(engines) + 1.6))
     image = axis.imshow(grid, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
     axis.set_xticks(range(len(classes)), labels=list(classes), fontsize=8)
     axis.set_yticks(range(len(engines)), labels=engines, fontsize=8)
@@ -154,9 +157,9 @@ def per_class_changes(changes: Dict[str, Dict[str, float]], classes: Sequence[st
             ink = "white" if abs(value) > 0.55 * limit else "black"
             axis.text(col, row, f"{value:+.1f}", ha="center", va="center", fontsize=8, color=ink)
     fig.colorbar(image, ax=axis, label="change vs fp32 (points; red = loss)")
-    axis.set_title(title, fontsize=10)
+    axis.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")  # the colour bar's label was cut at the right edge
     plt.close(fig)
 
 
