@@ -53,3 +53,28 @@ def test_check_names_the_overrides_of_the_runs_on_its_folder(tmp_path):
     ]
     cli.remember_run(tmp_path / "missing", SimpleNamespace(overrides=[], multirun=False))  # no folder: nothing written
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_finished_plan_needs_no_snakemake_and_an_unfinished_or_stale_one_does(tmp_path):
+    """nothing_to_run decides as Snakemake's mtime rule would (ids cover params and code): every
+    node finished and none older than an input -> skip starting Snakemake (a no-op rerun's cost)."""
+    import os
+
+    from precisionflow.cli import nothing_to_run
+    from precisionflow.nodeio import NODE_FILE
+
+    plan = {
+        "results_dir": str(tmp_path),
+        "nodes": {"a/1": {"inputs": {}}, "b/2": {"inputs": {"source": "a/1"}}, "c/3": {"inputs": {"x": "a/1", "y": "b/2"}}},
+    }
+    assert not nothing_to_run(plan)  # nothing finished yet
+    for age, key in enumerate(("a/1", "b/2", "c/3")):
+        (tmp_path / key).mkdir(parents=True)
+        (tmp_path / key / NODE_FILE).write_text("{}")
+        os.utime(tmp_path / key / NODE_FILE, (1000 + age, 1000 + age))
+    assert nothing_to_run(plan)
+    os.utime(tmp_path / "a/1" / NODE_FILE, (2000, 2000))  # an input rewritten after what was built from it
+    assert not nothing_to_run(plan)
+    os.utime(tmp_path / "a/1" / NODE_FILE, (1000, 1000))
+    (tmp_path / "c/3" / NODE_FILE).unlink()  # one node not finished
+    assert not nothing_to_run(plan)
