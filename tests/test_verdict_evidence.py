@@ -139,6 +139,11 @@ def test_verdict_lines_name_what_sets_a_row_apart():
     ]
     text = budget.format_verdicts(rows)
     assert "int8 [entropy]" in text and "int8 [minmax]" in text
+    # the report's verdict table names them the same way
+    from precisionflow.reporting.report_pages import verdict_rows
+
+    cells = verdict_rows([{**row, "worst_class": None, "speed": None, "timed": False} for row in rows])
+    assert [cell["precision"] for cell in cells] == ["int8 [entropy]", "int8 [minmax]"]
 
 
 def test_an_engine_slower_than_fp32_is_never_called_best():

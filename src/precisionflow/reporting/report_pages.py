@@ -288,7 +288,8 @@ def verdict_rows(verdicts: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 "failed": bool(entry["breaches"]),
                 "verdict": entry["verdict"],
                 "tip": f"{entry['node']} from {entry['model']}",
-                "precision": entry["precision"],
+                # named as the console names it: two int8 rows of a calibration sweep told apart
+                "precision": entry["precision"] + (f" [{entry['variant']}]" if entry.get("variant") else ""),
                 "target": entry["target"],
                 "ran": entry["ran"],
                 "accuracy": accuracy_change(entry),
