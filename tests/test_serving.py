@@ -468,3 +468,13 @@ def test_the_bound_follows_the_device_the_planner_found_for_any_target():
     on_cpu = serve_engine.reads(Reading(cfg, "local", {"backend_version": "1.23", "device": "AMD EPYC 9B14"}))
     assert on_gpu["serving"]["latency_bound_ms"] == serve_engine.GPU_BOUND_MS
     assert on_cpu["serving"]["latency_bound_ms"] == serve_engine.CPU_BOUND_MS
+
+
+def test_a_server_ratio_without_an_interval_says_why_in_its_cell():
+    from precisionflow.stages.report import interval_missing
+
+    assert (
+        interval_missing({"pairs": 1, "why": "1 paired search(es), fewer than the 2 an interval needs"}) == "no interval: 1 pair"
+    )
+    same = {"pairs": 2, "why": "2 paired searches gave the same ratio: a zero-width interval is no evidence of no noise"}
+    assert interval_missing(same) == "no interval: 2 pairs, one ratio"

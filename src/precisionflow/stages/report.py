@@ -330,9 +330,7 @@ def serving_columns(served: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         found.update({"x_server": ratio["median"], "x_server_low": low, "x_server_high": high})
         # the printed cell: the ratio with its interval, or with why it has none -- never a bare point
         found["x_server_95"] = (
-            f"{ratio['median']:.2f} [{low:.2f},{high:.2f}]"
-            if low != ""
-            else f"{ratio['median']:.2f} (no ivl: {ratio.get('pairs', 1)} pair)"
+            f"{ratio['median']:.2f} [{low:.2f},{high:.2f}]" if low != "" else f"{ratio['median']:.2f} ({interval_missing(ratio)})"
         )
     elif served["results"].get("fp32") is not None:  # a blank would say nothing: say which side found no rate
         fp32_server = served["results"]["fp32"].get("Server") or {}
@@ -340,6 +338,14 @@ def serving_columns(served: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         if side and "Server" in served["settings"].get("scenarios", ["Server"]):
             found["x_server_95"] = f"none: {side} found no valid rate within {served['settings']['latency_bound_ms']:g} ms"
     return found
+
+
+def interval_missing(ratio: Dict[str, Any]) -> str:
+    """Why a Server ratio has no interval, short enough for a table cell (serve_engine.server_ratio's `why`)."""
+    pairs = ratio.get("pairs", 1)
+    if "same ratio" in (ratio.get("why") or ""):
+        return f"no interval: {pairs} pairs, one ratio"
+    return f"no interval: {pairs} pair{'s' if pairs != 1 else ''}"
 
 
 def valid_figure(result: Dict[str, Any], key: str, scale: float):
