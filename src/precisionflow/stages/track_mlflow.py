@@ -75,7 +75,7 @@ def child_metrics(metrics: Dict[str, Any], ratio_metrics, timed: bool = True) ->
     for reference, found in metrics.get("qat", {}).items():
         values.update({f"qat_{reference}_{key}": float(value) for key, value in found.items()})
     for column, stats in (ratio_values(ratio_metrics) if ratio_metrics else {}).items():
-        values[column] = stats["median"]
+        values[column] = round(stats["median"], 3)  # as the console shows it (1.5528183... read as noise in MLflow)
         values[f"{column}_cv_percent"] = stats["cv_percent"]
     return values
 
