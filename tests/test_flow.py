@@ -51,3 +51,31 @@ def test_the_flow_command_prints_every_stage(capsys):
     assert main(["flow"]) == 0
     printed = capsys.readouterr().out
     assert all(stage.name in printed for stage in flow.STAGES) and "engine <- build_engine" in printed
+
+
+def test_a_node_that_times_holds_a_whole_slurm_node_like_the_timing_stages(tmp_path):
+    """int8_mixed's speed trials run inside its quantize job (CPU placement): locally that job holds
+    the host (host_share), and on SLURM a whole node (--exclusive); other quantize jobs hold neither.
+    Read from Snakemake's own dry run of the plan."""
+    import re
+    import subprocess
+    import sys
+
+    results = tmp_path / "results"
+    command = [
+        sys.executable,
+        "-m",
+        "precisionflow.cli",
+        "run",
+        "--dry-run",
+        "precisions=[fp32,int8,int8_mixed]",
+        f"results_dir={results}",
+    ]
+    output = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300).stdout
+    jobs = re.findall(r"output: \S+/quantize_onnx/(\S+?)/node\.json.*?resources: ([^\n]*)", output, re.DOTALL)
+    shares = {node.rsplit("-", 1)[0]: resources for node, resources in jobs}
+    assert (
+        "slurm_extra=--exclusive" in shares["int8_mixed-ortcpu-drop2.0"]
+        and "host_share=1000" in shares["int8_mixed-ortcpu-drop2.0"]
+    )
+    assert "slurm_extra=--exclusive" not in shares["int8-ortcpu"] and "host_share=1," in shares["int8-ortcpu"]

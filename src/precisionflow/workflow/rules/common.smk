@@ -52,7 +52,7 @@ def job_resources(stage, mem_mb=1000, runtime=60, timing=False):
     if timing:
         resources.update(host_share=timing_share(stage), slurm_extra="--exclusive")
     else:  # a node of another stage that times (int8_mixed's speed trials) says so in its plan entry
-        resources.update(host_share=node_timing_share(stage))
+        resources.update(host_share=node_timing_share(stage), slurm_extra=node_slurm_extra(stage))
     return resources
 
 
@@ -61,6 +61,14 @@ def node_timing_share(stage):
     def value(wildcards):
         timed = PLAN["nodes"][f"{stage}/{wildcards.node}"]["resources"].get("timing")
         return timing_share(stage)(wildcards) if timed else 1
+    return value
+
+
+def node_slurm_extra(stage):
+    """On SLURM, a whole node (--exclusive) for a node whose plan resources say it times, as for the
+    timing stages: int8_mixed's speed trials once ran beside another job."""
+    def value(wildcards):
+        return "--exclusive" if PLAN["nodes"][f"{stage}/{wildcards.node}"]["resources"].get("timing") else ""
     return value
 
 
