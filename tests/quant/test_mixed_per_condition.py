@@ -201,3 +201,11 @@ def test_the_console_puts_each_condition_beside_test_and_names_the_ops_that_cost
     text = budget.format_verdicts([entry])
     assert "dim: chosen on val -2.00 [-4.50, +1.00] on 144 images (limit 5.0); test -9.00 [-14.20, -4.10] on 100 images" in text
     assert "ops that cost 'dim' most" in text and "conv_3 -12.50, conv_1 -4.00 points" in text
+    # the report's verdict table carries the same side-by-side figures
+    from precisionflow.reporting.report_pages import accuracy_change
+
+    assert "dim: chosen on val -2.00 [-4.50, +1.00] on 144 images (limit 5.0); test -9.00" in accuracy_change(entry)
+    from precisionflow.reporting.report_pages import verdict_rows
+
+    why = verdict_rows([{**entry, "worst_class": None, "speed": None, "timed": False}])[0]["why"]
+    assert "ops that cost 'dim' most (each alone in int8): conv_3 -12.50, conv_1 -4.00" in why

@@ -273,7 +273,19 @@ def accuracy_change(entry: Dict[str, Any]) -> str:
         text += f"; {0.0 - base['drop_points']:+.2f}{interval_text(base['drop'])} vs base fp32 (the fine-tune's extra training)"
     if entry.get("validation"):
         text += f"; {entry['validation']}"
+    from precisionflow.reporting.budget import condition_side_by_side
+
+    for line in condition_side_by_side(entry):  # int8_mixed: each budgeted condition, selection beside test
+        text += f"; {line}"
     return text
+
+
+def costly_ops_text(entry: Dict[str, Any]) -> List[str]:
+    """For a condition the row FAILed: the ops that cost it most, from int8_mixed's sensitivity table."""
+    return [
+        f"ops that cost '{tag}' most (each alone in int8): " + ", ".join(f"{op} {0.0 - drop:+.2f}" for op, drop in ops)
+        for tag, ops in (entry.get("costly_ops") or {}).items()
+    ]
 
 
 def verdict_rows(verdicts: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -296,7 +308,7 @@ def verdict_rows(verdicts: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 "agreement": f"{entry['agreement']:.4f}",
                 "worst": f"{worst[0]}: {0.0 - worst[1]:+.1f}" if worst else "",
                 "speed": speed_text(entry).lstrip(", "),
-                "why": "; ".join(entry["breaches"] + entry.get("undecided", [])),
+                "why": "; ".join(entry["breaches"] + entry.get("undecided", []) + costly_ops_text(entry)),
             }
         )
     return rows
