@@ -209,3 +209,16 @@ def test_the_console_puts_each_condition_beside_test_and_names_the_ops_that_cost
 
     why = verdict_rows([{**entry, "worst_class": None, "speed": None, "timed": False}])[0]["why"]
     assert "ops that cost 'dim' most (each alone in int8): conv_3 -12.50, conv_1 -4.00" in why
+
+
+def test_an_int8_row_failing_a_condition_with_no_search_beside_it_says_how_to_rank_the_ops():
+    from precisionflow.reporting import budget
+
+    entry = {
+        "verdict": "FAIL", "precision": "int8", "variant": "entropy", "target": "local", "ran": "int8 9/10",
+        "accuracy_name": "top-1", "accuracy": 0.9, "drop_points": 1.0, "drop": None, "agreement": 0.98, "extra": "",
+        "node": "evaluate_engine/int8-x", "model": "m", "checks": [], "undecided": [],
+        "breaches": ["condition 'dim' top-1 drop +9.00 points [+4.10, +14.2] (95% interval; max 5.0)"],
+        "costly_ops_hint": "no int8_mixed search ranked the ops for 'dim': add int8_mixed to precisions",
+    }  # fmt: skip
+    assert "no int8_mixed search ranked the ops for 'dim'" in budget.format_verdicts([entry])

@@ -509,6 +509,12 @@ def judge_entry(
     if failed_conditions:  # which ops cost those images most, where a search measured it
         costly = costly_ops(plan, results, key)
         entry["costly_ops"] = {tag: costly[tag] for tag in failed_conditions if costly.get(tag)}
+        unranked = [tag for tag in failed_conditions if tag not in entry["costly_ops"]]
+        if unranked and getattr(precisions.find(entry["precision"]), "calibration", None) == "ptq":
+            entry["costly_ops_hint"] = (
+                f"no int8_mixed search ranked the ops for {', '.join(repr(tag) for tag in unranked)}: add int8_mixed to "
+                "precisions (with evaluate.budget.max_condition_drop) for the ops that cost it most and the fastest mix that holds it"
+            )
     if twin is not None:
         entry["vs_base_fp32"] = {
             "drop": against_base["drop"],
@@ -729,6 +735,8 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
                 f"      int8_mixed {entry['validation']}; test: {0.0 - entry['drop_points']:+.2f}{interval_text(entry['drop'])}"
             )
         lines += ["      " + text for text in condition_side_by_side(entry)]
+        if entry.get("costly_ops_hint"):
+            lines.append("      " + entry["costly_ops_hint"])
         for tag, ops in (entry.get("costly_ops") or {}).items():
             named_ops = ", ".join(f"{op} {0.0 - drop:+.2f}" for op, drop in ops)
             lines.append(
