@@ -118,6 +118,9 @@ def test_a_named_condition_limit_is_held_and_a_limit_no_mix_meets_says_which(gra
         and "condition 'hard'" in record["declined"]
         and "smallest budget 40 images can ever pass" in record["declined"]
     )
+    # a named condition the selection split has no image of is recorded as not held, never dropped
+    _, record = mixed.search(source, RANGES, NODES, data, settings(condition_limits={"hard": 12.0, "night": 5.0}))
+    assert record["conditions_not_in_split"] == ["night"] and "night" not in record["condition_limits"]
 
 
 def test_the_search_never_reads_the_test_split(graph_and_data, monkeypatch):
@@ -198,7 +201,9 @@ def test_the_console_puts_each_condition_beside_test_and_names_the_ops_that_cost
         "costly_ops": {"dim": [["conv_3", 12.5], ["conv_1", 4.0]]},
     }
     assert budget.condition_breaches([breach, "top-1 drop +1.0 points"]) == ["dim"]
+    entry["validation_unjudged"] = ["night: not held by the search, no val image of it"]
     text = budget.format_verdicts([entry])
+    assert "night: not held by the search, no val image of it" in text
     assert "dim: chosen on val -2.00 [-4.50, +1.00] on 144 images (limit 5.0); test -9.00 [-14.20, -4.10] on 100 images" in text
     assert "ops that cost 'dim' most" in text and "conv_3 -12.50, conv_1 -4.00 points" in text
     # the report's verdict table carries the same side-by-side figures

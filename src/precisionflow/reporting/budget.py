@@ -607,6 +607,11 @@ def mixed_validation(eval_dir: Path) -> Dict[str, Any]:
             tag: {**figures, "limit": search["condition_limits"][tag], "split": search["split"]}
             for tag, figures in (search.get("conditions") or {}).items()
         },
+        # a named condition the selection split has no image of: the search could not hold it (said, not dropped)
+        "validation_unjudged": [
+            f"{tag}: not held by the search, no {search['split']} image of it"
+            for tag in search.get("conditions_not_in_split") or []
+        ],
     }
 
 
@@ -749,7 +754,7 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
 
 def condition_side_by_side(entry: Dict[str, Any]) -> List[str]:
     """int8_mixed: each budgeted condition as the search held it (selection split) beside the test split's figure."""
-    lines = []
+    lines = list(entry.get("validation_unjudged") or [])
     for tag, chosen in (entry.get("validation_conditions") or {}).items():
         test = (entry.get("per_condition") or {}).get(tag) or {}
         tested = (
