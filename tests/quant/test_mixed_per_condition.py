@@ -227,3 +227,14 @@ def test_an_int8_row_failing_a_condition_with_no_search_beside_it_says_how_to_ra
         "costly_ops_hint": "no int8_mixed search ranked the ops for 'dim': add int8_mixed to precisions",
     }  # fmt: skip
     assert "no int8_mixed search ranked the ops for 'dim'" in budget.format_verdicts([entry])
+
+
+def test_the_heat_map_rows_are_the_ops_worst_on_any_condition():
+    rows = [
+        {"op": "a", "condition": "(all)", "top1_drop_points": 1.0},
+        {"op": "a", "condition": "dim", "top1_drop_points": 0.0},
+        {"op": "b", "condition": "(all)", "top1_drop_points": 0.1},
+        {"op": "b", "condition": "dim", "top1_drop_points": 9.0},
+        {"op": "c", "condition": "(all)", "top1_drop_points": 0.0},
+    ]
+    assert sensitivity.worst_ops(rows, 2) == ["b", "a"]

@@ -89,6 +89,14 @@ def order(rows: List[Dict], failing: Sequence[str]) -> List[str]:
     return taken
 
 
+def worst_ops(rows: List[Dict], count: int) -> List[str]:
+    """The `count` ops with the largest top-1 drop on any subset, worst first (the heat map's rows)."""
+    worst: Dict[str, float] = {}
+    for row in rows:
+        worst[row["op"]] = max(worst.get(row["op"], float("-inf")), row["top1_drop_points"])
+    return sorted(worst, key=lambda op: -worst[op])[:count]
+
+
 def costliest(rows: List[Dict], subset: str, count: int = 3) -> List[Dict]:
     """The `count` ops that cost `subset` most (the console names them when a row FAILs it)."""
     by_op = {row["op"]: row for row in rows if row["condition"] == subset}

@@ -650,10 +650,7 @@ def sensitivity_maps(inputs: Dict[str, Path], out: Path) -> List[str]:
         seen.add(folder)
         shutil.copyfile(table, out / f"sensitivity-{graph['id']}.csv")
         rows = sensitivity.read_csv(table)
-        worst = {}
-        for row in rows:
-            worst[row["op"]] = max(worst.get(row["op"], float("-inf")), row["top1_drop_points"])
-        ops = sorted(worst, key=lambda op: -worst[op])[:SENSITIVITY_OPS]
+        ops = sensitivity.worst_ops(rows, SENSITIVITY_OPS)
         changes = {op: {row["condition"]: -row["top1_drop_points"] for row in rows if row["op"] == op} for op in ops}
         subsets = list(dict.fromkeys(row["condition"] for row in rows))
         pictures.append(f"{FIGURES}/sensitivity-{graph['id']}.png")
