@@ -13,15 +13,22 @@ from enum import Enum
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = ROOT / "src" / "precisionflow" / "schema.py"
+SCHEMA_FILES = [ROOT / "src" / "precisionflow" / name for name in ("schema.py", "budgets.py")]  # budgets: BudgetConf
 PAGE = ROOT / "docs" / "reference" / "config.md"
 
 
 def comments() -> dict:
     """{(class name, field name): the comment on the field's line or the lines just above it}."""
-    lines = SCHEMA.read_text().splitlines()
     found = {}
-    for node in ast.walk(ast.parse(SCHEMA.read_text())):
+    for source in SCHEMA_FILES:
+        found.update(file_comments(source.read_text()))
+    return found
+
+
+def file_comments(text: str) -> dict:
+    lines = text.splitlines()
+    found = {}
+    for node in ast.walk(ast.parse(text)):
         if not isinstance(node, ast.ClassDef):
             continue
         for item in node.body:

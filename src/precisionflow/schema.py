@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
+from precisionflow.budgets import BudgetConf
+
 
 def _choices(name: str, values: str) -> type:
     """A string Enum whose members are named as their values (configs and node ids hold the strings)."""
@@ -283,29 +285,6 @@ class TargetConf:
     # Time TensorFlow there too (benchmark_framework, and the x_tf ratios)? false for GPU nodes
     # that carry no TensorFlow: their engines are compared with their fp32 engine only.
     framework: bool = True
-
-
-@dataclass
-class BudgetConf:
-    """What an engine may cost against the fp32 engine of its model and target; null = not checked.
-    Thresholds, not parameters: they never enter a node id (precisionflow check re-reads results) --
-    except the per-condition ones for int8_mixed, whose search holds them while choosing its graph."""
-
-    max_top1_drop: Optional[float] = None  # top-1 points (0-100 scale) below fp32
-    min_agreement: Optional[float] = None  # share of test samples predicted as fp32 predicts them
-    max_class_drop: Optional[float] = None  # the worst single class's top-1 drop, in points
-    min_qat_agreement: Optional[float] = None  # int8_qat: agreement with the QAT model itself
-    min_speedup: Optional[float] = None  # throughput over the fp32 engine, measured side by side
-    min_server_speedup: Optional[float] = None  # largest valid Server rate over the fp32 engine's, same bound
-    speedup_at: str = "bmax"  # b1 | bmax | streams: which setting min_speedup reads
-    max_map_drop: Optional[float] = None  # detection: mAP@[.5:.95] points (0-100 scale) below fp32
-    max_spurious_per_image: Optional[float] = None  # detection: boxes matching neither truth nor fp32, per image
-    # Per condition (images tagged by the data set, datasets/conditions.py), each condition judged on its
-    # own images with a multiplicity correction across conditions:
-    max_condition_drop: Optional[float] = None  # classification: top-1 points below fp32 on any condition
-    max_condition_spurious_per_image: Optional[float] = None  # detection: spurious boxes per image on any condition
-    # A limit for one named condition (the task's figure above): e.g. {shadow_long: 0.2}.
-    condition_limits: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from precisionflow.datasets import store
 from precisionflow.datasets.store import Split, SplitWriter, write_arrays
 from precisionflow.errors import DataError
 from precisionflow.stages import prepare_dataset
+from precisionflow.datasets import splits
 from tests.datasets.test_image_folder import make_folder, prepare
 
 
@@ -61,7 +62,7 @@ def test_pixels_to_float_is_the_arithmetic_of_the_float_arrays_before(tmp_path):
     }
     after = train.array()
     assert any(np.array_equal(after[0], image) for image in before.values())
-    digits = prepare_dataset.digits_source()
+    digits = splits.digits_source()
     from sklearn.datasets import load_digits
 
     assert np.array_equal(
@@ -174,7 +175,7 @@ def test_the_training_stream_is_a_new_permutation_every_epoch(node):
 def test_max_samples_of_all_the_images_or_more_keeps_them_all():
     import numpy as np
 
-    from precisionflow.stages.prepare_dataset import _stratified_split
+    from precisionflow.datasets.splits import _stratified_split
 
     labels = np.repeat(np.arange(4), 25)
     params = {"seed": 0, "val_fraction": 0.2, "test_fraction": 0.2}

@@ -118,9 +118,9 @@ def test_a_coco_folders_sidecar_tags_its_images_in_each_split(tmp_path):
     test_tags = conditions.load(node, "test")
     assert test_tags == [[], [], ["camera_2", "dusk"], [], ["dusk"], []]  # in the annotations' image order
     assert conditions.load(node, "train")[0] == ["camera_2"] and conditions.counts(conditions.load(node, "val")) == {}
-    from precisionflow.stages import prepare_dataset
+    from precisionflow.datasets import splits
 
-    assert prepare_dataset.expected_condition_counts(params, "test") == {"camera_2": 1, "dusk": 2}
+    assert splits.expected_condition_counts(params, "test") == {"camera_2": 1, "dusk": 2}
 
 
 def test_a_coco_sidecar_naming_an_image_not_in_the_annotations_fails_at_planning(tmp_path):

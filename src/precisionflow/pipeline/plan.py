@@ -28,7 +28,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from precisionflow import precisions
 from precisionflow import identity
-from precisionflow.reporting.budget import budget_for, resolution_warning
+from precisionflow.budgets import budget_for
+from precisionflow.reporting.budget import resolution_warning
 from precisionflow.pipeline import flow
 from precisionflow.errors import ConfigError
 from precisionflow.stages import Reading
@@ -116,7 +117,7 @@ class PlanBuilder:
         params = stage_module("prepare_dataset").reads(at)
         if params["name"] not in ("image_folder", "coco_folder"):
             return params
-        from precisionflow.datasets import image_folder
+        from precisionflow.datasets import image_folder, splits
 
         root = str(Path(params["path"]).expanduser().resolve())
         if params.get("conditions"):  # a relative sidecar: the current folder, else beside the data folder, else in it
@@ -124,14 +125,9 @@ class PlanBuilder:
 
             params = {**params, "conditions": str(conditions.sidecar_path(params["conditions"], root))}
         if root not in self.fingerprints:
-            if params["name"] == "coco_folder":
-                from precisionflow.detection import sources
-
-                sources.check_folder(params)  # a broken folder fails here, before any job
-            else:
-                stage_module("prepare_dataset").check_folder(params)
+            splits.check_folder(params)  # a broken folder fails here, before any job
         if params.get("conditions"):  # the sidecar's tags, checked against the folder before anything is written
-            stage_module("prepare_dataset").folder_conditions(params)
+            splits.folder_conditions(params)
         if root not in self.fingerprints:
             cache = (self.cache_dir or Path(root)) / "fingerprints.json"
             self.fingerprints[root] = image_folder.fingerprint(Path(root), cache)
@@ -150,7 +146,9 @@ class PlanBuilder:
     def facts(self, data: Node):
         """What the data node will hold (datasets.facts.DataFacts), stated by its stage once per plan."""
         if data.key not in self.data_facts:
-            self.data_facts[data.key] = stage_module("prepare_dataset").facts(data.params)
+            from precisionflow.datasets import splits
+
+            self.data_facts[data.key] = splits.facts(data.params)
         return self.data_facts[data.key]
 
     def split_sizes(self, data: Node) -> Dict[str, int]:

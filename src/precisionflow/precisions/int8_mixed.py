@@ -2,11 +2,9 @@
 budget on the decision split (int8.mixed_max_val_drop), or the int8.mixed_keep_fp worst ops of
 int8's per-tensor report."""
 
+from precisionflow.budgets import budget_for
 from precisionflow.precisions.spec import PrecisionSpec
 from precisionflow.precisions.static_int8 import int8_params, read_rows, to_int8
-
-
-CONDITION_BUDGETS = ("max_condition_drop", "condition_limits")
 
 
 def mixed_params(cfg, placement):
@@ -24,11 +22,8 @@ def condition_budgets(evaluate):
     """The per-condition budgets int8_mixed is judged by (evaluate.budget, evaluate.budgets.int8_mixed
     on top): the search must hold them on the selection split, so -- unlike other budgets, which
     only judge -- they shape this graph and are in its id."""
-    found = {key: (evaluate.get("budget") or {}).get(key) for key in CONDITION_BUDGETS}
-    found.update(
-        {key: value for key, value in (evaluate.get("budgets") or {}).get("int8_mixed", {}).items() if key in CONDITION_BUDGETS}
-    )
-    return {"max_condition_drop": found["max_condition_drop"], "condition_limits": dict(found["condition_limits"] or {})}
+    merged = budget_for(evaluate, "int8_mixed")
+    return {"max_condition_drop": merged["max_condition_drop"], "condition_limits": dict(merged["condition_limits"] or {})}
 
 
 def choose_float(source, fp32_model, ranges, nodes, inputs, int8):

@@ -7,11 +7,11 @@ Budgets are thresholds, so they stay out of node ids: the plan carries them besi
 (plan["budgets"]), and `precisionflow check` re-reads finished results with whatever budgets the
 configuration names now -- it runs nothing. A verdict names the number that broke it. (One
 exception: int8_mixed's search must hold the per-condition budgets while it chooses its graph, so
-those are in its graph's params too -- precisions/int8_mixed.condition_budgets.)
+those are in its graph's params too -- precisions/int8_mixed.condition_budgets, through the same
+merge, budgets.budget_for.)
 """
 
 import re
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -21,26 +21,15 @@ from precisionflow import stats
 from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.verdict_rules import judged, overall, share_check
 from precisionflow.reporting.compare import task_of, variant
-from precisionflow.schema import BudgetConf
+from precisionflow.budgets import BUDGET_KEYS, budget_for  # noqa: F401 (read from here by the planner and tests)
 from precisionflow.nodeio import NODE_FILE, declined, named_lineage, read_json
 
-BUDGET_KEYS = tuple(field.name for field in fields(BudgetConf))
 TWIN = "fp32_twin"  # the evaluation of int8_qat's fine-tune run in fp32: its fair reference
 
 
 def baseline_key(node: Dict[str, Any], target: str) -> tuple:
     """What an evaluation is judged against: the fp32 evaluation of the same reference export and target."""
     return node["inputs"]["reference"], target
-
-
-def budget_for(evaluate: Dict[str, Any], precision: str) -> Dict[str, Any]:
-    """evaluate.budget with evaluate.budgets.<precision>'s set keys on top."""
-    merged = {key: evaluate.get("budget", {}).get(key) for key in BUDGET_KEYS}
-    merged.update(evaluate.get("budgets", {}).get(precision, {}))
-    merged["speedup_at"] = merged["speedup_at"] or "bmax"
-    merged["confidence"] = evaluate.get("confidence", 0.95)
-    merged["accept_undecided"] = evaluate.get("accept_undecided", False)
-    return merged
 
 
 def check_config(evaluate: Dict[str, Any]) -> None:
