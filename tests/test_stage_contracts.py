@@ -44,3 +44,52 @@ def test_a_stage_that_gains_checks_or_a_preflight_is_called_at_planning(monkeypa
     builds = [spec for key, spec in plan["nodes"].items() if key.startswith("build_engine/")]
     assert builds and all(spec["checks"] == {"max_build_seconds": 60, "target": "local"} for spec in builds)
     assert seen and all(size > 0 for size in seen)
+
+
+def test_a_new_measuring_stage_is_a_table_row_and_a_module(monkeypatch):
+    """Issue 53: the planner places measurements by walking the flow table, so a stage measured per
+    engine needs its row (and the report reading it), never a planner method. Constructed: a stage
+    the planner has never heard of, declared per engine with a required and an optional input."""
+    import sys
+    import types
+
+    from precisionflow.config.compose import expand
+    from precisionflow.pipeline import flow, plan
+
+    probe = types.ModuleType("precisionflow.stages.energy_probe")
+    probe.PACKAGES = ()
+    probe.reads = lambda at: {"joules_per": "image", "target": at.target}
+    probe.run = lambda params, inputs, out: {}
+    monkeypatch.setitem(sys.modules, probe.__name__, probe)
+    row = flow.Stage("energy_probe", "joules per image", {"engine": flow.ENGINE, "fp32_engine": flow.ENGINE}, each="engine",
+                     slug="{engine}", optional=("fp32_engine",))
+    aggregates = {  # the report and MLflow read every measurement
+        name: dataclasses.replace(flow.BY_NAME[name], reads={**flow.BY_NAME[name].reads, "energy": ("energy_probe",)})
+        for name in ("report", "track_mlflow")
+    }
+    stages = tuple(aggregates.get(stage.name, stage) for stage in flow.STAGES) + (row,)
+    monkeypatch.setattr(flow, "STAGES", stages)
+    monkeypatch.setattr(flow, "BY_NAME", {stage.name: stage for stage in stages})
+    monkeypatch.setattr(plan, "STAGES", tuple(stage.name for stage in stages))
+    real_versions = plan.code_versions
+    monkeypatch.setattr(plan, "code_versions", lambda: {**real_versions(), "energy_probe": "constructed"})
+
+    built = plan.build_plan(expand(["precisions=[fp32,fp16]"]), "/tmp/precisionflow-contract-test")
+    probes = {key: spec for key, spec in built["nodes"].items() if key.startswith("energy_probe/")}
+    engines = [key for key in built["nodes"] if key.startswith("build_engine/")]
+    assert len(probes) == len(engines) == 2  # one per engine
+    assert sorted(spec["inputs"]["engine"] for spec in probes.values()) == sorted(engines)
+    assert sorted(len(spec["inputs"]) for spec in probes.values()) == [1, 2]  # fp32's own engine has no fp32_engine
+    assert all(spec["params"] == {"joules_per": "image", "target": "local"} for spec in probes.values())
+    assert set(built["nodes"][built["report"]]["inputs"].values()) >= set(probes)  # the report reads them
+
+
+def test_every_measuring_stage_is_read_by_the_report():
+    """A stage placed per engine or target that the report does not read would never be asked for
+    (the report and MLflow are the run's final targets)."""
+    from precisionflow.pipeline import flow
+
+    measuring = {stage.name for each in ("engine", "target") for stage in flow.measurements(each)}
+    assert measuring and measuring <= set(flow.aggregated_roles())
+    with pytest.raises(AssertionError, match="without its input"):
+        flow.check_roles("compare_speed", ["data"])  # no engine: a planner bug, said as one

@@ -11,7 +11,7 @@ from precisionflow.datasets import store
 from precisionflow.datasets.store import Split, SplitWriter, write_arrays
 from precisionflow.errors import DataError
 from precisionflow.stages import prepare_dataset
-from precisionflow.datasets import splits
+from precisionflow import data_splits as splits
 from tests.datasets.test_image_folder import make_folder, prepare
 
 
@@ -175,7 +175,7 @@ def test_the_training_stream_is_a_new_permutation_every_epoch(node):
 def test_max_samples_of_all_the_images_or_more_keeps_them_all():
     import numpy as np
 
-    from precisionflow.datasets.splits import _stratified_split
+    from precisionflow.data_splits import _stratified_split
 
     labels = np.repeat(np.arange(4), 25)
     params = {"seed": 0, "val_fraction": 0.2, "test_fraction": 0.2}

@@ -118,7 +118,7 @@ def test_a_coco_folders_sidecar_tags_its_images_in_each_split(tmp_path):
     test_tags = conditions.load(node, "test")
     assert test_tags == [[], [], ["camera_2", "dusk"], [], ["dusk"], []]  # in the annotations' image order
     assert conditions.load(node, "train")[0] == ["camera_2"] and conditions.counts(conditions.load(node, "val")) == {}
-    from precisionflow.datasets import splits
+    from precisionflow import data_splits as splits
 
     assert splits.expected_condition_counts(params, "test") == {"camera_2": 1, "dusk": 2}
 

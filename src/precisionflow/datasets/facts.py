@@ -1,6 +1,6 @@
 """What a data node will hold, known at planning before anything is decoded: the images per split,
 and per split the images of each class and of each condition (None where the data set does not
-list them). datasets/splits.py states them (`splits.facts`); the stages that check
+list them). data_splits.py states them (`data_splits.facts`); the stages that check
 their settings against the data before anything runs (calibrate's pre-flight, the precisions'
 planning warnings) read them from here, never from each other."""
 

@@ -1,7 +1,8 @@
 """The stage graph in one place: which stage feeds which, and what each job asks of the machine.
 
-The planner (plan.py) decides which nodes a configuration needs -- per precision and target --
-and checks every edge it adds against this table, so the table cannot drift from what runs; the
+The planner (plan.py) walks the model and graph chain a configuration's precisions need, places
+the measurements by walking this table (each measuring stage says per what it is made: `each`),
+and checks every edge it adds against the table, so the table cannot drift from what runs; the
 Snakefile makes one rule per stage from it (only the report's rule, which also registers report
 items, is written out). `precisionflow flow` prints the graph, `snakemake --rulegraph` draws a
 run's.
@@ -17,7 +18,7 @@ and ends with report -> track_mlflow over all its measurements.
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Tuple
+from typing import Any, Dict, Iterable, Tuple
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,15 @@ class Stage:
     shown: bool = False  # its per-epoch progress is shown on the console
     local: bool = False  # runs on the submitting host (never a cluster job)
     threads: int = 1  # cores Snakemake reserves for the job (TensorFlow trainings use two)
+    # A measurement is placed by the planner's generic walk (plan.py, place_measurements): one node
+    # per engine ("engine") or per target ("target"), named by `slug`, fed the inputs it declares
+    # from what that engine or target has, timed with `backend` ("" = the engine backend), and
+    # only where `switch` (a config path; "{target}" stands for the target) is true.
+    each: str = ""
+    slug: str = ""
+    optional: Tuple[str, ...] = ()  # inputs fed only where they exist (fp32's own engine has no fp32_engine)
+    backend: str = ""
+    switch: str = ""
 
 
 DATA = ("prepare_dataset",)
@@ -104,6 +114,9 @@ STAGES: Tuple[Stage, ...] = (
         },
         mem_mb=2000,
         timing=True,
+        each="engine",
+        slug="{engine}",
+        optional=("qat_export", "qat_model"),  # a QAT precision's deployed model is also its trained one
     ),
     Stage(
         "compare_speed",
@@ -111,6 +124,9 @@ STAGES: Tuple[Stage, ...] = (
         {"engine": ENGINE, "fp32_engine": ENGINE, "model": MODEL, "data": DATA},
         mem_mb=3000,
         timing=True,
+        each="engine",
+        slug="{engine}",
+        optional=("fp32_engine", "model"),  # the model: where the target times TensorFlow too
     ),
     Stage(
         "serve_engine",
@@ -118,6 +134,10 @@ STAGES: Tuple[Stage, ...] = (
         {"engine": ENGINE, "fp32_engine": ENGINE, "data": DATA},
         mem_mb=3000,
         timing=True,
+        each="engine",
+        slug="{engine}",
+        optional=("fp32_engine",),
+        switch="evaluate.serving.enabled",
     ),
     Stage(
         "benchmark_framework",
@@ -125,6 +145,10 @@ STAGES: Tuple[Stage, ...] = (
         {"model": MODEL, "data": DATA},
         mem_mb=3000,
         timing=True,
+        each="target",
+        slug="tf-{target}",
+        backend="tensorflow",
+        switch="target_defs.{target}.framework",
     ),
     Stage(
         "report",
@@ -165,6 +189,31 @@ def edge_kind(stage: str, role: str) -> str:
     reads = BY_NAME[stage].reads if stage in BY_NAME else {}
     kind = role_kind(role)
     return BUILDS_ON if kind not in reads and BUILDS_ON in reads else kind
+
+
+def measurements(each: str) -> Tuple[Stage, ...]:
+    """The stages placed once per engine (each="engine") or per target (each="target")."""
+    return tuple(stage for stage in STAGES if stage.each == each)
+
+
+def switched_on(stage: Stage, cfg: Dict[str, Any], target: str) -> bool:
+    value: Any = cfg
+    for key in stage.switch.format(target=target).split(".") if stage.switch else ():
+        value = value[key]
+    return bool(value)
+
+
+def aggregated_roles() -> Dict[str, str]:
+    """{measuring stage: the report's role for it} (eval <- evaluate_engine, ...): what the report
+    and MLflow read is what the table says the report reads."""
+    return {sources[0]: role for role, sources in BY_NAME["report"].reads.items()}
+
+
+def check_roles(stage: str, fed: Iterable[str]) -> None:
+    """A stage fed without one of its declared, non-optional inputs is a planner bug."""
+    missing = sorted(set(BY_NAME[stage].reads) - set(BY_NAME[stage].optional) - {BUILDS_ON} - set(fed))
+    if missing:
+        raise AssertionError(f"plan.py places {stage} without its input(s) {missing}, which flow.py declares required.")
 
 
 def check_edge(stage: str, role: str, source_stage: str) -> None:

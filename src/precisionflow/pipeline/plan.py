@@ -35,7 +35,6 @@ from precisionflow.errors import ConfigError
 from precisionflow.stages import Reading
 
 STAGES = tuple(stage.name for stage in flow.STAGES)  # in the order of the stage graph
-MEASURED_STAGES = ("evaluate_engine", "compare_speed", "benchmark_framework", "serve_engine")
 
 
 @dataclass
@@ -117,7 +116,8 @@ class PlanBuilder:
         params = stage_module("prepare_dataset").reads(at)
         if params["name"] not in ("image_folder", "coco_folder"):
             return params
-        from precisionflow.datasets import image_folder, splits
+        from precisionflow import data_splits as splits
+        from precisionflow.datasets import image_folder
 
         root = str(Path(params["path"]).expanduser().resolve())
         if params.get("conditions"):  # a relative sidecar: the current folder, else beside the data folder, else in it
@@ -146,7 +146,7 @@ class PlanBuilder:
     def facts(self, data: Node):
         """What the data node will hold (datasets.facts.DataFacts), stated by its stage once per plan."""
         if data.key not in self.data_facts:
-            from precisionflow.datasets import splits
+            from precisionflow import data_splits as splits
 
             self.data_facts[data.key] = splits.facts(data.params)
         return self.data_facts[data.key]
@@ -242,27 +242,52 @@ class PlanBuilder:
                 measured += self._add_qat_twin(cfg, trained, graph_of[(precision, cfg["targets"][0])], onnx, data)
         for (precision, target), engine in engines.items():
             # Every engine is compared with the same fp32 reference: the main path's exported model.
-            measured.append(self._add_evaluation(cfg, precision, target, engine, graph_of[(precision, target)], onnx, data))
-            measured.append(self._add_comparison(cfg, target, engine, engines[(reference, target)], model, data))
-            if cfg["evaluate"]["serving"]["enabled"]:
-                measured.append(self._add_serving(cfg, target, engine, engines[(reference, target)], data))
+            has = {"engine": engine, "data": data, "reference": onnx, **self.trained_model_of(precision, graph_of[(precision, target)])}
+            if engines[(reference, target)].key != engine.key:
+                has["fp32_engine"] = engines[(reference, target)]
+            if cfg["target_defs"][target]["framework"]:
+                has["model"] = model
+            measured += self.place_measurements(cfg, "engine", target, has, precision)
             simulated = precisions.get(precision).simulate_tensorrt and cfg["int8"]["simulate_tensorrt"]
             if simulated and placements[target] != "tensorrt":
                 measured.append(self._add_tensorrt_simulation(cfg, precision, target, onnx, data, graphs, trained))
-        measured += [
-            self._add_framework(cfg, target, model, data) for target in cfg["targets"] if cfg["target_defs"][target]["framework"]
-        ]
+        for target in cfg["targets"]:
+            measured += self.place_measurements(cfg, "target", target, {"model": model, "data": data})
         return measured
+
+    def place_measurements(self, cfg, each: str, target: str, has: Dict[str, Node], precision: Optional[str] = None) -> List[Node]:
+        """The generic walk over the flow table's measurements: every stage placed per engine (or per
+        target) whose switch is on, fed what it declares of `has` -- a new measuring stage is a row
+        in flow.STAGES and its module, nothing here."""
+        return [
+            self.place(stage.name, cfg, target, has, precision)
+            for stage in flow.measurements(each)
+            if flow.switched_on(stage, cfg, target)
+        ]
+
+    def place(self, stage: str, cfg, target: str, has: Dict[str, Node], precision=None, slug="", extra=None) -> Node:
+        """One node of a stage that runs on a target: its params what the stage reads there (plus
+        `extra`), its inputs the roles flow.py declares for it, taken from `has`."""
+        row = flow.BY_NAME[stage]
+        runtime, resources = self._device(cfg, target, row.backend or cfg["engine"]["backend"])
+        at = Reading(cfg, target, runtime, precision)
+        params = {**stage_module(stage).reads(at), **(extra or {})}
+        inputs = {role: node for role, node in has.items() if role in row.reads}
+        flow.check_roles(stage, inputs)
+        engine = has["engine"].id.rsplit("-", 1)[0] if "engine" in has else ""
+        return self.add(stage, slug or row.slug.format(engine=engine, target=target), params, inputs, resources=resources, at=at)
+
+    def trained_model_of(self, precision: str, graph: Node) -> Dict[str, Node]:
+        """A precision deployed as it was trained (int8_qat) is also compared with that model itself:
+        the export its graph was made from, and the fine-tune behind it."""
+        if not precisions.get(precision).compared_with_trained_model:
+            return {}
+        qat_export = self.nodes[graph.inputs["onnx"]]
+        return {"qat_export": qat_export, "qat_model": self.nodes[qat_export.inputs["model"]]}
 
     def _device(self, cfg, target: str, backend: str) -> Tuple[Dict[str, str], Dict[str, Any]]:
         target_def = cfg["target_defs"][target]
         return self.runtime(backend, target_def), dict(target_def["resources"])
-
-    def _add_framework(self, cfg, target: str, model: Node, data: Node) -> Node:
-        runtime, resources = self._device(cfg, target, "tensorflow")
-        at = Reading(cfg, target, runtime)
-        params = stage_module("benchmark_framework").reads(at)
-        return self.add("benchmark_framework", f"tf-{target}", params, {"model": model, "data": data}, resources=resources, at=at)
 
     def _add_prune(self, cfg, model: Node, data: Node) -> Node:
         at = Reading(cfg)
@@ -311,15 +336,10 @@ class PlanBuilder:
         accuracy; its speed is not TensorRT's, so no timing ratio is planned), a row of its own."""
         graph = graphs.get((precision, "tensorrt")) or self._add_graph(cfg, precision, onnx, data, graphs, trained, "tensorrt")
         graphs[(precision, "tensorrt")] = graph
-        engine = self._add_engine(cfg, graph, target)
-        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        at = Reading(cfg, target, runtime, precision)
-        params = {**stage_module("evaluate_engine").reads(at), "simulates": "tensorrt"}
-        inputs = {"engine": engine, "data": data, "reference": onnx}
-        if precisions.get(precision).compared_with_trained_model:
-            qat_export = self.nodes[graph.inputs["onnx"]]
-            inputs.update(qat_export=qat_export, qat_model=self.nodes[qat_export.inputs["model"]])
-        return self.add("evaluate_engine", f"{precision}-trtsim-{target}", params, inputs, resources=resources, at=at)
+        has = {"engine": self._add_engine(cfg, graph, target), "data": data, "reference": onnx}
+        has.update(self.trained_model_of(precision, graph))
+        extra = {"simulates": "tensorrt"}
+        return self.place("evaluate_engine", cfg, target, has, precision, f"{precision}-trtsim-{target}", extra)
 
     def _add_graph(
         self,
@@ -359,16 +379,6 @@ class PlanBuilder:
             "build_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, {"graph": graph}, resources=resources, at=at
         )
 
-    def _add_evaluation(self, cfg, precision: str, target: str, engine: Node, graph: Node, onnx: Node, data: Node) -> Node:
-        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        at = Reading(cfg, target, runtime, precision)
-        params = stage_module("evaluate_engine").reads(at)
-        inputs = {"engine": engine, "data": data, "reference": onnx}
-        if precisions.get(precision).compared_with_trained_model:  # deployed == trained: compared with the QAT model itself
-            qat_export = self.nodes[graph.inputs["onnx"]]
-            inputs.update(qat_export=qat_export, qat_model=self.nodes[qat_export.inputs["model"]])
-        return self.add("evaluate_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, inputs, resources=resources, at=at)
-
     def _add_qat_twin(self, cfg, trained: Node, qat_graph: Node, onnx: Node, data: Node) -> List[Node]:
         """The QAT fine-tune run again in fp32 (same epochs, learning rate, seed, data), exported,
         built and evaluated like the fp32 engine: int8_qat's delta against it is what precision
@@ -381,41 +391,10 @@ class PlanBuilder:
         twin_graph = self._add_graph(cfg, reference, self._add_export(cfg, twin_model, data), data, {}, trained, None)
         evaluations = []
         for target in cfg["targets"]:
-            engine = self._add_engine(cfg, twin_graph, target)
-            runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-            at = Reading(cfg, target, runtime, TWIN)
-            params = {**stage_module("evaluate_engine").reads(at), "twin_of": qat_model.key}
-            evaluations.append(
-                self.add(
-                    "evaluate_engine",
-                    f"{TWIN}-{target}",
-                    params,
-                    {"engine": engine, "data": data, "reference": onnx},
-                    resources=resources,
-                    at=at,
-                )
-            )
+            has = {"engine": self._add_engine(cfg, twin_graph, target), "data": data, "reference": onnx}
+            extra = {"twin_of": qat_model.key}
+            evaluations.append(self.place("evaluate_engine", cfg, target, has, TWIN, f"{TWIN}-{target}", extra))
         return evaluations
-
-    def _add_serving(self, cfg, target: str, engine: Node, fp32_engine: Node, data: Node) -> Node:
-        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        at = Reading(cfg, target, runtime)
-        params = stage_module("serve_engine").reads(at)
-        inputs = {"engine": engine, "data": data}
-        if fp32_engine.key != engine.key:
-            inputs["fp32_engine"] = fp32_engine
-        return self.add("serve_engine", engine.id.rsplit("-", 1)[0], params, inputs, resources=resources, at=at)
-
-    def _add_comparison(self, cfg, target: str, engine: Node, fp32_engine: Node, model: Node, data: Node) -> Node:
-        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        at = Reading(cfg, target, runtime)
-        params = stage_module("compare_speed").reads(at)
-        inputs = {"engine": engine, "data": data}
-        if cfg["target_defs"][target]["framework"]:
-            inputs["model"] = model
-        if fp32_engine.key != engine.key:
-            inputs["fp32_engine"] = fp32_engine
-        return self.add("compare_speed", engine.id.rsplit("-", 1)[0], params, inputs, resources=resources, at=at)
 
 
 def check_condition_budgets(builder: "PlanBuilder", cfg: Dict[str, Any], point: Dict[str, Node]) -> None:
@@ -505,7 +484,7 @@ def warn_unresolvable(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) 
 def _add_aggregate(builder: PlanBuilder, stage: str, slug: str, params, measured: Dict[str, Node], extra=None) -> Node:
     # Inputs are numbered in a sorted order so the same set of nodes gives the same node id.
     inputs = dict(extra or {})
-    for measured_stage, role in zip(MEASURED_STAGES, ("eval", "speed", "framework", "serve"), strict=True):
+    for measured_stage, role in flow.aggregated_roles().items():
         keys = sorted(key for key in measured if key.startswith(measured_stage + "/"))
         inputs.update({f"{role}{i:05d}": measured[key] for i, key in enumerate(keys)})
     engines = sum(1 for key in measured if key.startswith("evaluate_engine/"))

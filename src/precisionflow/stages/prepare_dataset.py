@@ -1,7 +1,7 @@
 """prepare_dataset: record a data set -- its split assignment, class names and a content
 fingerprint -- and store its pixels as uint8 at the model's input size (datasets/store.py).
 
-Which image goes to which split is datasets/splits.py's (stratified and seeded, over file lists,
+Which image goes to which split is data_splits.py's (stratified and seeded, over file lists,
 unless an image folder brings its own train/ val/ test/ folders); the planner reads the same module
 for its checks before anything runs. Images are decoded a chunk at a time by a thread
 per core and appended to one .npy per split, so memory stays bounded whatever the data set's size;
@@ -18,7 +18,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from precisionflow.datasets import splits as layout
+from precisionflow import data_splits as layout
 from precisionflow.datasets import store
 from precisionflow.datasets.source import Source
 from precisionflow.nodeio import write_json_atomic

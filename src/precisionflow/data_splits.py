@@ -1,7 +1,8 @@
 """What a data set's splits hold, decided before anything is decoded: which images go to which
 split (stratified and seeded, over file lists), the checks of an image folder's structure and of its
 conditions sidecar, and the facts a plan checks settings against (images per split, per class, per
-condition). The planner reads these at planning; the prepare_dataset stage applies the same
+condition). At the package top because it reads both datasets/ and detection/ (a COCO folder's
+checks and splits). The planner reads these at planning; the prepare_dataset stage applies the same
 assignment when it stores the pixels -- one definition, so what was planned is what is written.
 """
 
