@@ -17,7 +17,7 @@ The method per check:
   top-1 drop (overall, per class, per condition)  Newcombe's paired interval with continuity
       correction from the discordant images; groups: Holm-corrected one-sided p-values for FAIL
   agreement shares                                 Wilson score interval
-  counts per image (spurious boxes)                COUNT_METHOD; groups: Bonferroni for FAIL
+  counts per image (spurious boxes)                stats.COUNT_METHOD; groups: Bonferroni for FAIL
   mAP drop (overall, per condition's mAP@.5)       MAP_METHOD
   speed ratios                                     SPEED_METHOD
   Server rate ratios                               SERVER_METHOD
@@ -131,46 +131,22 @@ def share_check(successes: int, n: int, limit: float, confidence: float, subject
     return judged(verdict, text)
 
 
-COUNT_METHOD = "bootstrap over images, widened to the exact Poisson interval of the total count"
-
-
-def count_interval(per_image: Sequence[float], confidence: float) -> Optional[tuple]:
-    """(low, high) of a per-image mean of counts (spurious boxes per image), or None when there is
-    no series or its values have no spread to bound (n identical non-integer values).
-
-    A bootstrap of n identical values has zero width (four images with 0 boxes: [0, 0]); for counts
-    the interval is the wider of the bootstrap's and the exact Poisson interval of the total k over
-    n images, chi2(a/2; 2k) / 2n to chi2(1 - a/2; 2(k + 1)) / 2n (k = 0, n = 4, 95%: [0, 0.92])."""
-    values = np.asarray(per_image, dtype=float)
-    if values.size == 0:
-        return None
-    low, high = stats.bootstrap_mean(values, confidence)
-    if np.all(values >= 0) and np.all(values == np.round(values)):
-        from scipy.special import chdtri  # chdtri(df, p) = chi2.ppf(1 - p, df); scipy.stats costs 3x its import
-
-        total, tail = float(values.sum()), (1 - confidence) / 2
-        exact_low = float(chdtri(2 * total, 1 - tail) / (2 * values.size)) if total > 0 else 0.0
-        exact_high = float(chdtri(2 * (total + 1), tail) / (2 * values.size))
-        return min(low, exact_low), max(high, exact_high)
-    return None if high <= low else (low, high)
-
-
 def mean_check(per_image: Sequence[float], estimate: float, limit: float, confidence: float, subject: str) -> Dict[str, str]:
     """A per-image mean of counts (spurious boxes per image) that may be at most `limit`, judged by
-    count_interval; UNDECIDED without a per-image series (an estimate alone is no interval)."""
+    stats.count_interval; UNDECIDED without a per-image series (an estimate alone is no interval)."""
     series = [] if per_image is None else list(per_image)
     shown = f"{estimate:.3f}" if finite(estimate) else str(estimate)
     if not finite(*series):
         why = "its per-image series holds a missing or non-finite value"
         return judged(UNDECIDED, f"{subject} {shown} (max {limit}): {why}, so no interval; rerun its evaluation")
-    bounds = count_interval(series, confidence)
+    bounds = stats.count_interval(series, confidence)
     if bounds is None:
         why = "no per-image series" if not series else f"{len(series)} identical values bound nothing"
         return judged(UNDECIDED, f"{subject} {shown} (max {limit}): {why}, so no interval; rerun its evaluation")
     per_image = series
     low, high = bounds
     verdict = stats.verdict_at_most(low, high, limit)
-    text = f"{subject} {estimate:.3f} [{low:.3f}, {high:.3f}] ({COUNT_METHOD}; max {limit})"
+    text = f"{subject} {estimate:.3f} [{low:.3f}, {high:.3f}] ({stats.COUNT_METHOD}; max {limit})"
     if verdict == UNDECIDED:
         text += f"; {len(per_image)} test images cannot tell: the interval straddles the budget {limit}"
     return judged(verdict, text)
@@ -293,7 +269,7 @@ def group_mean_checks(
             per_image, float(np.mean(per_image)) if len(per_image) else 0.0, limit, confidence, f"{subject} on '{name}'"
         )
         if entry["verdict"] == FAIL:
-            low, _ = count_interval(per_image, strict) or (limit, limit)
+            low, _ = stats.count_interval(per_image, strict) or (limit, limit)
             held = low > limit
             entry = judged(
                 FAIL if held else UNDECIDED,
