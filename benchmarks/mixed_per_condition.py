@@ -87,7 +87,8 @@ def graphs(results: Path):
             "seconds": (node.get("timings") or {}).get("seconds"),
             "search": {
                 key: search.get(key)
-                for key in ("split", "images", "drop_points", "drop_interval", "conditions", "condition_limits", "budget_met")
+                for key in ("split", "images", "drop_points", "drop_interval", "spurious_per_image", "interval",
+                            "max_spurious_per_image", "conditions", "condition_limits", "budget_met")
                 if key in search
             }
             | {

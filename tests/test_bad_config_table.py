@@ -131,9 +131,9 @@ CATEGORIES = {
         ("sweep without -m", ["train.epochs=2,4"], "add -m (--multirun)"),
         ("detection data, classification task", ["dataset=shadow_cars"], "add task=detection"),
         (
-            "int8_mixed for detection",
-            ["experiment=detection", "precisions=[fp32,int8_mixed]"],
-            "drop int8_mixed for task=detection",
+            "int8_mixed for a detector with no spurious-box budget",
+            ["experiment=detection", "precisions=[fp32,int8_mixed]", "evaluate.budget.max_spurious_per_image=null"],
+            "int8_mixed with task=detection: the search keeps ops in float until spurious boxes",
         ),
     ],
     "targets": [

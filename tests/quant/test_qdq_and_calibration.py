@@ -299,15 +299,16 @@ def test_a_mix_within_budget_is_built_only_when_faster_than_fp32_by_its_interval
     # int8 itself, as choose() measured it on the selection split: straddling the 5-point budget
     record = {"max_drop_points": 5.0, "of": 2, "split": "val", "trials": {"0": {"drop": 2.0, "low": -1.0, "high": 6.5}}}
     ranges = calibrate.measure_ranges(source, images, {"method": "minmax", "batch_size": 8})
-    reference = np.zeros((8, 4), dtype=np.float32)
+    from precisionflow.quant import judges
+
+    judge = judges.TopOne(np.zeros((8, 4), dtype=np.float32), labels, 0.95)
     kept, why = mixed.fastest_mix(
         source,
         ranges,
         ["conv0", "logits"],
         ["logits"],
         images,
-        labels,
-        reference,
+        judge,
         tmp_path,
         "onnxruntime_cpu",
         record,

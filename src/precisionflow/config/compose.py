@@ -439,6 +439,8 @@ def validate(cfg: Dict[str, Any]) -> None:
     check_choices(cfg)
     check_precisions(cfg)
     check_task(cfg)
+    for name in cfg["precisions"]:  # what each precision itself refuses (PrecisionSpec.check_config)
+        precisions.get(name).check_config(cfg)
     unknown = [t for t in cfg["targets"] if t not in cfg["target_defs"]]
     if unknown:
         raise ConfigError(

@@ -56,6 +56,9 @@ class PrecisionSpec:
     # (None: nothing to say).
     planning_warning: Callable[[Dict[str, Any], Callable[[], Dict[str, int]]], Optional[str]] = lambda params, sizes: None
     is_reference: bool = False  # fp32: every other engine is compared with it
+    # Its own refusals of a configuration that names it (a ConfigError), called when composing, before
+    # anything runs (int8_mixed on a detector with no spurious-box budget to hold).
+    check_config: Callable[[Dict[str, Any]], None] = lambda cfg: None
 
     @property
     def integer(self) -> bool:

@@ -68,25 +68,27 @@ def search(
     # The selection split in memory: each trial graph runs all of it (bounded by int8.report_split's size).
     split = int8["report_split"]
     decision = Split(data_dir, split)
-    images, labels = decision.array(), decision.labels
-    where = sensitivity.subsets(labels, conditions.groups(conditions.load(data_dir, split)))
-    limits, unjudged = condition_limits(int8, where)
+    images = decision.array()
+    where = sensitivity.subsets(len(images), conditions.groups(conditions.load(data_dir, split)))
     reference = _outputs(source, images)
+    judge = judge_for(int8, reference, decision, confidence)
+    limits, unjudged = condition_limits(int8, where, judge)
+    judged_on = {name: where[name] for name in [sensitivity.OVERALL, *limits]}
     with tempfile.TemporaryDirectory(prefix="pf-mixed-") as folder:
         scratch = Path(folder)
 
         def outputs_with(quantized: List[str]) -> np.ndarray:
             return _quantized_outputs(source, ranges, quantized, images, scratch, placement)
 
-        rows = sensitivity.table(nodes, outputs_with, reference, labels, where, confidence)
-        int8_itself_predictions = outputs_with(list(nodes)).argmax(1)
-        failing = failing_subsets(reference.argmax(1) == labels, int8_itself_predictions == labels, where, limits, confidence)
+        rows = sensitivity.table(nodes, outputs_with, reference, where, judge)
+        int8_itself_outputs = outputs_with(list(nodes))
+        failing = failing_subsets(judge.figures(int8_itself_outputs, judged_on), limits)
         order = sensitivity.order(rows, failing)
 
-        def predictions(kept: int) -> np.ndarray:  # the selection split through the graph with `kept` ops in float
-            return int8_itself_predictions if kept == 0 else outputs_with(order[kept:]).argmax(1)
+        def figures(kept: int):  # the selection split through the graph with `kept` ops in float
+            return judge.figures(int8_itself_outputs if kept == 0 else outputs_with(order[kept:]), judged_on)
 
-        chosen, record = choose(len(order), predictions, reference.argmax(1), labels, limits, confidence, where)
+        chosen, record = choose_by(len(order), figures, limits, judge, confidence)
         kept = order[:chosen]
         record.update(
             {
@@ -100,9 +102,7 @@ def search(
         )
         why = nothing_to_build(record, chosen)
         if not why:
-            kept, why = fastest_mix(
-                source, ranges, nodes, kept, images, labels, reference, scratch, placement, record, confidence, where=where
-            )
+            kept, why = fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placement, record, confidence, where=where)
     record["kept"] = len(kept)
     if why:
         record["declined"] = why
@@ -110,86 +110,109 @@ def search(
     return kept, record
 
 
-def condition_limits(int8: Dict[str, Any], where: Dict[str, np.ndarray]) -> Tuple[Dict[str, float], List[str]]:
-    """({subset: budget in points} the mix must hold by its interval, [named conditions this split
-    lacks]): the overall budget (int8.mixed_max_val_drop), every condition at max_condition_drop,
-    a named one at its own limit (the budgets int8_mixed is judged by, read into its params)."""
+def judge_for(int8: Dict[str, Any], reference: np.ndarray, decision, confidence: float):
+    """The task's judge of a trial (quant/judges.py): top-1 for a classifier; for a detector
+    (int8.detection: evaluate.detection's decoding and counting, read into the params), spurious
+    boxes per image against the selection split's true objects and the float graph's boxes."""
+    from precisionflow.quant import judges
+
+    settings = int8.get("detection")
+    if settings is None:
+        return judges.TopOne(reference, decision.labels, confidence)
+    from precisionflow.detection.data import load_objects
+
+    truth = load_objects(decision.data_dir, decision.name, len(decision))
+    return judges.Spurious(reference, truth, len(decision.classes), settings, confidence)
+
+
+def condition_limits(int8: Dict[str, Any], where: Dict[str, np.ndarray], judge) -> Tuple[Dict[str, float], List[str]]:
+    """({subset: budget} the mix must hold by its interval, [named conditions this split lacks]):
+    overall, int8.mixed_max_val_drop for a classifier, max_spurious_per_image for a detector; every
+    condition at the task's per-condition budget; a named one at its own limit (the budgets
+    int8_mixed is judged by, read into its params)."""
     from precisionflow.quant.sensitivity import OVERALL
 
     budgets = int8.get("condition_budgets") or {}
-    limits = {OVERALL: int8["mixed_max_val_drop"]}
+    overall = int8["mixed_max_val_drop"] if judge.overall_budget is None else budgets.get(judge.overall_budget)
+    limits = {} if overall is None else {OVERALL: float(overall)}
     for tag in where:
         if tag == OVERALL:
             continue
-        limit = (budgets.get("condition_limits") or {}).get(tag, budgets.get("max_condition_drop"))
+        limit = (budgets.get("condition_limits") or {}).get(tag, budgets.get(judge.condition_budget))
         if limit is not None:
             limits[tag] = float(limit)
     unjudged = sorted(set(budgets.get("condition_limits") or {}) - set(where))
     return limits, unjudged
 
 
-def failing_subsets(
-    reference_right: np.ndarray, int8_right: np.ndarray, where, limits: Dict[str, float], confidence: float
-) -> List[str]:
+def failing_subsets(figures, limits: Dict[str, float]) -> List[str]:
     """The budgeted subsets int8 itself does not hold by its interval, the furthest beyond first:
     where the search spends its float ops."""
-    from precisionflow.quant import sensitivity
-
-    drops = sensitivity.drops_on(reference_right, int8_right, {name: where[name] for name in limits}, confidence)
-    beyond = [name for name in limits if drops[name].high > limits[name]]
-    return sorted(beyond, key=lambda name: -(drops[name].high - limits[name]))
+    beyond = [name for name in limits if figures[name].high > limits[name]]
+    return sorted(beyond, key=lambda name: -(figures[name].high - limits[name]))
 
 
 def nothing_to_build(record: Dict[str, Any], chosen: int) -> str:
     """Why no mix is worth building on accuracy alone, or ''."""
     if not record["budget_met"]:
         return (
-            f"no mix of int8 and float kept top-1 within {budgets_text(record)} of fp32 by its interval on "
+            f"no mix of int8 and float kept {record['unit']} within {budgets_text(record)} by its interval on "
             f"the {record['split']} split ({record.get('why_not_met', '')}); an engine with nearly every op in float "
             "buys no speed over fp32: nothing built. Read the int8 and fp32 rows, or set "
             "a budget this split can resolve."
         )
     if chosen == 0:
-        trial = record["trials"]["0"]
         return (
-            f"int8 itself is within the budget on the {record['split']} split (drop {trial['drop']} "
-            f"[{trial['low']}, {trial['high']}] <= {record['max_drop_points']} points"
-            + (f", and every budgeted condition within its own: {budgets_text(record)}" if record.get("condition_limits") else "")
-            + "): int8_mixed would be the int8 graph again -- nothing built; read the int8 row."
+            f"int8 itself is within the budget on the {record['split']} split ({trial_text(record, record['trials']['0'])}, "
+            f"budgets {budgets_text(record)}): int8_mixed would be the int8 graph again -- nothing built; read the int8 row."
         )
     return ""
+
+
+def overall_limit(record: Dict[str, Any]):
+    """The overall budget the search held: top-1 points, spurious boxes per image, or None (a
+    detector budgeted per condition only)."""
+    return record["max_drop_points"] if "max_drop_points" in record else record.get("max_spurious_per_image")
 
 
 def budgets_text(record: Dict[str, Any]) -> str:
     """'2.0 points overall, dim 5.0' -- the budgets a mix must hold, as the search read them."""
     named = ", ".join(f"{name} {limit}" for name, limit in (record.get("condition_limits") or {}).items())
-    return f"{record['max_drop_points']} points overall" + (f", {named}" if named else "")
+    overall = overall_limit(record)
+    said = [f"{overall} {record.get('unit', 'points')} overall"] if overall is not None else []
+    return ", ".join(said + ([named] if named else []))
 
 
-def fastest_mix(
-    source, ranges, nodes, kept, images, labels, reference, scratch, placement, record, confidence, timer=None, where=None
-):
+def trial_text(record: Dict[str, Any], trial: Dict[str, Any]) -> str:
+    """One trial's overall figure as words: 'drop +2.10 [0.40, 3.90] points' or '0.05 [0.02, 0.09]
+    spurious boxes per image'."""
+    if "drop" in trial:
+        return f"drop {trial['drop']:+.2f} [{trial['low']:+.2f}, {trial['high']:+.2f}] points"
+    return f"{trial['spurious_per_image']:.3f} [{trial['low']:.3f}, {trial['high']:.3f}] {record['unit']}"
+
+
+def fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placement, record, confidence, timer=None, where=None):
     """(ops kept in float, why nothing is built or ''): the chosen mix and, when it differs, the mix
     with its isolated int8 ops joined to the float around them (if every budget still holds by its
     interval, each budgeted condition's too); on the CPU placement the candidates are timed against
     fp32 and the fastest kept -- unless it is not faster than fp32 by its interval."""
-    from precisionflow.quant.sensitivity import OVERALL, drops_on
+    from precisionflow.quant.sensitivity import OVERALL
 
     candidates = {"chosen": kept}
     joined = join_isolated_int8(source, nodes, kept)
     if joined != kept and len(joined) < len(nodes):  # at least one op stays int8: the graph must be int8
         quantized = [op for op in nodes if op not in joined]
-        limits = {OVERALL: record["max_drop_points"], **(record.get("condition_limits") or {})}
-        where = where or {OVERALL: np.arange(len(labels))}
-        right = _quantized_outputs(source, ranges, quantized, images, scratch, placement).argmax(1) == labels
-        drops = drops_on(reference.argmax(1) == labels, right, {name: where[name] for name in limits}, confidence)
-        drop = drops[OVERALL]
+        limits = {**({OVERALL: overall_limit(record)} if overall_limit(record) is not None else {}), **(record.get("condition_limits") or {})}
+        where = where or {OVERALL: np.arange(len(images))}
+        outputs = _quantized_outputs(source, ranges, quantized, images, scratch, placement)
+        figures = judge.figures(outputs, {name: where[name] for name in [OVERALL, *limits]})
+        overall = figures[OVERALL]
         record["joined"] = {
             "kept": len(joined),
-            "drop": round(drop.drop, 3),
-            "interval": [round(drop.low, 3), round(drop.high, 3)],
+            judge.key: round(overall.value, 3),
+            "interval": [round(overall.low, 3), round(overall.high, 3)],
         }
-        if all(drops[name].high <= limit for name, limit in limits.items()):
+        if all(figures[name].high <= limit for name, limit in limits.items()):
             candidates["isolated int8 ops joined to float"] = joined
     if placement != "onnxruntime_cpu":
         record["speed"] = "not weighed: the TensorRT placement's graph runs only simulated on this machine"
@@ -217,10 +240,16 @@ def fastest_mix(
 def int8_itself(record: Dict[str, Any]) -> str:
     """What int8 with no op kept float measured on the selection split, as a clause: the reason a
     NOT BUILT quotes, from the trial itself ("int8 breaks the budget" was once said unmeasured)."""
-    trial, budget = record["trials"].get("0"), record["max_drop_points"]
+    trial, budget = record["trials"].get("0"), overall_limit(record)
     if trial is None:
         return "int8 itself was not measured on this split"
-    measured = f"int8 itself drops {trial['drop']:+.2f} [{trial['low']:+.2f}, {trial['high']:+.2f}] points on the {record.get('split', 'selection')} split"
+    if "drop" in trial:
+        measured = f"int8 itself drops {trial['drop']:+.2f} [{trial['low']:+.2f}, {trial['high']:+.2f}] points"
+    else:
+        measured = f"int8 itself makes {trial_text(record, trial)}"
+    measured += f" on the {record.get('split', 'selection')} split"
+    if budget is None:
+        return measured
     if trial["low"] > budget:
         return f"{measured}, beyond the budget {budget}"
     if trial["high"] > budget:
@@ -327,25 +356,34 @@ def choose(
     confidence: float,
     where: Dict[str, np.ndarray] = None,
 ) -> Tuple[int, Dict[str, Any]]:
-    """How many of the first ops of the order to keep in float: the fewest whose top-1 drop against
-    fp32 on the selection split is within its budget BY ITS INTERVAL (paired images: the drop's
-    upper end <= budget) -- overall and on every budgeted condition (`budget`: points, or {subset:
-    points} with sensitivity.OVERALL among them; `where`: {subset: image indices}). Found by
-    bisection over the order. Drops need not shrink as more ops stay float (a trial one image away
-    from a 6-point drop is common on small splits), so a trial counts only when every interval
-    clears, and the budget is reported met only when the chosen trial's do. Returns (kept, record of
-    every trial with its intervals)."""
-    from precisionflow.quant.sensitivity import OVERALL, drops_on
+    """choose_by for a classifier whose trials are given as predicted classes: `predictions(kept)`,
+    fp32's `reference` classes, `budget` in top-1 points (or {subset: points}, sensitivity.OVERALL
+    among them), `where` {subset: image indices}."""
+    from precisionflow.quant import judges
+    from precisionflow.quant.sensitivity import OVERALL
 
     limits = dict(budget) if isinstance(budget, dict) else {OVERALL: budget}
     where = where or {OVERALL: np.arange(len(labels))}
-    reference_right = reference == labels
+    judge = judges.TopOne(reference, labels, confidence)
+    judged_on = {name: where[name] for name in [OVERALL, *limits]}
+    return choose_by(ops, lambda kept: judge.figures(predictions(kept), judged_on), limits, judge, confidence)
+
+
+def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[str, float], judge, confidence: float):
+    """How many of the first ops of the order to keep in float: the fewest whose figures against
+    fp32 on the selection split (`figures(kept)`: {subset: judges.Figure}) are within every budget
+    BY THEIR INTERVALS (the upper end <= the budget) -- overall and on every budgeted condition.
+    Found by bisection over the order. Figures need not shrink as more ops stay float (a trial one
+    image away from a 6-point drop is common on small splits), so a trial counts only when every
+    interval clears, and the budget is reported met only when the chosen trial's do. Returns
+    (kept, record of every trial with its intervals)."""
+    from precisionflow.quant.sensitivity import OVERALL
+
     trials: Dict[int, Dict[str, Any]] = {}
 
     def clears(kept: int) -> bool:
         if kept not in trials:
-            judged_on = {name: where[name] for name in limits}
-            trials[kept] = drops_on(reference_right, predictions(kept) == labels, judged_on, confidence)
+            trials[kept] = figures(kept)
         return all(trials[kept][name].high <= limits[name] for name in limits)
 
     # int8 itself (no op kept float) is always measured: a NOT BUILT reason about int8 quotes it
@@ -360,54 +398,68 @@ def choose(
         low, high = (low, middle) if clears(middle) else (middle + 1, high)
     chosen = high if reached else ops - 1
     met = reached and clears(chosen)
-    drop = trials[chosen][OVERALL]
+    overall = trials[chosen][OVERALL]
     record = {
-        "fp32_top1": float(np.mean(reference_right)),
-        "max_drop_points": limits[OVERALL],
+        **judge.reference_record(),
+        "figure": judge.metric,
+        "unit": judge.unit,
         "condition_limits": {name: limit for name, limit in limits.items() if name != OVERALL},
         "confidence": confidence,
-        "drop_points": round(drop.drop, 3),
-        "drop_interval": [round(drop.low, 3), round(drop.high, 3)],
         "budget_met": met,
-        "images": drop.n,
-        "one_image_points": round(drop.one_image, 3),
-        "trials": {str(k): trial_record(v) for k, v in sorted(trials.items())},
+        "images": overall.n,
+        "trials": {str(k): trial_record(v, judge) for k, v in sorted(trials.items())},
     }
-    if len(limits) > 1:
-        record["conditions"] = trial_record(trials[chosen])["conditions"]
+    if judge.key == "drop":  # a classifier's record, as the report and console read it
+        record.update(
+            {
+                "max_drop_points": limits[OVERALL],
+                "drop_points": round(overall.value, 3),
+                "drop_interval": [round(overall.low, 3), round(overall.high, 3)],
+                "one_image_points": round(overall.one_image, 3),
+            }
+        )
+    else:
+        record.update(
+            {
+                "max_" + judge.key: limits.get(OVERALL),
+                judge.key: round(overall.value, 3),
+                "interval": [round(overall.low, 3), round(overall.high, 3)],
+            }
+        )
+    if len(limits) > 1 or OVERALL not in limits:
+        record["conditions"] = trial_record(trials[chosen], judge).get("conditions", {})
     if not met:
-        record["why_not_met"] = why_not_met(trials[chosen], limits, confidence)
+        record["why_not_met"] = why_not_met(trials[chosen], limits, judge)
     return chosen, record
 
 
-def trial_record(drops: Dict[str, Any]) -> Dict[str, Any]:
-    """One trial: the overall drop at the top level (as before conditions), each condition's beside it."""
+def trial_record(figures: Dict[str, Any], judge) -> Dict[str, Any]:
+    """One trial: the overall figure at the top level (as before conditions), each condition's beside it."""
     from precisionflow.quant.sensitivity import OVERALL
 
     def fields(v):
-        return {"drop": round(v.drop, 3), "low": round(v.low, 3), "high": round(v.high, 3), "lost": v.b, "gained": v.c}
+        return {judge.key: round(v.value, 3), "low": round(v.low, 3), "high": round(v.high, 3), **v.counts}
 
-    found = fields(drops[OVERALL])
-    by_condition = {name: {**fields(v), "images": v.n} for name, v in drops.items() if name != OVERALL}
+    found = fields(figures[OVERALL])
+    by_condition = {name: {**fields(v), "images": v.n} for name, v in figures.items() if name != OVERALL}
     if by_condition:
         found["conditions"] = by_condition
     return found
 
 
-def why_not_met(drops: Dict[str, Any], limits: Dict[str, float], confidence: float) -> str:
+def why_not_met(figures: Dict[str, Any], limits: Dict[str, float], judge) -> str:
     """Which budgets the last trial (all but one op float) still did not clear, with what the images can resolve."""
-    from precisionflow import stats
     from precisionflow.quant.sensitivity import OVERALL
 
     said = []
     for name, limit in limits.items():
-        drop = drops[name]
-        if drop.high <= limit:
+        figure = figures[name]
+        if figure.high <= limit:
             continue
         subject = "the selection split" if name == OVERALL else f"condition '{name}'"
         said.append(
-            f"{subject}'s {drop.n} images: {drop.drop:+.2f} [{drop.low:+.2f}, {drop.high:+.2f}] against {limit} "
-            f"(one image = {drop.one_image:.2f} points; the smallest budget {drop.n} images can ever pass is "
-            f"{stats.zero_flip_resolution(drop.n, confidence):.2f})"
+            f"{subject}'s {figure.n} images: {figure.value:+.2f} [{figure.low:+.2f}, {figure.high:+.2f}] against {limit} "
+            f"(one image = {figure.one_image:.2f} {judge.unit}; the smallest budget {figure.n} images can ever pass is "
+            f"{figure.finest:.2f})"
         )
     return "no trial's interval cleared every budget; with all but one op in float: " + "; ".join(said)

@@ -2,66 +2,62 @@
 and per condition on the selection split (never test).
 
 For every op, a graph with only that op quantized runs the selection split. Two figures per
-condition: the decision metric -- the top-1 drop against the float graph, paired on the same
-images, with its interval -- and the mean |output change| (continuous, so it ranks ops even where
-one op alone flips no image). The table is what an engineer reads after "int8 FAILs on dim images"
-(the ops that cost `dim` most), and the order the mix search keeps ops in float follows it: the
-ops that disturb the failing conditions' images most go first (ranked_for).
+condition: the task's decision metric against the float graph with its interval (quant/judges.py:
+the paired top-1 drop for a classifier, spurious boxes per image for a detector) and the mean
+|output change| (continuous, so it ranks ops even where one op alone flips no image). The table is
+what an engineer reads after "int8 FAILs on dim images" (the ops that cost `dim` most), and the
+order the mix search keeps ops in float follows it: the ops that disturb the failing conditions'
+images most go first (ranked_for).
 
 The trial graph is made by a callable (`quantized_outputs(ops) -> outputs`), so nothing here assumes
-int8: a mix of any precision pair ranks its ops the same way. numpy only (stats.py for intervals).
+int8: a mix of any precision pair ranks its ops the same way. numpy only (judges.py for intervals).
 """
 
 from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 
-from precisionflow import stats
-
 OVERALL = "(all)"  # the row of every image of the split, beside the condition rows
-FIELDS = ("op", "condition", "images", "top1_drop_points", "low", "high", "lost", "gained", "output_change")
+METRICS = ("top1_drop_points", "spurious_per_image")  # a row holds one: its task's (judges.py)
+COUNTS = ("images", "lost", "gained", "spurious")
 
 
-def subsets(labels: np.ndarray, groups: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+def value(row: Dict) -> float:
+    """A row's decision metric, whichever task's it is: larger is worse for both."""
+    return next(row[metric] for metric in METRICS if metric in row)
+
+
+def subsets(images: int, groups: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     """{name: image indices}: every image first, then each condition's."""
-    return {OVERALL: np.arange(len(labels)), **{tag: np.asarray(idx) for tag, idx in groups.items()}}
-
-
-def drops_on(
-    reference_right: np.ndarray, engine_right: np.ndarray, where: Dict[str, np.ndarray], confidence: float
-) -> Dict[str, stats.PairedDrop]:
-    """{subset: paired top-1 drop of the engine against the reference on that subset's images}."""
-    return {name: stats.paired_drop(reference_right[idx], engine_right[idx], confidence) for name, idx in where.items()}
+    return {OVERALL: np.arange(images), **{tag: np.asarray(idx) for tag, idx in groups.items()}}
 
 
 def table(
     nodes: Sequence[str],
     quantized_outputs: Callable[[List[str]], np.ndarray],
     reference: np.ndarray,
-    labels: np.ndarray,
     where: Dict[str, np.ndarray],
-    confidence: float,
+    judge,
 ) -> List[Dict]:
-    """One row per (op, subset): the op alone quantized, its top-1 drop with interval and its mean
-    |output change| on that subset's images."""
-    reference_right = reference.argmax(1) == labels
+    """One row per (op, subset): the op alone quantized, its figure with interval (judge.figures)
+    and its mean |output change| on that subset's images."""
+    images = len(reference)
     rows = []
     for op in nodes:
         outputs = quantized_outputs([op])
-        change = np.abs(outputs - reference).reshape(len(labels), -1).mean(axis=1)
-        drops = drops_on(reference_right, outputs.argmax(1) == labels, where, confidence)
+        change = np.abs(outputs - reference).reshape(images, -1).mean(axis=1)
+        figures = judge.figures(outputs, where)
         for name, idx in where.items():
-            drop = drops[name]
+            figure = figures[name]
             rows.append(
                 {
                     "op": op,
                     "condition": name,
                     "images": int(len(idx)),
-                    "top1_drop_points": round(drop.drop, 3),
-                    "low": round(drop.low, 3),
-                    "high": round(drop.high, 3),
-                    "lost": drop.b,
-                    "gained": drop.c,
+                    judge.metric: round(figure.value, 3),
+                    "low": round(figure.low, 3),
+                    "high": round(figure.high, 3),
+                    **figure.counts,
                     "output_change": round(float(change[idx].mean()) if len(idx) else 0.0, 6),
                 }
             )
@@ -72,7 +68,7 @@ def ranked_on(rows: List[Dict], subset: str) -> List[str]:
     """The ops, most damaging to `subset`'s images first: by top-1 drop, then by output change
     (one op alone rarely flips an image; the continuous change orders the rest)."""
     mine = [row for row in rows if row["condition"] == subset]
-    return [row["op"] for row in sorted(mine, key=lambda row: (-row["top1_drop_points"], -row["output_change"], row["op"]))]
+    return [row["op"] for row in sorted(mine, key=lambda row: (-value(row), -row["output_change"], row["op"]))]
 
 
 def order(rows: List[Dict], failing: Sequence[str]) -> List[str]:
@@ -90,10 +86,11 @@ def order(rows: List[Dict], failing: Sequence[str]) -> List[str]:
 
 
 def worst_ops(rows: List[Dict], count: int) -> List[str]:
-    """The `count` ops with the largest top-1 drop on any subset, worst first (the heat map's rows)."""
+    """The `count` ops with the largest figure (top-1 drop, spurious boxes) on any subset, worst
+    first (the heat map's rows)."""
     worst: Dict[str, float] = {}
     for row in rows:
-        worst[row["op"]] = max(worst.get(row["op"], float("-inf")), row["top1_drop_points"])
+        worst[row["op"]] = max(worst.get(row["op"], float("-inf")), value(row))
     return sorted(worst, key=lambda op: -worst[op])[:count]
 
 
@@ -107,7 +104,7 @@ def write_csv(rows: List[Dict], path) -> None:
     import csv
 
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))  # the task's columns (table())
         writer.writeheader()
         writer.writerows(rows)
 
@@ -117,11 +114,10 @@ def read_csv(path) -> List[Dict]:
 
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
-    numbers = ("images", "lost", "gained")
     return [
         {
-            key: (int(value) if key in numbers else value if key in ("op", "condition") else float(value))
-            for key, value in row.items()
+            key: (int(text) if key in COUNTS else text if key in ("op", "condition") else float(text))
+            for key, text in row.items()
         }
         for row in rows
     ]

@@ -502,7 +502,8 @@ def judge_entry(
         if unranked and getattr(precisions.find(entry["precision"]), "calibration", None) == "ptq":
             entry["costly_ops_hint"] = (
                 f"no int8_mixed search ranked the ops for {', '.join(repr(tag) for tag in unranked)}: add int8_mixed to "
-                "precisions (with evaluate.budget.max_condition_drop) for the ops that cost it most and the fastest mix that holds it"
+                f"precisions (with evaluate.budget.{'max_condition_spurious_per_image' if entry.get('task') == 'detection' else 'max_condition_drop'}) "
+                "for the ops that cost it most and the fastest mix that holds it"
             )
     if twin is not None:
         entry["vs_base_fp32"] = {
@@ -560,7 +561,8 @@ def condition_figures(
     spurious, lost, shadow = counts["spurious"], counts["lost"], counts["shadow"]
     per_condition = {}
     for tag, values in spurious.items():
-        low, high = stats.bootstrap_mean(values) if values else (0.0, 0.0)
+        # the verdict's interval (a bootstrap of all-zero counts is [0, 0]: 128 images with no box bound nothing)
+        low, high = stats.count_interval(values, confidence) or (0.0, 0.0)
         per_condition[tag] = {
             "spurious_per_image": round(sum(values) / max(len(values), 1), 3),
             "low": round(low, 3),
@@ -583,15 +585,20 @@ def mixed_validation(eval_dir: Path) -> Dict[str, Any]:
     """int8_mixed: what its search decided on (the selection split), overall and per budgeted
     condition, to print beside what the test split says."""
     search = named_lineage(eval_dir)["quantize_onnx"]["summary"].get("mixed_search")
-    if not search or "drop_interval" not in search:
+    if not search or not ("drop_interval" in search or "interval" in search):
         return {}
-    low, high = search["drop_interval"]
+    met = "met" if search["budget_met"] else "NOT met by its interval"
+    if "drop_interval" in search:  # a classifier: top-1 points
+        low, high = search["drop_interval"]
+        chosen = f"{0.0 - search['drop_points']:+.2f} [{0.0 - high:+.2f}, {0.0 - low:+.2f}], budget {search['max_drop_points']} {met}"
+    else:  # a detector: spurious boxes per image, overall budget possibly unset (per condition only)
+        low, high = search["interval"]
+        budget = search.get("max_spurious_per_image")
+        chosen = f"{search['spurious_per_image']:.3f} [{low:.3f}, {high:.3f}] spurious boxes per image, " + (
+            f"budget {budget} {met}" if budget is not None else f"no overall budget; per condition {met}"
+        )
     return {
-        "validation": (
-            f"chosen on {search['split']} ({search['images']} images): {0.0 - search['drop_points']:+.2f} "
-            f"[{0.0 - high:+.2f}, {0.0 - low:+.2f}], budget {search['max_drop_points']} "
-            + ("met" if search["budget_met"] else "NOT met by its interval")
-        ),
+        "validation": f"chosen on {search['split']} ({search['images']} images): {chosen}",
         "validation_conditions": {
             tag: {**figures, "limit": search["condition_limits"][tag], "split": search["split"]}
             for tag, figures in (search.get("conditions") or {}).items()
@@ -732,9 +739,9 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
         if entry.get("costly_ops_hint"):
             lines.append("      " + entry["costly_ops_hint"])
         for tag, ops in (entry.get("costly_ops") or {}).items():
-            named_ops = ", ".join(f"{op} {0.0 - drop:+.2f}" for op, drop in ops)
             lines.append(
-                f"      ops that cost '{tag}' most, each alone in int8 on the selection split (int8_mixed's sensitivity.csv): {named_ops} points"
+                f"      ops that cost '{tag}' most, each alone in int8 on the selection split (int8_mixed's sensitivity.csv): "
+                + costly_text(entry, ops)
             )
         lines += [f"      broke: {reason}" for reason in entry["breaches"]]
         lines += [f"      cannot tell: {reason}" for reason in entry["undecided"]]
@@ -746,16 +753,26 @@ def condition_side_by_side(entry: Dict[str, Any]) -> List[str]:
     lines = list(entry.get("validation_unjudged") or [])
     for tag, chosen in (entry.get("validation_conditions") or {}).items():
         test = (entry.get("per_condition") or {}).get(tag) or {}
-        tested = (
-            f"test {0.0 - test['drop']:+.2f} [{0.0 - test['high']:+.2f}, {0.0 - test['low']:+.2f}] on {test['images']} images"
-            if "drop" in test
-            else "test: no images of it"
-        )
+        tested = f"test {figure_text(test)} on {test['images']} images" if test.get("images") else "test: no images of it"
         lines.append(
-            f"{tag}: chosen on {chosen['split']} {0.0 - chosen['drop']:+.2f} [{0.0 - chosen['high']:+.2f}, {0.0 - chosen['low']:+.2f}] "
-            f"on {chosen['images']} images (limit {chosen['limit']}); {tested}"
+            f"{tag}: chosen on {chosen['split']} {figure_text(chosen)} on {chosen['images']} images (limit {chosen['limit']}); {tested}"
         )
     return lines
+
+
+def figure_text(figures: Dict[str, Any]) -> str:
+    """A condition's figure with its interval: a top-1 change in points, or spurious boxes per image."""
+    if "drop" in figures:
+        return f"{0.0 - figures['drop']:+.2f} [{0.0 - figures['high']:+.2f}, {0.0 - figures['low']:+.2f}]"
+    return f"{figures['spurious_per_image']:.3f} [{figures['low']:.3f}, {figures['high']:.3f}] spurious boxes per image"
+
+
+def costly_text(entry: Dict[str, Any], ops: List) -> str:
+    """'conv3 -4.17, conv1 -2.08 points' (each op alone in int8: the top-1 change) or, for a
+    detector, 'conv3 0.250, ... spurious boxes per image'."""
+    if entry.get("task") == "detection":
+        return ", ".join(f"{op} {value:.3f}" for op, value in ops) + " spurious boxes per image"
+    return ", ".join(f"{op} {0.0 - value:+.2f}" for op, value in ops) + " points"
 
 
 def worst_condition_text(entry: Dict[str, Any]) -> str:

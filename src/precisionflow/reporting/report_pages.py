@@ -137,14 +137,18 @@ def serving_plot(engines: Dict[str, Dict[str, Any]], target: str, path: Path) ->
     plt.close(fig)
 
 
-def per_class_changes(changes: Dict[str, Dict[str, float]], classes: Sequence[str], title: str, path: Path) -> None:
-    """One row per engine, one column per class: top-1 change against fp32 in points."""
+def per_class_changes(
+    changes: Dict[str, Dict[str, float]], classes: Sequence[str], title: str, path: Path, unit: str = "points", floor: float = 1.0
+) -> None:
+    """One row per engine (or op), one column per class (or condition): the change against fp32 in
+    `unit`, negative = worse; the colour scale spans at least +-`floor`."""
     import numpy as np
 
     plt = _pyplot()
     engines = list(changes)
     grid = np.array([[changes[engine].get(name, np.nan) for name in classes] for engine in engines])
-    limit = max(1.0, float(np.nanmax(np.abs(grid)))) if grid.size else 1.0
+    limit = max(floor, float(np.nanmax(np.abs(grid)))) if grid.size else floor
+    digits = 1 if floor >= 1 else 2
     import textwrap
 
     labels_inches = 0.07 * max((len(engine) for engine in engines), default=0)  # long op names need the room
@@ -155,8 +159,8 @@ def per_class_changes(changes: Dict[str, Dict[str, float]], classes: Sequence[st
     for (row, col), value in np.ndenumerate(grid):
         if np.isfinite(value) and value != 0:  # white on the dark end of the scale, black on the pale middle
             ink = "white" if abs(value) > 0.55 * limit else "black"
-            axis.text(col, row, f"{value:+.1f}", ha="center", va="center", fontsize=8, color=ink)
-    fig.colorbar(image, ax=axis, label="change vs fp32 (points; red = loss)")
+            axis.text(col, row, f"{value:+.{digits}f}", ha="center", va="center", fontsize=8, color=ink)
+    fig.colorbar(image, ax=axis, label=f"change vs fp32 ({unit}; red = loss)")
     axis.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100, bbox_inches="tight")  # the colour bar's label was cut at the right edge
@@ -282,8 +286,10 @@ def accuracy_change(entry: Dict[str, Any]) -> str:
 
 def costly_ops_text(entry: Dict[str, Any]) -> List[str]:
     """For a condition the row FAILed: the ops that cost it most, from int8_mixed's sensitivity table."""
+    from precisionflow.reporting.budget import costly_text
+
     return [
-        f"ops that cost '{tag}' most (each alone in int8): " + ", ".join(f"{op} {0.0 - drop:+.2f}" for op, drop in ops)
+        f"ops that cost '{tag}' most (each alone in int8): " + costly_text(entry, ops)
         for tag, ops in (entry.get("costly_ops") or {}).items()
     ]
 

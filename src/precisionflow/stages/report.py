@@ -651,12 +651,15 @@ def sensitivity_maps(inputs: Dict[str, Path], out: Path) -> List[str]:
         shutil.copyfile(table, out / f"sensitivity-{graph['id']}.csv")
         rows = sensitivity.read_csv(table)
         ops = sensitivity.worst_ops(rows, SENSITIVITY_OPS)
-        changes = {op: {row["condition"]: -row["top1_drop_points"] for row in rows if row["op"] == op} for op in ops}
+        # worse is lower in both: the top-1 change, or minus the spurious boxes per image
+        changes = {op: {row["condition"]: -sensitivity.value(row) for row in rows if row["op"] == op} for op in ops}
         subsets = list(dict.fromkeys(row["condition"] for row in rows))
         pictures.append(f"{FIGURES}/sensitivity-{graph['id']}.png")
         placement = (graph["params"].get("int8") or {}).get("placement", "?")
-        title = f"int8_mixed graph {graph['id'][-6:]} ({placement} placement): top-1 change, only that op in int8"
-        report_pages.per_class_changes(changes, subsets, title, out / pictures[-1])
+        shown = "top-1 change" if "top1_drop_points" in rows[0] else "minus spurious boxes per image"
+        title = f"int8_mixed graph {graph['id'][-6:]} ({placement} placement): {shown}, only that op in int8"
+        unit, floor = ("points", 1.0) if "top1_drop_points" in rows[0] else ("spurious boxes per image", 0.1)
+        report_pages.per_class_changes(changes, subsets, title, out / pictures[-1], unit, floor)
     return pictures
 
 

@@ -1,0 +1,102 @@
+"""How a trial graph is judged against the float graph on the selection split: the task's decision
+metric per subset of images (every image, then each condition's), each with its interval.
+
+  TopOne    classification: the paired top-1 drop in points (stats.paired_drop: Newcombe's interval)
+  Spurious  detection: boxes matching neither a true object nor an fp32 box, per image
+            (detection/metrics.changes, decoded as evaluate_engine decodes; stats.count_interval)
+
+Both answer with a Figure per subset, and a budget is held when the figure's upper end is within it.
+The mix search (mixed.py) and the sensitivity table (sensitivity.py) read Figures only, so neither
+assumes a task: a detector's search keeps in float the ops that put spurious boxes on the shadows.
+"""
+
+from dataclasses import dataclass, field
+from typing import Dict, Sequence
+
+import numpy as np
+
+from precisionflow import stats
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One subset's cost of a trial against the float graph."""
+
+    value: float  # top-1 points lost, or spurious boxes per image
+    low: float
+    high: float
+    n: int  # images
+    finest: float  # the smallest budget n images can ever pass (nothing changed on any image)
+    one_image: float  # what one image changes the value by (one image flipped, one box more)
+    counts: Dict[str, int] = field(default_factory=dict)  # lost/gained images, or spurious boxes in all
+
+
+def predicted(outputs: np.ndarray) -> np.ndarray:
+    """Classes from logits, or classes already (a search's cached predictions)."""
+    return outputs.argmax(1) if outputs.ndim > 1 else outputs
+
+
+class TopOne:
+    """Classification: the top-1 drop against the float graph, paired on the same images."""
+
+    metric = "top1_drop_points"  # the sensitivity table's column
+    key = "drop"  # a trial's record
+    unit = "points"
+    overall_budget = None  # the overall budget is int8.mixed_max_val_drop, the search's own setting
+    condition_budget = "max_condition_drop"
+
+    def __init__(self, reference: np.ndarray, labels: np.ndarray, confidence: float):
+        self.labels, self.confidence = labels, confidence
+        self.reference_right = predicted(reference) == labels
+
+    def figures(self, outputs: np.ndarray, where: Dict[str, np.ndarray]) -> Dict[str, Figure]:
+        right = predicted(outputs) == self.labels
+        found = {}
+        for name, idx in where.items():
+            drop = stats.paired_drop(self.reference_right[idx], right[idx], self.confidence)
+            finest = stats.zero_flip_resolution(drop.n, self.confidence)
+            counts = {"lost": drop.b, "gained": drop.c}
+            found[name] = Figure(drop.drop, drop.low, drop.high, drop.n, finest, drop.one_image, counts)
+        return found
+
+    def reference_record(self) -> Dict[str, float]:
+        return {"fp32_top1": float(np.mean(self.reference_right))}
+
+
+class Spurious:
+    """Detection: spurious boxes per image -- above the score threshold, matching neither a true
+    object nor one of the float graph's boxes -- the figure the shadow story's budgets read."""
+
+    metric = "spurious_per_image"
+    key = "spurious_per_image"
+    unit = "spurious boxes per image"
+    overall_budget = "max_spurious_per_image"  # the budgets the detector's rows are judged by
+    condition_budget = "max_condition_spurious_per_image"
+
+    def __init__(self, reference: np.ndarray, truth: Sequence[dict], classes: int, settings: Dict, confidence: float):
+        from precisionflow.detection import boxes
+
+        self.truth, self.classes, self.settings, self.confidence = truth, classes, settings, confidence
+        self.reference = boxes.decode(reference, classes, settings)
+
+    def per_image(self, outputs: np.ndarray) -> np.ndarray:
+        from precisionflow.detection import boxes, metrics
+
+        engine = boxes.decode(outputs, self.classes, self.settings)
+        rows = metrics.changes(engine, self.reference, self.truth, self.settings["score_threshold"], self.settings["match_iou"])
+        return np.asarray([row["spurious"] for row in rows], dtype=float)
+
+    def figures(self, outputs: np.ndarray, where: Dict[str, np.ndarray]) -> Dict[str, Figure]:
+        spurious = self.per_image(outputs)
+        found = {}
+        for name, idx in where.items():
+            counts = spurious[idx]
+            low, high = stats.count_interval(counts, self.confidence) or (0.0, float("inf"))
+            finest = (stats.count_interval(np.zeros(len(idx)), self.confidence) or (0.0, float("inf")))[1]
+            value = float(counts.mean()) if len(idx) else 0.0
+            one_box = 1.0 / len(idx) if len(idx) else float("inf")
+            found[name] = Figure(value, low, high, len(idx), finest, one_box, {"spurious": int(counts.sum())})
+        return found
+
+    def reference_record(self) -> Dict[str, float]:
+        return {}  # fp32's own spurious boxes are none by definition (a box fp32 makes is not spurious)
