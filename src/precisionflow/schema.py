@@ -185,7 +185,8 @@ class Int8Conf:
     keep_output_layer: bool = True
     # int8_mixed, accuracy-driven: keep ops in float, most sensitive first (each op's effect on the
     # outputs measured alone), as few as bisection finds that keep top-1 on `report_split` within
-    # this many points of fp32. null: keep exactly `mixed_keep_fp` ops (ranked by per-tensor error).
+    # this many points of fp32 (a detector's search holds its spurious-box budgets instead, any value
+    # here turns it on). null: keep exactly `mixed_keep_fp` ops (ranked by per-tensor error).
     mixed_max_val_drop: Optional[float] = 2.0
     # int8_mixed with mixed_max_val_drop=null: how many of the most damaged quantized ops to leave in float.
     mixed_keep_fp: int = 1
