@@ -13,7 +13,7 @@ import pytest
 from precisionflow import stats
 from precisionflow.quant import judges, mixed, sensitivity
 
-IMAGES, GRID, CLASSES = 400, 4, 1
+IMAGES, GRID, CLASSES = 400, 4, 1  # one class: car
 SETTINGS = {"min_score": 0.01, "top_k": 10, "nms_iou": 0.5, "score_threshold": 0.3, "match_iou": 0.5}
 
 
@@ -39,7 +39,7 @@ def outputs_with(quantized) -> np.ndarray:
 @pytest.fixture
 def judge():
     truth = [{"boxes": np.zeros((0, 4), np.float32), "classes": np.zeros(0, np.int64)} for _ in range(IMAGES)]
-    return judges.Spurious(quiet_outputs(), truth, CLASSES, SETTINGS, 0.95)
+    return judges.Spurious(quiet_outputs(), truth, ["car"], SETTINGS, 0.95)
 
 
 WHERE = {sensitivity.OVERALL: np.arange(IMAGES), "shadow": np.flatnonzero(SHADOW)}
@@ -105,10 +105,32 @@ def test_the_detector_budgets_are_in_int8_mixeds_params_and_a_detector_without_o
         "max_spurious_per_image": 0.1,
         "max_condition_spurious_per_image": 0.2,
         "condition_limits": {},
+        "max_map_drop": 2.0,
     }
     assert params["detection"]["score_threshold"] == cfg["evaluate"]["detection"]["score_threshold"]
     classifier = int8_mixed.mixed_params(expand(["precisions=[fp32,int8,int8_mixed]"])[0], "onnxruntime_cpu")["int8"]
     assert "detection" not in classifier and set(classifier["condition_budgets"]) == {"max_condition_drop", "condition_limits"}
     with pytest.raises(ConfigError, match="none is set"):
         expand(["experiment=shadow_shift", "precisions=[fp32,int8_mixed]", "evaluate.budget.max_spurious_per_image=null",
-                "evaluate.budget.max_condition_spurious_per_image=null"])
+                "evaluate.budget.max_condition_spurious_per_image=null", "evaluate.budget.max_map_drop=null"])
+
+
+def test_the_map_drop_is_judged_over_every_image_as_the_verdict_bootstraps_it():
+    """A true car where fp32 finds it on every image; the trial loses it on the 40 shadow images:
+    mAP falls by about a tenth, and the figure's interval comes from the paired bootstrap."""
+    reference = quiet_outputs()
+    reference[:, 1, 1, 0] = 6.0  # a confident 8 x 8 box centred at (4, 4): [0, 0, 8, 8]
+    truth = [{"boxes": np.array([[0, 0, 8, 8]], np.float32), "classes": np.zeros(1, np.int64)} for _ in range(IMAGES)]
+    judge = judges.Spurious(reference, truth, ["car"], SETTINGS, 0.95)
+    trial = reference.copy()
+    trial[SHADOW, 1, 1, 0] = -10.0
+    where = {**WHERE, judges.MAP: np.arange(IMAGES)}
+    figures = judge.figures(trial, where)
+    drop = figures[judges.MAP]
+    assert 8 < drop.value < 12 and drop.low < drop.value < drop.high and drop.low > 0
+    assert figures[sensitivity.OVERALL].value == 0  # lost boxes are not spurious ones
+    assert judge.figures(reference, where)[judges.MAP].value == 0
+    _, record = mixed.choose_by(1, lambda kept: judge.figures(trial, where), {judges.MAP: 2.0}, judge, 0.95)
+    assert not record["budget_met"] and "the mAP drop on 400 images" in record["why_not_met"]
+    assert record["max_map_drop"] == 2.0 and record["map_drop"]["low"] > 2.0
+    assert "mAP drop 2.0 points" in mixed.budgets_text(record)

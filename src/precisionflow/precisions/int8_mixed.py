@@ -23,12 +23,12 @@ def mixed_params(cfg, placement):
 
 SEARCH_BUDGETS = {  # per task, the budgets the search holds (besides int8.mixed_max_val_drop for top-1)
     "classification": ("max_condition_drop", "condition_limits"),
-    "detection": ("max_spurious_per_image", "max_condition_spurious_per_image", "condition_limits"),
+    "detection": ("max_spurious_per_image", "max_condition_spurious_per_image", "condition_limits", "max_map_drop"),
 }
 
 
 def check_config(cfg):
-    """A detector's search holds spurious-box budgets; with none set it has nothing to hold."""
+    """A detector's search holds the spurious-box and mAP budgets; with none set it has nothing to hold."""
     if cfg["task"] != "detection" or cfg["int8"]["mixed_max_val_drop"] is None:
         return
     budgets = condition_budgets(cfg["evaluate"], "detection")
@@ -37,8 +37,8 @@ def check_config(cfg):
 
         raise ConfigError(
             "int8_mixed with task=detection: the search keeps ops in float until spurious boxes per image hold "
-            "their budgets, and none is set. Set evaluate.budget(s).max_spurious_per_image, "
-            "max_condition_spurious_per_image or condition_limits (experiment=shadow_shift sets the first two), "
+            "and the mAP drop hold their budgets, and none is set. Set evaluate.budget(s).max_spurious_per_image, "
+            "max_condition_spurious_per_image, condition_limits or max_map_drop (experiment=shadow_shift sets all but the third), "
             "or int8.mixed_max_val_drop=null with int8.mixed_keep_fp."
         )
 

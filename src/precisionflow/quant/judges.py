@@ -63,33 +63,61 @@ class TopOne:
         return {"fp32_top1": float(np.mean(self.reference_right))}
 
 
+MAP = "mAP"  # a detector's mAP@[.5:.95] drop over every image: judged beside the subsets, not one of them
+MAP_RESAMPLES = 1000  # as the verdict's (reporting/verdict_rules.MIN_RESAMPLES): the same evidence
+
+
 class Spurious:
     """Detection: spurious boxes per image -- above the score threshold, matching neither a true
-    object nor one of the float graph's boxes -- the figure the shadow story's budgets read."""
+    object nor one of the float graph's boxes -- the figure the shadow story's budgets read; and,
+    asked for MAP, the mAP drop against the float graph over all images, as the verdict bootstraps it."""
 
     metric = "spurious_per_image"
     key = "spurious_per_image"
     unit = "spurious boxes per image"
     overall_budget = "max_spurious_per_image"  # the budgets the detector's rows are judged by
     condition_budget = "max_condition_spurious_per_image"
+    map_budget = "max_map_drop"
 
-    def __init__(self, reference: np.ndarray, truth: Sequence[dict], classes: int, settings: Dict, confidence: float):
+    def __init__(self, reference: np.ndarray, truth: Sequence[dict], classes: Sequence[str], settings: Dict, confidence: float):
         from precisionflow.detection import boxes
 
-        self.truth, self.classes, self.settings, self.confidence = truth, classes, settings, confidence
-        self.reference = boxes.decode(reference, classes, settings)
+        self.truth, self.classes, self.settings, self.confidence = truth, list(classes), settings, confidence
+        self.reference = boxes.decode(reference, len(self.classes), settings)
+        self._reference_table = None
 
-    def per_image(self, outputs: np.ndarray) -> np.ndarray:
-        from precisionflow.detection import boxes, metrics
+    def per_image(self, engine) -> np.ndarray:
+        from precisionflow.detection import metrics
 
-        engine = boxes.decode(outputs, self.classes, self.settings)
         rows = metrics.changes(engine, self.reference, self.truth, self.settings["score_threshold"], self.settings["match_iou"])
         return np.asarray([row["spurious"] for row in rows], dtype=float)
 
+    def map_drop(self, engine) -> Figure:
+        """mAP@[.5:.95] points below the float graph, its interval from MAP_RESAMPLES paired bootstrap
+        resamples of the images (detection/metrics.paired_map_drops, as evaluate_engine's)."""
+        from precisionflow.detection import metrics
+
+        if self._reference_table is None:
+            self._reference_table = metrics.match_table(self.truth, self.reference, self.classes)
+        table = metrics.match_table(self.truth, engine, self.classes)
+        images = len(self.truth)
+        drops = metrics.paired_map_drops(self._reference_table, table, range(images), MAP_RESAMPLES)["map"]
+        ones = np.ones(images)
+        ordered = metrics.with_order(self._reference_table), metrics.with_order(table)
+        value = 100 * (metrics.weighted_map(ordered[0], ones) - metrics.weighted_map(ordered[1], ones))
+        tail = (1 - self.confidence) / 2
+        low, high = float(np.quantile(drops, tail)), float(np.quantile(drops, 1 - tail))
+        return Figure(value, low, high, images, float("nan"), float("nan"))  # a bootstrap has no closed resolution
+
     def figures(self, outputs: np.ndarray, where: Dict[str, np.ndarray]) -> Dict[str, Figure]:
-        spurious = self.per_image(outputs)
-        found = {}
+        from precisionflow.detection import boxes
+
+        engine = boxes.decode(outputs, len(self.classes), self.settings)
+        spurious = self.per_image(engine)
+        found = {MAP: self.map_drop(engine)} if MAP in where else {}
         for name, idx in where.items():
+            if name == MAP:
+                continue
             counts = spurious[idx]
             low, high = stats.count_interval(counts, self.confidence) or (0.0, float("inf"))
             finest = (stats.count_interval(np.zeros(len(idx)), self.confidence) or (0.0, float("inf")))[1]

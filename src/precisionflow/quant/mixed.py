@@ -64,6 +64,7 @@ def search(
     from precisionflow.datasets import conditions
     from precisionflow.datasets.store import Split
     from precisionflow.quant import sensitivity
+    from precisionflow.quant.judges import MAP
 
     # The selection split in memory: each trial graph runs all of it (bounded by int8.report_split's size).
     split = int8["report_split"]
@@ -72,8 +73,9 @@ def search(
     where = sensitivity.subsets(len(images), conditions.groups(conditions.load(data_dir, split)))
     reference = _outputs(source, images)
     judge = judge_for(int8, reference, decision, confidence)
+    where_judged = {**where, MAP: where[sensitivity.OVERALL]}  # the mAP drop is judged over every image
     limits, unjudged = condition_limits(int8, where, judge)
-    judged_on = {name: where[name] for name in [sensitivity.OVERALL, *limits]}
+    judged_on = {name: where_judged[name] for name in [sensitivity.OVERALL, *limits]}
     with tempfile.TemporaryDirectory(prefix="pf-mixed-") as folder:
         scratch = Path(folder)
 
@@ -83,7 +85,8 @@ def search(
         rows = sensitivity.table(nodes, outputs_with, reference, where, judge)
         int8_itself_outputs = outputs_with(list(nodes))
         failing = failing_subsets(judge.figures(int8_itself_outputs, judged_on), limits)
-        order = sensitivity.order(rows, failing)
+        # the mAP drop has no rows of its own: the ops that change every image's outputs most go first for it
+        order = sensitivity.order(rows, list(dict.fromkeys(sensitivity.OVERALL if name == MAP else name for name in failing)))
 
         def figures(kept: int):  # the selection split through the graph with `kept` ops in float
             return judge.figures(int8_itself_outputs if kept == 0 else outputs_with(order[kept:]), judged_on)
@@ -122,7 +125,7 @@ def judge_for(int8: Dict[str, Any], reference: np.ndarray, decision, confidence:
     from precisionflow.detection.data import load_objects
 
     truth = load_objects(decision.data_dir, decision.name, len(decision))
-    return judges.Spurious(reference, truth, len(decision.classes), settings, confidence)
+    return judges.Spurious(reference, truth, decision.classes, settings, confidence)
 
 
 def condition_limits(int8: Dict[str, Any], where: Dict[str, np.ndarray], judge) -> Tuple[Dict[str, float], List[str]]:
@@ -132,11 +135,15 @@ def condition_limits(int8: Dict[str, Any], where: Dict[str, np.ndarray], judge) 
     int8_mixed is judged by, read into its params)."""
     from precisionflow.quant.sensitivity import OVERALL
 
+    from precisionflow.quant.judges import MAP
+
     budgets = int8.get("condition_budgets") or {}
     overall = int8["mixed_max_val_drop"] if judge.overall_budget is None else budgets.get(judge.overall_budget)
     limits = {} if overall is None else {OVERALL: float(overall)}
+    if budgets.get(getattr(judge, "map_budget", None) or "") is not None:  # a detector's mAP drop, over every image
+        limits[MAP] = float(budgets[judge.map_budget])
     for tag in where:
-        if tag == OVERALL:
+        if tag in (OVERALL, MAP):
             continue
         limit = (budgets.get("condition_limits") or {}).get(tag, budgets.get(judge.condition_budget))
         if limit is not None:
@@ -175,11 +182,24 @@ def overall_limit(record: Dict[str, Any]):
     return record["max_drop_points"] if "max_drop_points" in record else record.get("max_spurious_per_image")
 
 
+def record_limits(record: Dict[str, Any]) -> Dict[str, float]:
+    """{judged subset: budget} as the search's record holds them (overall, the mAP drop, conditions)."""
+    from precisionflow.quant.judges import MAP
+    from precisionflow.quant.sensitivity import OVERALL
+
+    limits = {} if overall_limit(record) is None else {OVERALL: overall_limit(record)}
+    if record.get("max_map_drop") is not None:
+        limits[MAP] = record["max_map_drop"]
+    return {**limits, **(record.get("condition_limits") or {})}
+
+
 def budgets_text(record: Dict[str, Any]) -> str:
     """'2.0 points overall, dim 5.0' -- the budgets a mix must hold, as the search read them."""
     named = ", ".join(f"{name} {limit}" for name, limit in (record.get("condition_limits") or {}).items())
     overall = overall_limit(record)
     said = [f"{overall} {record.get('unit', 'points')} overall"] if overall is not None else []
+    if record.get("max_map_drop") is not None:
+        said.append(f"mAP drop {record['max_map_drop']} points")
     return ", ".join(said + ([named] if named else []))
 
 
@@ -188,7 +208,11 @@ def trial_text(record: Dict[str, Any], trial: Dict[str, Any]) -> str:
     spurious boxes per image'."""
     if "drop" in trial:
         return f"drop {trial['drop']:+.2f} [{trial['low']:+.2f}, {trial['high']:+.2f}] points"
-    return f"{trial['spurious_per_image']:.3f} [{trial['low']:.3f}, {trial['high']:.3f}] {record['unit']}"
+    said = f"{trial['spurious_per_image']:.3f} [{trial['low']:.3f}, {trial['high']:.3f}] {record['unit']}"
+    if "map_drop" in trial:
+        drop = trial["map_drop"]
+        said += f", a mAP drop of {drop['drop']:+.2f} [{drop['low']:+.2f}, {drop['high']:+.2f}] points"
+    return said
 
 
 def fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placement, record, confidence, timer=None, where=None):
@@ -196,14 +220,15 @@ def fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placement, 
     with its isolated int8 ops joined to the float around them (if every budget still holds by its
     interval, each budgeted condition's too); on the CPU placement the candidates are timed against
     fp32 and the fastest kept -- unless it is not faster than fp32 by its interval."""
+    from precisionflow.quant.judges import MAP
     from precisionflow.quant.sensitivity import OVERALL
 
     candidates = {"chosen": kept}
     joined = join_isolated_int8(source, nodes, kept)
     if joined != kept and len(joined) < len(nodes):  # at least one op stays int8: the graph must be int8
         quantized = [op for op in nodes if op not in joined]
-        limits = {**({OVERALL: overall_limit(record)} if overall_limit(record) is not None else {}), **(record.get("condition_limits") or {})}
-        where = where or {OVERALL: np.arange(len(images))}
+        limits = record_limits(record)
+        where = {**(where or {OVERALL: np.arange(len(images))}), MAP: np.arange(len(images))}
         outputs = _quantized_outputs(source, ranges, quantized, images, scratch, placement)
         figures = judge.figures(outputs, {name: where[name] for name in [OVERALL, *limits]})
         overall = figures[OVERALL]
@@ -377,6 +402,7 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
     image away from a 6-point drop is common on small splits), so a trial counts only when every
     interval clears, and the budget is reported met only when the chosen trial's do. Returns
     (kept, record of every trial with its intervals)."""
+    from precisionflow.quant.judges import MAP
     from precisionflow.quant.sensitivity import OVERALL
 
     trials: Dict[int, Dict[str, Any]] = {}
@@ -403,7 +429,7 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
         **judge.reference_record(),
         "figure": judge.metric,
         "unit": judge.unit,
-        "condition_limits": {name: limit for name, limit in limits.items() if name != OVERALL},
+        "condition_limits": {name: limit for name, limit in limits.items() if name not in (OVERALL, MAP)},
         "confidence": confidence,
         "budget_met": met,
         "images": overall.n,
@@ -426,7 +452,10 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
                 "interval": [round(overall.low, 3), round(overall.high, 3)],
             }
         )
-    if len(limits) > 1 or OVERALL not in limits:
+        if MAP in limits:
+            record["max_map_drop"] = limits[MAP]
+            record["map_drop"] = trial_record(trials[chosen], judge)["map_drop"]
+    if set(limits) - {OVERALL, MAP}:
         record["conditions"] = trial_record(trials[chosen], judge).get("conditions", {})
     if not met:
         record["why_not_met"] = why_not_met(trials[chosen], limits, judge)
@@ -435,13 +464,17 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
 
 def trial_record(figures: Dict[str, Any], judge) -> Dict[str, Any]:
     """One trial: the overall figure at the top level (as before conditions), each condition's beside it."""
+    from precisionflow.quant.judges import MAP
     from precisionflow.quant.sensitivity import OVERALL
 
     def fields(v):
         return {judge.key: round(v.value, 3), "low": round(v.low, 3), "high": round(v.high, 3), **v.counts}
 
     found = fields(figures[OVERALL])
-    by_condition = {name: {**fields(v), "images": v.n} for name, v in figures.items() if name != OVERALL}
+    if MAP in figures:
+        drop = figures[MAP]
+        found["map_drop"] = {"drop": round(drop.value, 3), "low": round(drop.low, 3), "high": round(drop.high, 3)}
+    by_condition = {name: {**fields(v), "images": v.n} for name, v in figures.items() if name not in (OVERALL, MAP)}
     if by_condition:
         found["conditions"] = by_condition
     return found
@@ -449,12 +482,16 @@ def trial_record(figures: Dict[str, Any], judge) -> Dict[str, Any]:
 
 def why_not_met(figures: Dict[str, Any], limits: Dict[str, float], judge) -> str:
     """Which budgets the last trial (all but one op float) still did not clear, with what the images can resolve."""
+    from precisionflow.quant.judges import MAP
     from precisionflow.quant.sensitivity import OVERALL
 
     said = []
     for name, limit in limits.items():
         figure = figures[name]
         if figure.high <= limit:
+            continue
+        if name == MAP:
+            said.append(f"the mAP drop on {figure.n} images: {figure.value:+.2f} [{figure.low:+.2f}, {figure.high:+.2f}] points against {limit}")
             continue
         subject = "the selection split" if name == OVERALL else f"condition '{name}'"
         said.append(

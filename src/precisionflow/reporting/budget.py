@@ -594,9 +594,13 @@ def mixed_validation(eval_dir: Path) -> Dict[str, Any]:
     else:  # a detector: spurious boxes per image, overall budget possibly unset (per condition only)
         low, high = search["interval"]
         budget = search.get("max_spurious_per_image")
-        chosen = f"{search['spurious_per_image']:.3f} [{low:.3f}, {high:.3f}] spurious boxes per image, " + (
-            f"budget {budget} {met}" if budget is not None else f"no overall budget; per condition {met}"
+        chosen = f"{search['spurious_per_image']:.3f} [{low:.3f}, {high:.3f}] spurious boxes per image" + (
+            f" (budget {budget})" if budget is not None else " (no overall budget)"
         )
+        if search.get("map_drop"):
+            drop = search["map_drop"]
+            chosen += f", mAP {0.0 - drop['drop']:+.2f} [{0.0 - drop['high']:+.2f}, {0.0 - drop['low']:+.2f}] (budget {search['max_map_drop']})"
+        chosen += f"; budgets {met}"
     return {
         "validation": f"chosen on {search['split']} ({search['images']} images): {chosen}",
         "validation_conditions": {
