@@ -264,8 +264,9 @@ def fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placement, 
 
 def int8_itself(record: Dict[str, Any]) -> str:
     """What int8 with no op kept float measured on the selection split, as a clause: the reason a
-    NOT BUILT quotes, from the trial itself ("int8 breaks the budget" was once said unmeasured)."""
-    trial, budget = record["trials"].get("0"), overall_limit(record)
+    NOT BUILT quotes, from the trial itself ("int8 breaks the budget" was once said unmeasured),
+    with every budget it breaks named (a detector's may hold its spurious boxes and break mAP)."""
+    trial = record["trials"].get("0")
     if trial is None:
         return "int8 itself was not measured on this split"
     if "drop" in trial:
@@ -273,13 +274,36 @@ def int8_itself(record: Dict[str, Any]) -> str:
     else:
         measured = f"int8 itself makes {trial_text(record, trial)}"
     measured += f" on the {record.get('split', 'selection')} split"
-    if budget is None:
+    held = budgets_held(record, trial)
+    if not held:
         return measured
-    if trial["low"] > budget:
-        return f"{measured}, beyond the budget {budget}"
-    if trial["high"] > budget:
-        return f"{measured}, which cannot tell whether it is within the budget {budget} (UNDECIDED)"
-    return f"{measured}, within the budget {budget}"
+    beyond = [name for name, verdict in held.items() if verdict == "beyond"]
+    if beyond:
+        return f"{measured}, beyond the budget {', '.join(beyond)}"
+    undecided = [name for name, verdict in held.items() if verdict == "undecided"]
+    if undecided:
+        return f"{measured}, which cannot tell whether it is within the budget {', '.join(undecided)} (UNDECIDED)"
+    return f"{measured}, within the budget {', '.join(held)}"
+
+
+def budgets_held(record: Dict[str, Any], trial: Dict[str, Any]) -> Dict[str, str]:
+    """{'2.0' / 'mAP drop 2.0' / 'dim 5.0': 'within' | 'beyond' | 'undecided'}: each budget the search
+    held, judged on one trial's intervals."""
+    from precisionflow.quant.judges import MAP
+    from precisionflow.quant.sensitivity import OVERALL
+
+    found = {}
+    for name, limit in record_limits(record).items():
+        if name == OVERALL:
+            figure, said = trial, f"{limit}"
+        elif name == MAP:
+            figure, said = trial.get("map_drop"), f"mAP drop {limit}"
+        else:
+            figure, said = (trial.get("conditions") or {}).get(name), f"{name} {limit}"
+        if figure is None:
+            continue
+        found[said] = "beyond" if figure["low"] > limit else "undecided" if figure["high"] > limit else "within"
+    return found
 
 
 # The workflow times batch 1 and larger batches: a mix must be faster than fp32 at both ends (at
