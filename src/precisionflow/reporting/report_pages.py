@@ -148,7 +148,7 @@ def per_class_changes(
     engines = list(changes)
     grid = np.array([[changes[engine].get(name, np.nan) for name in classes] for engine in engines])
     limit = max(floor, float(np.nanmax(np.abs(grid)))) if grid.size else floor
-    digits = 1 if floor >= 1 else 2
+    digits = 1 if floor >= 1 else 3
     import textwrap
 
     labels_inches = 0.07 * max((len(engine) for engine in engines), default=0)  # long op names need the room
