@@ -139,3 +139,13 @@ def test_the_map_drop_is_judged_over_every_image_as_the_verdict_bootstraps_it():
     both = {sensitivity.OVERALL: 0.1, judges.MAP: 2.0}
     _, record = mixed.choose_by(1, lambda kept: judge.figures(trial, where), both, judge, 0.95)
     assert mixed.int8_itself(record).endswith("beyond the budget mAP drop 2.0")
+
+
+def test_a_detectors_lines_say_spurious_boxes_not_points():
+    from precisionflow.reporting.budget import costly_text, figure_text
+
+    detector = {"task": "detection"}
+    assert costly_text(detector, [["b0_add", 0.034]]) == "b0_add 0.034 spurious boxes per image"
+    assert costly_text({"task": "classification"}, [["conv3", 4.17]]) == "conv3 -4.17 points"
+    assert figure_text({"spurious_per_image": 0.02, "low": 0.005, "high": 0.05}).endswith("spurious boxes per image")
+    assert figure_text({"drop": 2.0, "low": 0.5, "high": 3.5}) == "-2.00 [-3.50, -0.50]"

@@ -494,6 +494,9 @@ def judge_entry(
         calibrate = next((node for name, node in named_lineage(results / key).items() if name.endswith("calibrate")), None)
         entry["calibration_coverage"] = (calibrate or {}).get("summary", {}).get("sample_per_condition")
     entry.update(mixed_validation(results / key))
+    if entry.get("validation") and metrics.get("map_drop_resamples"):  # a detector's test figure, as its verdict reads it
+        low, high = verdict_rules.resampled_interval(metrics["map_drop_resamples"], budget["confidence"])
+        entry["map_drop"] = {"drop": entry["drop_points"], "low": low, "high": high}
     failed_conditions = [tag for tag in condition_breaches(entry["breaches"]) if tag in (entry.get("per_condition") or {})]
     if failed_conditions:  # which ops cost those images most, where a search measured it
         costly = costly_ops(plan, results, key)
@@ -736,9 +739,10 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
             if check["verdict"] == verdict_rules.NOT_APPLIED:
                 lines.append("      " + check["text"])
         if entry.get("validation"):
-            lines.append(
-                f"      int8_mixed {entry['validation']}; test: {0.0 - entry['drop_points']:+.2f}{interval_text(entry['drop'])}"
+            tested = f"mAP {0.0 - entry['drop_points']:+.2f}{interval_text(entry['map_drop'])}" if entry.get("map_drop") else (
+                f"{0.0 - entry['drop_points']:+.2f}{interval_text(entry['drop'])}"
             )
+            lines.append(f"      int8_mixed {entry['validation']}; test: {tested}")
         lines += ["      " + text for text in condition_side_by_side(entry)]
         if entry.get("costly_ops_hint"):
             lines.append("      " + entry["costly_ops_hint"])
