@@ -62,7 +62,7 @@ def test_a_new_measuring_stage_is_a_table_row_and_a_module(monkeypatch):
     probe.run = lambda params, inputs, out: {}
     monkeypatch.setitem(sys.modules, probe.__name__, probe)
     row = flow.Stage("energy_probe", "joules per image", {"engine": flow.ENGINE, "fp32_engine": flow.ENGINE}, each="engine",
-                     slug="{engine}", optional=("fp32_engine",))
+                     slug=lambda params, at, up: up["engine"] + "-joules", optional=("fp32_engine",))
     aggregates = {  # the report and MLflow read every measurement
         name: dataclasses.replace(flow.BY_NAME[name], reads={**flow.BY_NAME[name].reads, "energy": ("energy_probe",)})
         for name in ("report", "track_mlflow")
@@ -81,6 +81,7 @@ def test_a_new_measuring_stage_is_a_table_row_and_a_module(monkeypatch):
     assert sorted(spec["inputs"]["engine"] for spec in probes.values()) == sorted(engines)
     assert sorted(len(spec["inputs"]) for spec in probes.values()) == [1, 2]  # fp32's own engine has no fp32_engine
     assert all(spec["params"] == {"joules_per": "image", "target": "local"} for spec in probes.values())
+    assert all(key.rsplit("-", 1)[0].endswith("-local-joules") for key in probes)  # named by its row's slug
     assert set(built["nodes"][built["report"]]["inputs"].values()) >= set(probes)  # the report reads them
 
 

@@ -18,7 +18,7 @@ and ends with report -> track_mlflow over all its measurements.
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Tuple
+from typing import Any, Callable, Dict, Iterable, Tuple
 
 
 @dataclass(frozen=True)
@@ -33,13 +33,15 @@ class Stage:
     shown: bool = False  # its per-epoch progress is shown on the console
     local: bool = False  # runs on the submitting host (never a cluster job)
     threads: int = 1  # cores Snakemake reserves for the job (TensorFlow trainings use two)
-    # A measurement is placed by the planner's generic walk (plan.py, place_measurements): one node
-    # per engine ("engine") or per target ("target"), named by `slug`, fed the inputs it declares
-    # from what that engine or target has, timed with `backend` ("" = the engine backend), and
-    # only where `switch` (a config path; "{target}" stands for the target) is true.
-    each: str = ""
-    slug: str = ""
+    # The readable part of its nodes' ids: slug(its params, the Reading it was read at, {input role:
+    # the readable part of that input's id}). Every node is made the same way (plan.py, place_at).
+    slug: Callable[[Dict[str, Any], Any, Dict[str, str]], str] = lambda params, at, upstream: "node"
     optional: Tuple[str, ...] = ()  # inputs fed only where they exist (fp32's own engine has no fp32_engine)
+    # A measurement is placed by the planner's generic walk (plan.py, place_measurements): one node
+    # per engine ("engine") or per target ("target"), fed the inputs it declares from what that
+    # engine or target has, timed with `backend` ("" = the engine backend), and only where `switch`
+    # (a config path; "{target}" stands for the target) is true.
+    each: str = ""
     backend: str = ""
     switch: str = ""
 
@@ -51,8 +53,26 @@ BUILDS_ON = "builds_on"
 MODEL = ("train_model", "finetune_model")
 ENGINE = ("build_engine",)
 
+def _pruned(params, at, upstream) -> str:
+    from precisionflow.modeling.pruning import describe
+
+    return describe(params["prune"]).replace(" ", "-")
+
+
+def _graph(params, at, upstream) -> str:
+    """int8-ortcpu-...: the precision, the CPU placement where it has one, the precision's own suffix."""
+    from precisionflow import precisions
+
+    placed = "-ortcpu" if at.placement == "onnxruntime_cpu" else ""
+    return at.precision + placed + precisions.get(at.precision).slug_suffix(at.cfg)
+
+
+def _engine(params, at, upstream) -> str:
+    return upstream["engine"]
+
+
 STAGES: Tuple[Stage, ...] = (
-    Stage("prepare_dataset", "the splits (train/val/test), cached as the data set's config says"),
+    Stage("prepare_dataset", "the splits (train/val/test), cached as the data set's config says", slug=lambda params, at, up: params["name"]),
     Stage(
         "train_model",
         "train the model (fp32 or a mixed-precision policy), saved as fp32 weights",
@@ -61,6 +81,7 @@ STAGES: Tuple[Stage, ...] = (
         runtime_min=240,
         shown=True,
         threads=2,
+        slug=lambda params, at, up: f"{at.cfg['model']['name']}-{at.cfg['train']['precision_policy']}-e{at.cfg['train']['epochs']}",
     ),
     Stage(
         "prune_model",
@@ -70,6 +91,7 @@ STAGES: Tuple[Stage, ...] = (
         runtime_min=120,
         shown=True,
         threads=2,
+        slug=_pruned,
     ),
     Stage(
         "finetune_model",
@@ -79,6 +101,7 @@ STAGES: Tuple[Stage, ...] = (
         runtime_min=240,
         shown=True,
         threads=2,
+        slug=lambda params, at, up: f"{at.finetune['mode']}-e{at.finetune['epochs']}",
     ),
     Stage(
         "export_onnx",
@@ -86,6 +109,7 @@ STAGES: Tuple[Stage, ...] = (
         {"model": MODEL, "data": DATA},
         mem_mb=3000,
         group="graphs",
+        slug=lambda params, at, up: f"{up['model']}-opset{at.cfg['export']['opset']}",
     ),
     Stage(
         "calibrate",
@@ -93,6 +117,7 @@ STAGES: Tuple[Stage, ...] = (
         {"onnx": ("export_onnx",), "data": DATA},
         mem_mb=2000,
         group="graphs",
+        slug=lambda params, at, up: f"{at.source}-{params['method']}-n{params['num_samples']}",
     ),
     Stage(
         "quantize_onnx",
@@ -100,8 +125,15 @@ STAGES: Tuple[Stage, ...] = (
         {"onnx": ("export_onnx",), "calibration": ("calibrate",), "data": DATA, BUILDS_ON: ("quantize_onnx",)},
         mem_mb=2000,
         group="graphs",
+        slug=_graph,
+        optional=("calibration", "data"),  # a float graph is converted, an int8 one calibrated on the data
     ),
-    Stage("build_engine", "the engine for one target (ONNX Runtime or TensorRT)", {"graph": ("quantize_onnx",)}),
+    Stage(
+        "build_engine",
+        "the engine for one target (ONNX Runtime or TensorRT)",
+        {"graph": ("quantize_onnx",)},
+        slug=lambda params, at, up: f"{up['graph']}-{at.target}",
+    ),
     Stage(
         "evaluate_engine",
         "accuracy against fp32 on the test split, and absolute speed",
@@ -115,7 +147,7 @@ STAGES: Tuple[Stage, ...] = (
         mem_mb=2000,
         timing=True,
         each="engine",
-        slug="{engine}",
+        slug=_engine,
         optional=("qat_export", "qat_model"),  # a QAT precision's deployed model is also its trained one
     ),
     Stage(
@@ -125,7 +157,7 @@ STAGES: Tuple[Stage, ...] = (
         mem_mb=3000,
         timing=True,
         each="engine",
-        slug="{engine}",
+        slug=_engine,
         optional=("fp32_engine", "model"),  # the model: where the target times TensorFlow too
     ),
     Stage(
@@ -135,7 +167,7 @@ STAGES: Tuple[Stage, ...] = (
         mem_mb=3000,
         timing=True,
         each="engine",
-        slug="{engine}",
+        slug=_engine,
         optional=("fp32_engine",),
         switch="evaluate.serving.enabled",
     ),
@@ -146,7 +178,7 @@ STAGES: Tuple[Stage, ...] = (
         mem_mb=3000,
         timing=True,
         each="target",
-        slug="tf-{target}",
+        slug=lambda params, at, up: f"tf-{at.target}",
         backend="tensorflow",
         switch="target_defs.{target}.framework",
     ),

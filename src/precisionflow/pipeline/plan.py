@@ -11,6 +11,12 @@ Scheduler resources and pure thresholds (`checks`) travel with the node but stay
 a changed threshold re-checks the existing node (precisionflow run does, before anything runs),
 a changed resource only moves where the job runs.
 
+Every node is made one way (PlanBuilder.place_at): the stage's reads, its inputs by the roles
+flow.py declares, its readable name by the table's slug. What the planner itself decides is the
+shape of a point's chain -- which model, which graphs the precisions need (a QAT fine-tune, a
+calibration, the precision a mix builds on), one engine per target -- and the measurements are
+placed by walking the table (place_measurements).
+
 Sweep points that share a prefix therefore share nodes (a sweep over precisions trains once),
 flipping a parameter back finds the old outputs, and editing a module gives new ids to exactly
 the stages whose code imports it, and to their downstream.
@@ -210,17 +216,9 @@ class PlanBuilder:
         """Add one configuration's chain; return its measured nodes (evaluations, ratios, baselines)."""
         self.stage_resources = cfg.get("stage_resources") or {}
         data = self.add("prepare_dataset", cfg["dataset"]["name"], self.data_params(cfg), {}, at=Reading(cfg))
-        train_params = stage_module("train_model").reads(Reading(cfg))
-        train_params["model"]["files"] = self.model_files(train_params["model"])
-        model = trained = self.add(
-            "train_model",
-            f"{cfg['model']['name']}-{cfg['train']['precision_policy']}-e{cfg['train']['epochs']}",
-            train_params,
-            {"data": data},
-            at=Reading(cfg),
-        )
+        model = trained = self.place_at("train_model", Reading(cfg), {"data": data})
         if cfg["prune"]["method"] != "none":  # the QAT branch starts from the pruned model too
-            model = trained = self._add_prune(cfg, model, data)
+            model = trained = self.place_at("prune_model", Reading(cfg), {"model": model, "data": data})
         if cfg["finetune"]["mode"] != "none":
             model = self._add_finetune(cfg, cfg["finetune"], model, data)
         onnx = self._add_export(cfg, model, data)
@@ -266,16 +264,24 @@ class PlanBuilder:
         ]
 
     def place(self, stage: str, cfg, target: str, has: Dict[str, Node], precision=None, slug="", extra=None) -> Node:
-        """One node of a stage that runs on a target: its params what the stage reads there (plus
-        `extra`), its inputs the roles flow.py declares for it, taken from `has`."""
+        """A node of a stage that runs on a target (an engine, a measurement): read there, with the
+        runtime it runs on and the target's scheduler resources."""
         row = flow.BY_NAME[stage]
         runtime, resources = self._device(cfg, target, row.backend or cfg["engine"]["backend"])
-        at = Reading(cfg, target, runtime, precision)
+        return self.place_at(stage, Reading(cfg, target, runtime, precision), has, slug, resources, extra)
+
+    def place_at(self, stage: str, at: Reading, has: Dict[str, Node], slug="", resources=None, extra=None) -> Node:
+        """The one way a stage's node is made: its params what the stage reads at `at` (plus `extra`,
+        plus the content of the files a model spec opens), its inputs the roles flow.py declares for
+        it taken from `has`, its readable name the table's (unless `slug` names it)."""
+        row = flow.BY_NAME[stage]
         params = {**stage_module(stage).reads(at), **(extra or {})}
-        inputs = {role: node for role, node in has.items() if role in row.reads}
+        if isinstance(params.get("model"), dict):  # a model is built from these files: their content is in the id
+            params["model"]["files"] = self.model_files(params["model"])
+        inputs = {role: node for role, node in has.items() if flow.edge_kind(stage, role) in row.reads}
         flow.check_roles(stage, inputs)
-        engine = has["engine"].id.rsplit("-", 1)[0] if "engine" in has else ""
-        return self.add(stage, slug or row.slug.format(engine=engine, target=target), params, inputs, resources=resources, at=at)
+        upstream = {role: node.id.rsplit("-", 1)[0] for role, node in inputs.items()}
+        return self.add(stage, slug or row.slug(params, at, upstream), params, inputs, resources=resources, at=at)
 
     def trained_model_of(self, precision: str, graph: Node) -> Dict[str, Node]:
         """A precision deployed as it was trained (int8_qat) is also compared with that model itself:
@@ -289,36 +295,11 @@ class PlanBuilder:
         target_def = cfg["target_defs"][target]
         return self.runtime(backend, target_def), dict(target_def["resources"])
 
-    def _add_prune(self, cfg, model: Node, data: Node) -> Node:
-        at = Reading(cfg)
-        params = stage_module("prune_model").reads(at)  # its settings were checked with the rest (config/compose.py)
-        from precisionflow.modeling.pruning import describe
-
-        return self.add("prune_model", describe(params["prune"]).replace(" ", "-"), params, {"model": model, "data": data}, at=at)
-
     def _add_finetune(self, cfg, finetune: Dict[str, Any], model: Node, data: Node) -> Node:
-        at = Reading(cfg, finetune=finetune)
-        params = stage_module("finetune_model").reads(at)
-        params["model"]["files"] = self.model_files(params["model"])
-        return self.add(
-            "finetune_model", f"{finetune['mode']}-e{finetune['epochs']}", params, {"model": model, "data": data}, at=at
-        )
+        return self.place_at("finetune_model", Reading(cfg, finetune=finetune), {"model": model, "data": data})
 
     def _add_export(self, cfg, model: Node, data: Node) -> Node:
-        module = stage_module("export_onnx")
-        return self.add(
-            "export_onnx",
-            f"{model.id.rsplit('-', 1)[0]}-opset{cfg['export']['opset']}",
-            module.reads(Reading(cfg)),
-            {"model": model, "data": data},
-            at=Reading(cfg),
-        )
-
-    def _add_calibration(self, cfg, onnx: Node, data: Node, source: str) -> Node:
-        at = Reading(cfg, source=source)
-        params = stage_module("calibrate").reads(at)
-        slug = f"{source}-{params['method']}-n{params['num_samples']}"
-        return self.add("calibrate", slug, params, {"onnx": onnx, "data": data}, at=at)
+        return self.place_at("export_onnx", Reading(cfg), {"model": model, "data": data})
 
     def placement(self, cfg, target: str) -> str:
         """Where a target's int8 Q/DQ goes: the placement of the runtime that runs its engines."""
@@ -353,31 +334,26 @@ class PlanBuilder:
     ) -> Node:
         spec = precisions.get(precision)
         at = Reading(cfg, precision=precision, placement=placement or "tensorrt")
-        params = stage_module("quantize_onnx").reads(at)
         inputs = {"onnx": onnx}
         if spec.qat_finetune:
             qat_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="qat"), trained, data)
             inputs["onnx"] = self._add_export(cfg, qat_model, data)
         if spec.calibration:
-            inputs["calibration"] = self._add_calibration(cfg, inputs["onnx"], data, spec.calibration)
+            calibration_at = Reading(cfg, source=spec.calibration)
+            inputs["calibration"] = self.place_at("calibrate", calibration_at, {"onnx": inputs["onnx"], "data": data})
             inputs["data"] = data
         if spec.builds_on:  # the graph node of the precision it builds on, the same placement
             inputs[spec.builds_on] = graphs.get((spec.builds_on, placement)) or self._add_graph(
                 cfg, spec.builds_on, onnx, data, graphs, trained, placement
             )
-        slug = precision + ("-ortcpu" if placement == "onnxruntime_cpu" else "") + spec.slug_suffix(cfg)
-        self.warn_once(spec.planning_warning(params, lambda: self.split_sizes(data)))
         # its speed trials (CPU placement) run under the timing exclusivity (common.smk); never hashed
         timed_here = {"timing": 1} if spec.times_its_graph and placement == "onnxruntime_cpu" else {}
-        return self.add("quantize_onnx", slug, params, inputs, resources=timed_here, at=at)
+        graph = self.place_at("quantize_onnx", at, inputs, resources=timed_here)
+        self.warn_once(spec.planning_warning(graph.params, lambda: self.split_sizes(data)))
+        return graph
 
     def _add_engine(self, cfg, graph: Node, target: str) -> Node:
-        runtime, resources = self._device(cfg, target, cfg["engine"]["backend"])
-        at = Reading(cfg, target, runtime)
-        params = stage_module("build_engine").reads(at)
-        return self.add(
-            "build_engine", f"{graph.id.rsplit('-', 1)[0]}-{target}", params, {"graph": graph}, resources=resources, at=at
-        )
+        return self.place("build_engine", cfg, target, {"graph": graph})
 
     def _add_qat_twin(self, cfg, trained: Node, qat_graph: Node, onnx: Node, data: Node) -> List[Node]:
         """The QAT fine-tune run again in fp32 (same epochs, learning rate, seed, data), exported,
