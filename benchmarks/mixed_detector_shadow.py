@@ -15,14 +15,12 @@ int8 as built, speed over fp32 with its interval, and the search's time against 
 """
 
 import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import OUT, QUICK_TIMING, ROOT, save  # noqa: E402
-from mixed_per_condition import engines, graphs  # noqa: E402
+from _common import OUT, QUICK_TIMING, save  # noqa: E402
+from mixed_per_condition import run_and_read  # noqa: E402
 
 OVERRIDES = [
     "experiment=shadow_shift",
@@ -39,22 +37,8 @@ def main() -> None:
     results = OUT / "mixed-detector-shadow" / (re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(sorted(extra))) or "default")
     given = {override.split("=", 1)[0] for override in extra}  # an OVERRIDE replaces the default of its key
     overrides = [override for override in OVERRIDES if override.split("=", 1)[0] not in given] + extra
-    command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *overrides]
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    (OUT / f"mixed_detector_shadow_{label}_stdout.txt").write_text(done.stdout + done.stderr)
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"run failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    found = {
-        "command": " ".join(["benchmarks/mixed_detector_shadow.py", label, *extra]),
-        "overrides": overrides,
-        "exit": done.returncode,
-        "wall_s": round(wall, 1),
-        "graphs": graphs(results),
-        "engines": engines(results),
-        "console_budgets": done.stdout[done.stdout.find("Budgets (") :],
-    }
+    said = ["benchmarks/mixed_detector_shadow.py", label, *extra]
+    found = run_and_read(results, overrides, said, OUT / f"mixed_detector_shadow_{label}_stdout.txt")
     save(f"mixed_detector_shadow_{label}.json", found)
     print(found["console_budgets"])
 

@@ -130,6 +130,27 @@ def summarize(label: str, results: Path) -> None:
     path.write_text(json.dumps(found, indent=1) + "\n")
 
 
+def run_and_read(results: Path, overrides, said, console: Path) -> dict:
+    """`precisionflow run` into `results`, its console kept at `console`; what it measured: each
+    quantize node's search (graphs), each engine's verdict (engines) and the console's verdict lines."""
+    command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *overrides]
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    console.write_text(done.stdout + done.stderr)
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"run failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return {
+        "command": " ".join(said),
+        "overrides": overrides,
+        "exit": done.returncode,
+        "wall_s": round(wall, 1),
+        "graphs": graphs(results),
+        "engines": engines(results),
+        "console_budgets": done.stdout[done.stdout.find("Budgets (") :],
+    }
+
+
 def main() -> None:
     if sys.argv[1] == "--summarize":  # --summarize RESULT_JSON_NAME RESULTS_DIR
         summarize(sys.argv[2], Path(sys.argv[3]))
@@ -141,22 +162,8 @@ def main() -> None:
     given = {override.split("=", 1)[0] for override in extra}  # an OVERRIDE replaces the default of its key
     defaults = [override for override in OVERRIDES if override.split("=", 1)[0] not in given]
     overrides = [*defaults, f"dataset.path={folder}", f"dataset.conditions={sidecar}", *extra]
-    command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *overrides]
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    (OUT / f"mixed_per_condition_{label}_dim{dim_factor}_stdout.txt").write_text(done.stdout + done.stderr)
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"run failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    found = {
-        "command": " ".join(["benchmarks/mixed_per_condition.py", label, str(dim_factor), *extra]),
-        "overrides": overrides,
-        "exit": done.returncode,
-        "wall_s": round(wall, 1),
-        "graphs": graphs(results),
-        "engines": engines(results),
-        "console_budgets": done.stdout[done.stdout.find("Budgets (") :],
-    }
+    said = ["benchmarks/mixed_per_condition.py", label, str(dim_factor), *extra]
+    found = run_and_read(results, overrides, said, OUT / f"mixed_per_condition_{label}_dim{dim_factor}_stdout.txt")
     tag = re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(sorted(extra)))
     save(f"mixed_per_condition_{label}_dim{dim_factor}{'_' + tag if tag else ''}.json", found)
     print(found["console_budgets"])
