@@ -87,9 +87,24 @@ def graphs(results: Path):
             "seconds": (node.get("timings") or {}).get("seconds"),
             "search": {
                 key: search.get(key)
-                for key in ("split", "images", "drop_points", "drop_interval", "spurious_per_image", "interval",
-                            "max_spurious_per_image", "map_drop", "max_map_drop", "conditions", "condition_limits",
-                            "budget_met", "fastest", "speed_vs_fp32", "joined", "of")
+                for key in (
+                    "split",
+                    "images",
+                    "drop_points",
+                    "drop_interval",
+                    "spurious_per_image",
+                    "interval",
+                    "max_spurious_per_image",
+                    "map_drop",
+                    "max_map_drop",
+                    "conditions",
+                    "condition_limits",
+                    "budget_met",
+                    "fastest",
+                    "speed_vs_fp32",
+                    "joined",
+                    "of",
+                )
                 if key in search
             }
             | {

@@ -132,7 +132,12 @@ CATEGORIES = {
         ("detection data, classification task", ["dataset=shadow_cars"], "add task=detection"),
         (
             "int8_mixed for a detector with no spurious-box budget",
-            ["experiment=detection", "precisions=[fp32,int8_mixed]", "evaluate.budget.max_spurious_per_image=null", "evaluate.budget.max_map_drop=null"],
+            [
+                "experiment=detection",
+                "precisions=[fp32,int8_mixed]",
+                "evaluate.budget.max_spurious_per_image=null",
+                "evaluate.budget.max_map_drop=null",
+            ],
             "int8_mixed with task=detection: the search keeps ops in float until spurious boxes",
         ),
     ],

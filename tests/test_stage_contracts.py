@@ -61,8 +61,14 @@ def test_a_new_measuring_stage_is_a_table_row_and_a_module(monkeypatch):
     probe.reads = lambda at: {"joules_per": "image", "target": at.target}
     probe.run = lambda params, inputs, out: {}
     monkeypatch.setitem(sys.modules, probe.__name__, probe)
-    row = flow.Stage("energy_probe", "joules per image", {"engine": flow.ENGINE, "fp32_engine": flow.ENGINE}, each="engine",
-                     slug=lambda params, at, up: up["engine"] + "-joules", optional=("fp32_engine",))
+    row = flow.Stage(
+        "energy_probe",
+        "joules per image",
+        {"engine": flow.ENGINE, "fp32_engine": flow.ENGINE},
+        each="engine",
+        slug=lambda params, at, up: up["engine"] + "-joules",
+        optional=("fp32_engine",),
+    )
     aggregates = {  # the report and MLflow read every measurement
         name: dataclasses.replace(flow.BY_NAME[name], reads={**flow.BY_NAME[name].reads, "energy": ("energy_probe",)})
         for name in ("report", "track_mlflow")

@@ -27,7 +27,8 @@ class BudgetConf:
     max_spurious_per_image: Optional[float] = None  # detection: boxes matching neither truth nor fp32, per image
     # Per condition (images tagged by the data set, datasets/conditions.py), each condition judged on its
     # own images with a multiplicity correction across conditions:
-    max_condition_drop: Optional[float] = None  # classification: top-1 points below fp32 on any condition
+    # the task's accuracy on any condition: top-1 points below fp32; a detector's mAP@.5 points (its images alone)
+    max_condition_drop: Optional[float] = None
     max_condition_spurious_per_image: Optional[float] = None  # detection: spurious boxes per image on any condition
     # A limit for one named condition (the task's figure above): e.g. {shadow_long: 0.2}.
     condition_limits: Dict[str, float] = field(default_factory=dict)

@@ -142,7 +142,15 @@ def test_a_coco_sidecar_naming_an_image_not_in_the_annotations_fails_at_planning
         (["dataset=shadow_cars"], "is a detection data set but task=classification"),
         (["task=detection"], "task=detection needs a detection data set"),
         (["task=detection", "dataset=shadow_cars"], "task=detection needs a detector"),
-        (["experiment=detection", "precisions=[fp32,int8,int8_mixed]", "evaluate.budget.max_spurious_per_image=null", "evaluate.budget.max_map_drop=null"], "int8_mixed with task=detection: the search keeps ops in float until spurious boxes"),
+        (
+            [
+                "experiment=detection",
+                "precisions=[fp32,int8,int8_mixed]",
+                "evaluate.budget.max_spurious_per_image=null",
+                "evaluate.budget.max_map_drop=null",
+            ],
+            "int8_mixed with task=detection: the search keeps ops in float until spurious boxes",
+        ),
         (["experiment=detection", "prune=channel", "finetune.mode=fp32"], "pruning a detector is not supported"),
         (["model=center_net"], "model=center_net is a detector"),
         (["experiment=detection", "dataset.num_images=5"], "at least 20 scenes"),

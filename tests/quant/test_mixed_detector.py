@@ -54,7 +54,9 @@ def test_spurious_boxes_are_counted_per_condition_with_the_verdicts_interval(jud
     assert (overall.low, overall.high) == pytest.approx(stats.count_interval(spurious, 0.95))
     assert overall.high < 0.25 < shadow.low  # the overall budget holds; the shadow images are far beyond any
     quiet = judge.figures(outputs_with(["stem"]), WHERE)["shadow"]
-    assert quiet.value == 0 and quiet.high == pytest.approx(quiet.finest) and quiet.high > 0  # 40 clean images bound, never [0, 0]
+    assert (
+        quiet.value == 0 and quiet.high == pytest.approx(quiet.finest) and quiet.high > 0
+    )  # 40 clean images bound, never [0, 0]
 
 
 def test_the_sensitivity_table_names_the_op_that_puts_boxes_on_the_shadows(judge):
@@ -107,13 +109,21 @@ def test_the_detector_budgets_are_in_int8_mixeds_params_and_a_detector_without_o
         "max_condition_spurious_per_image": 0.2,
         "condition_limits": {},
         "max_map_drop": 2.0,
+        "max_condition_drop": None,  # a detector's mAP@.5 per condition: unset in the preset
     }
     assert params["detection"]["score_threshold"] == cfg["evaluate"]["detection"]["score_threshold"]
     classifier = int8_mixed.mixed_params(expand(["precisions=[fp32,int8,int8_mixed]"])[0], "onnxruntime_cpu")["int8"]
     assert "detection" not in classifier and set(classifier["condition_budgets"]) == {"max_condition_drop", "condition_limits"}
     with pytest.raises(ConfigError, match="none is set"):
-        expand(["experiment=shadow_shift", "precisions=[fp32,int8_mixed]", "evaluate.budget.max_spurious_per_image=null",
-                "evaluate.budget.max_condition_spurious_per_image=null", "evaluate.budget.max_map_drop=null"])
+        expand(
+            [
+                "experiment=shadow_shift",
+                "precisions=[fp32,int8_mixed]",
+                "evaluate.budget.max_spurious_per_image=null",
+                "evaluate.budget.max_condition_spurious_per_image=null",
+                "evaluate.budget.max_map_drop=null",
+            ]
+        )
 
 
 def test_the_map_drop_is_judged_over_every_image_as_the_verdict_bootstraps_it():
@@ -149,3 +159,47 @@ def test_a_detectors_lines_say_spurious_boxes_not_points():
     assert costly_text({"task": "classification"}, [["conv3", 4.17]]) == "conv3 -4.17 points"
     assert figure_text({"spurious_per_image": 0.02, "low": 0.005, "high": 0.05}).endswith("spurious boxes per image")
     assert figure_text({"drop": 2.0, "low": 0.5, "high": 3.5}) == "-2.00 [-3.50, -0.50]"
+
+
+def test_each_conditions_map50_drop_is_held_on_its_own_images():
+    """max_condition_drop for a detector: the mAP@.5 drop of each condition's images alone. The trial
+    loses the true box on the shadow images only: overall mAP@.5 falls by a tenth, the shadows' by all."""
+    reference = quiet_outputs()
+    reference[:, 1, 1, 0] = 6.0
+    truth = [{"boxes": np.array([[0, 0, 8, 8]], np.float32), "classes": np.zeros(1, np.int64)} for _ in range(IMAGES)]
+    judge = judges.Spurious(reference, truth, ["car"], SETTINGS, 0.95)
+    trial = reference.copy()
+    trial[SHADOW, 1, 1, 0] = -10.0
+    limits, _ = mixed.condition_limits(
+        {"mixed_max_val_drop": 2.0, "condition_budgets": {"max_condition_drop": 5.0}}, WHERE, judge
+    )
+    assert limits == {judges.map50_key("shadow"): 5.0}
+    where = {**WHERE, judges.map50_key("shadow"): WHERE["shadow"]}
+    figure = judge.figures(trial, where)[judges.map50_key("shadow")]
+    assert figure.value == pytest.approx(100.0) and figure.n == 40  # every shadow box lost
+    _, record = mixed.choose_by(1, lambda kept: judge.figures(trial, where), limits, judge, 0.95)
+    assert record["map50_limits"] == {"shadow": 5.0} and record["map50_drop_by_condition"]["shadow"]["drop"] == 100.0
+    assert "the mAP@.5 drop on 'shadow' on 40 images" in record["why_not_met"]
+    assert mixed.int8_itself(record).endswith("beyond the budget shadow mAP@.5 drop 5.0")
+    assert record["condition_limits"] == {} and "conditions" not in record  # no spurious budget was asked for
+
+
+def test_the_verdict_judges_a_detectors_map50_drop_per_condition():
+    from precisionflow.reporting import verdict_rules
+
+    lost = [40.0 + 0.01 * i for i in range(1000)]  # resampled drops far beyond a 5-point budget
+    held = [0.5 + 0.001 * i for i in range(1000)]
+    found = verdict_rules.group_resampled_checks({"shadow": (40.0, lost), "day": (1.0, held)}, 5.0, 0.95, "mAP@.5", "conditions")
+    assert [entry["verdict"] for entry in found] == ["FAIL"] and "'shadow'" in found[0]["text"]
+    assert "Bonferroni level over 2 conditions" in found[0]["text"]
+    passed = verdict_rules.group_resampled_checks({"day": (1.0, held)}, 5.0, 0.95, "mAP@.5", "conditions")
+    assert passed[0]["verdict"] == "PASS" and "the worst of 1 conditions" in passed[0]["text"]
+    few = verdict_rules.group_resampled_checks({"day": (1.0, held[:10])}, 5.0, 0.95, "mAP@.5", "conditions")
+    assert few[0]["verdict"] == "UNDECIDED"  # ten resamples are no interval
+    from precisionflow.reporting import budget
+
+    metrics = {"map50_by_condition": {"shadow": {"map50": 0.5, "reference_map50": 0.9, "images": 40, "drop_resamples": lost}}}
+    limits = {"max_condition_drop": 5.0, "confidence": 0.95}
+    found = budget.detection_condition_checks(metrics, limits)
+    assert [entry["verdict"] for entry in found] == ["FAIL"] and "mAP@.5 on 'shadow' +40.00" in found[0]["text"]
+    assert budget.detection_condition_checks(metrics, {"max_condition_drop": None, "confidence": 0.95}) == []

@@ -53,6 +53,7 @@ BUILDS_ON = "builds_on"
 MODEL = ("train_model", "finetune_model")
 ENGINE = ("build_engine",)
 
+
 def _pruned(params, at, upstream) -> str:
     from precisionflow.modeling.pruning import describe
 
@@ -72,7 +73,11 @@ def _engine(params, at, upstream) -> str:
 
 
 STAGES: Tuple[Stage, ...] = (
-    Stage("prepare_dataset", "the splits (train/val/test), cached as the data set's config says", slug=lambda params, at, up: params["name"]),
+    Stage(
+        "prepare_dataset",
+        "the splits (train/val/test), cached as the data set's config says",
+        slug=lambda params, at, up: params["name"],
+    ),
     Stage(
         "train_model",
         "train the model (fp32 or a mixed-precision policy), saved as fp32 weights",
@@ -81,7 +86,9 @@ STAGES: Tuple[Stage, ...] = (
         runtime_min=240,
         shown=True,
         threads=2,
-        slug=lambda params, at, up: f"{at.cfg['model']['name']}-{at.cfg['train']['precision_policy']}-e{at.cfg['train']['epochs']}",
+        slug=lambda params, at, up: (
+            f"{at.cfg['model']['name']}-{at.cfg['train']['precision_policy']}-e{at.cfg['train']['epochs']}"
+        ),
     ),
     Stage(
         "prune_model",

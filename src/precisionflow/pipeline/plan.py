@@ -240,7 +240,12 @@ class PlanBuilder:
                 measured += self._add_qat_twin(cfg, trained, graph_of[(precision, cfg["targets"][0])], onnx, data)
         for (precision, target), engine in engines.items():
             # Every engine is compared with the same fp32 reference: the main path's exported model.
-            has = {"engine": engine, "data": data, "reference": onnx, **self.trained_model_of(precision, graph_of[(precision, target)])}
+            has = {
+                "engine": engine,
+                "data": data,
+                "reference": onnx,
+                **self.trained_model_of(precision, graph_of[(precision, target)]),
+            }
             if engines[(reference, target)].key != engine.key:
                 has["fp32_engine"] = engines[(reference, target)]
             if cfg["target_defs"][target]["framework"]:
@@ -253,7 +258,9 @@ class PlanBuilder:
             measured += self.place_measurements(cfg, "target", target, {"model": model, "data": data})
         return measured
 
-    def place_measurements(self, cfg, each: str, target: str, has: Dict[str, Node], precision: Optional[str] = None) -> List[Node]:
+    def place_measurements(
+        self, cfg, each: str, target: str, has: Dict[str, Node], precision: Optional[str] = None
+    ) -> List[Node]:
         """The generic walk over the flow table's measurements: every stage placed per engine (or per
         target) whose switch is on, fed what it declares of `has` -- a new measuring stage is a row
         in flow.STAGES and its module, nothing here."""

@@ -23,7 +23,13 @@ def mixed_params(cfg, placement):
 
 SEARCH_BUDGETS = {  # per task, the budgets the search holds (besides int8.mixed_max_val_drop for top-1)
     "classification": ("max_condition_drop", "condition_limits"),
-    "detection": ("max_spurious_per_image", "max_condition_spurious_per_image", "condition_limits", "max_map_drop"),
+    "detection": (
+        "max_spurious_per_image",
+        "max_condition_spurious_per_image",
+        "condition_limits",
+        "max_map_drop",
+        "max_condition_drop",
+    ),
 }
 
 
@@ -37,8 +43,8 @@ def check_config(cfg):
 
         raise ConfigError(
             "int8_mixed with task=detection: the search keeps ops in float until spurious boxes per image hold "
-            "and the mAP drop hold their budgets, and none is set. Set evaluate.budget(s).max_spurious_per_image, "
-            "max_condition_spurious_per_image, condition_limits or max_map_drop (experiment=shadow_shift sets all but the third), "
+            "and the mAP drops hold their budgets, and none is set. Set evaluate.budget(s).max_spurious_per_image, "
+            "max_condition_spurious_per_image, condition_limits, max_map_drop or max_condition_drop (mAP@.5 per condition), "
             "or int8.mixed_max_val_drop=null with int8.mixed_keep_fp."
         )
 

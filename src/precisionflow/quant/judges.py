@@ -64,7 +64,17 @@ class TopOne:
 
 
 MAP = "mAP"  # a detector's mAP@[.5:.95] drop over every image: judged beside the subsets, not one of them
+MAP50_OF = " mAP@.5"  # "<condition> mAP@.5": that condition's mAP@.5 drop, its images scored alone
 MAP_RESAMPLES = 1000  # as the verdict's (reporting/verdict_rules.MIN_RESAMPLES): the same evidence
+
+
+def map50_key(tag: str) -> str:
+    return tag + MAP50_OF
+
+
+def map50_tag(name: str):
+    """The condition a '<condition> mAP@.5' name judges, or None for any other name."""
+    return name[: -len(MAP50_OF)] if name.endswith(MAP50_OF) else None
 
 
 class Spurious:
@@ -78,6 +88,7 @@ class Spurious:
     overall_budget = "max_spurious_per_image"  # the budgets the detector's rows are judged by
     condition_budget = "max_condition_spurious_per_image"
     map_budget = "max_map_drop"
+    condition_map_budget = "max_condition_drop"  # the task's accuracy per condition: mAP@.5
 
     def __init__(self, reference: np.ndarray, truth: Sequence[dict], classes: Sequence[str], settings: Dict, confidence: float):
         from precisionflow.detection import boxes
@@ -92,31 +103,33 @@ class Spurious:
         rows = metrics.changes(engine, self.reference, self.truth, self.settings["score_threshold"], self.settings["match_iou"])
         return np.asarray([row["spurious"] for row in rows], dtype=float)
 
-    def map_drop(self, engine) -> Figure:
-        """mAP@[.5:.95] points below the float graph, its interval from MAP_RESAMPLES paired bootstrap
-        resamples of the images (detection/metrics.paired_map_drops, as evaluate_engine's)."""
+    def map_drop(self, table, members: np.ndarray, key: str) -> Figure:
+        """mAP (key "map", mAP@[.5:.95]) or mAP@.5 ("map50") points below the float graph on the
+        `members` images, its interval from MAP_RESAMPLES paired bootstrap resamples of them
+        (detection/metrics.paired_map_drops, as evaluate_engine's)."""
         from precisionflow.detection import metrics
 
         if self._reference_table is None:
-            self._reference_table = metrics.match_table(self.truth, self.reference, self.classes)
-        table = metrics.match_table(self.truth, engine, self.classes)
-        images = len(self.truth)
-        drops = metrics.paired_map_drops(self._reference_table, table, range(images), MAP_RESAMPLES)["map"]
-        ones = np.ones(images)
-        ordered = metrics.with_order(self._reference_table), metrics.with_order(table)
-        value = 100 * (metrics.weighted_map(ordered[0], ones) - metrics.weighted_map(ordered[1], ones))
+            self._reference_table = metrics.with_order(metrics.match_table(self.truth, self.reference, self.classes))
+        drops = metrics.paired_map_drops(self._reference_table, table, members, MAP_RESAMPLES)[key]
+        weights = np.bincount(np.asarray(members, dtype=np.int64), minlength=len(self.truth)).astype(float)
+        thresholds = slice(None) if key == "map" else slice(0, 1)
+        reference = metrics.weighted_map(self._reference_table, weights, thresholds)
+        value = 100 * (reference - metrics.weighted_map(metrics.with_order(table), weights, thresholds))
         tail = (1 - self.confidence) / 2
         low, high = float(np.quantile(drops, tail)), float(np.quantile(drops, 1 - tail))
-        return Figure(value, low, high, images, float("nan"), float("nan"))  # a bootstrap has no closed resolution
+        return Figure(value, low, high, len(members), float("nan"), float("nan"))  # a bootstrap has no closed resolution
 
     def figures(self, outputs: np.ndarray, where: Dict[str, np.ndarray]) -> Dict[str, Figure]:
-        from precisionflow.detection import boxes
+        from precisionflow.detection import boxes, metrics
 
         engine = boxes.decode(outputs, len(self.classes), self.settings)
         spurious = self.per_image(engine)
-        found = {MAP: self.map_drop(engine)} if MAP in where else {}
+        scored = [name for name in where if name == MAP or map50_tag(name)]
+        table = metrics.match_table(self.truth, engine, self.classes) if scored else None
+        found = {name: self.map_drop(table, where[name], "map" if name == MAP else "map50") for name in scored}
         for name, idx in where.items():
-            if name == MAP:
+            if name in found:
                 continue
             counts = spurious[idx]
             low, high = stats.count_interval(counts, self.confidence) or (0.0, float("inf"))

@@ -64,7 +64,7 @@ def search(
     from precisionflow.datasets import conditions
     from precisionflow.datasets.store import Split
     from precisionflow.quant import sensitivity
-    from precisionflow.quant.judges import MAP
+    from precisionflow.quant.judges import MAP, map50_key, map50_tag
 
     # The selection split in memory: each trial graph runs all of it (bounded by int8.report_split's size).
     split = int8["report_split"]
@@ -73,7 +73,8 @@ def search(
     where = sensitivity.subsets(len(images), conditions.groups(conditions.load(data_dir, split)))
     reference = _outputs(source, images)
     judge = judge_for(int8, reference, decision, confidence)
-    where_judged = {**where, MAP: where[sensitivity.OVERALL]}  # the mAP drop is judged over every image
+    # the mAP drop is judged over every image, a condition's mAP@.5 drop over its images alone
+    where_judged = {**where, MAP: where[sensitivity.OVERALL], **{map50_key(tag): idx for tag, idx in where.items()}}
     limits, unjudged = condition_limits(int8, where, judge)
     judged_on = {name: where_judged[name] for name in [sensitivity.OVERALL, *limits]}
     with tempfile.TemporaryDirectory(prefix="pf-mixed-") as folder:
@@ -85,8 +86,9 @@ def search(
         rows = sensitivity.table(nodes, outputs_with, reference, where, judge)
         int8_itself_outputs = outputs_with(list(nodes))
         failing = failing_subsets(judge.figures(int8_itself_outputs, judged_on), limits)
-        # the mAP drop has no rows of its own: the ops that change every image's outputs most go first for it
-        order = sensitivity.order(rows, list(dict.fromkeys(sensitivity.OVERALL if name == MAP else name for name in failing)))
+        # the mAP drops have no rows of their own: the ops that change those images' outputs most go first for them
+        ranked_for = [sensitivity.OVERALL if name == MAP else map50_tag(name) or name for name in failing]
+        order = sensitivity.order(rows, list(dict.fromkeys(ranked_for)))
 
         def figures(kept: int):  # the selection split through the graph with `kept` ops in float
             return judge.figures(int8_itself_outputs if kept == 0 else outputs_with(order[kept:]), judged_on)
@@ -105,7 +107,9 @@ def search(
         )
         why = nothing_to_build(record, chosen)
         if not why:
-            kept, why = fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placement, record, confidence, where=where)
+            kept, why = fastest_mix(
+                source, ranges, nodes, kept, images, judge, scratch, placement, record, confidence, where=where
+            )
     record["kept"] = len(kept)
     if why:
         record["declined"] = why
@@ -132,22 +136,25 @@ def condition_limits(int8: Dict[str, Any], where: Dict[str, np.ndarray], judge) 
     """({subset: budget} the mix must hold by its interval, [named conditions this split lacks]):
     overall, int8.mixed_max_val_drop for a classifier, max_spurious_per_image for a detector; every
     condition at the task's per-condition budget; a named one at its own limit (the budgets
-    int8_mixed is judged by, read into its params)."""
+    int8_mixed is judged by, read into its params); for a detector also the mAP drop over every image
+    and each condition's mAP@.5 drop (max_map_drop, max_condition_drop)."""
+    from precisionflow.quant.judges import MAP, map50_key
     from precisionflow.quant.sensitivity import OVERALL
-
-    from precisionflow.quant.judges import MAP
 
     budgets = int8.get("condition_budgets") or {}
     overall = int8["mixed_max_val_drop"] if judge.overall_budget is None else budgets.get(judge.overall_budget)
     limits = {} if overall is None else {OVERALL: float(overall)}
     if budgets.get(getattr(judge, "map_budget", None) or "") is not None:  # a detector's mAP drop, over every image
         limits[MAP] = float(budgets[judge.map_budget])
+    map50_limit = budgets.get(getattr(judge, "condition_map_budget", None) or "")  # a detector's mAP@.5 per condition
     for tag in where:
         if tag in (OVERALL, MAP):
             continue
         limit = (budgets.get("condition_limits") or {}).get(tag, budgets.get(judge.condition_budget))
         if limit is not None:
             limits[tag] = float(limit)
+        if map50_limit is not None:
+            limits[map50_key(tag)] = float(map50_limit)
     unjudged = sorted(set(budgets.get("condition_limits") or {}) - set(where))
     return limits, unjudged
 
@@ -183,14 +190,15 @@ def overall_limit(record: Dict[str, Any]):
 
 
 def record_limits(record: Dict[str, Any]) -> Dict[str, float]:
-    """{judged subset: budget} as the search's record holds them (overall, the mAP drop, conditions)."""
-    from precisionflow.quant.judges import MAP
+    """{judged subset: budget} as the search's record holds them (overall, the mAP drops, conditions)."""
+    from precisionflow.quant.judges import MAP, map50_key
     from precisionflow.quant.sensitivity import OVERALL
 
     limits = {} if overall_limit(record) is None else {OVERALL: overall_limit(record)}
     if record.get("max_map_drop") is not None:
         limits[MAP] = record["max_map_drop"]
-    return {**limits, **(record.get("condition_limits") or {})}
+    limits.update(record.get("condition_limits") or {})
+    return {**limits, **{map50_key(tag): limit for tag, limit in (record.get("map50_limits") or {}).items()}}
 
 
 def budgets_text(record: Dict[str, Any]) -> str:
@@ -200,6 +208,8 @@ def budgets_text(record: Dict[str, Any]) -> str:
     said = [f"{overall} {record.get('unit', 'points')} overall"] if overall is not None else []
     if record.get("max_map_drop") is not None:
         said.append(f"mAP drop {record['max_map_drop']} points")
+    if record.get("map50_limits"):
+        said.append(f"mAP@.5 drop {next(iter(record['map50_limits'].values()))} points on each condition")
     return ", ".join(said + ([named] if named else []))
 
 
@@ -289,7 +299,7 @@ def int8_itself(record: Dict[str, Any]) -> str:
 def budgets_held(record: Dict[str, Any], trial: Dict[str, Any]) -> Dict[str, str]:
     """{'2.0' / 'mAP drop 2.0' / 'dim 5.0': 'within' | 'beyond' | 'undecided'}: each budget the search
     held, judged on one trial's intervals."""
-    from precisionflow.quant.judges import MAP
+    from precisionflow.quant.judges import MAP, map50_tag
     from precisionflow.quant.sensitivity import OVERALL
 
     found = {}
@@ -298,6 +308,8 @@ def budgets_held(record: Dict[str, Any], trial: Dict[str, Any]) -> Dict[str, str
             figure, said = trial, f"{limit}"
         elif name == MAP:
             figure, said = trial.get("map_drop"), f"mAP drop {limit}"
+        elif map50_tag(name):
+            figure, said = (trial.get("map50_drop_by_condition") or {}).get(map50_tag(name)), f"{name} drop {limit}"
         else:
             figure, said = (trial.get("conditions") or {}).get(name), f"{name} {limit}"
         if figure is None:
@@ -426,7 +438,7 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
     image away from a 6-point drop is common on small splits), so a trial counts only when every
     interval clears, and the budget is reported met only when the chosen trial's do. Returns
     (kept, record of every trial with its intervals)."""
-    from precisionflow.quant.judges import MAP
+    from precisionflow.quant.judges import MAP, map50_tag
     from precisionflow.quant.sensitivity import OVERALL
 
     trials: Dict[int, Dict[str, Any]] = {}
@@ -453,7 +465,7 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
         **judge.reference_record(),
         "figure": judge.metric,
         "unit": judge.unit,
-        "condition_limits": {name: limit for name, limit in limits.items() if name not in (OVERALL, MAP)},
+        "condition_limits": {name: limit for name, limit in limits.items() if name not in (OVERALL, MAP) and not map50_tag(name)},
         "confidence": confidence,
         "budget_met": met,
         "images": overall.n,
@@ -476,10 +488,15 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
                 "interval": [round(overall.low, 3), round(overall.high, 3)],
             }
         )
+        chosen_record = trial_record(trials[chosen], judge)
         if MAP in limits:
             record["max_map_drop"] = limits[MAP]
-            record["map_drop"] = trial_record(trials[chosen], judge)["map_drop"]
-    if set(limits) - {OVERALL, MAP}:
+            record["map_drop"] = chosen_record["map_drop"]
+        map50_limits = {map50_tag(name): limit for name, limit in limits.items() if map50_tag(name)}
+        if map50_limits:
+            record["map50_limits"] = map50_limits
+            record["map50_drop_by_condition"] = chosen_record["map50_drop_by_condition"]
+    if record["condition_limits"]:
         record["conditions"] = trial_record(trials[chosen], judge).get("conditions", {})
     if not met:
         record["why_not_met"] = why_not_met(trials[chosen], limits, judge)
@@ -488,17 +505,25 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
 
 def trial_record(figures: Dict[str, Any], judge) -> Dict[str, Any]:
     """One trial: the overall figure at the top level (as before conditions), each condition's beside it."""
-    from precisionflow.quant.judges import MAP
+    from precisionflow.quant.judges import MAP, map50_tag
     from precisionflow.quant.sensitivity import OVERALL
 
     def fields(v):
         return {judge.key: round(v.value, 3), "low": round(v.low, 3), "high": round(v.high, 3), **v.counts}
 
     found = fields(figures[OVERALL])
+
+    def drop_fields(v):
+        return {"drop": round(v.value, 3), "low": round(v.low, 3), "high": round(v.high, 3)}
+
     if MAP in figures:
-        drop = figures[MAP]
-        found["map_drop"] = {"drop": round(drop.value, 3), "low": round(drop.low, 3), "high": round(drop.high, 3)}
-    by_condition = {name: {**fields(v), "images": v.n} for name, v in figures.items() if name not in (OVERALL, MAP)}
+        found["map_drop"] = drop_fields(figures[MAP])
+    map50 = {map50_tag(name): {**drop_fields(v), "images": v.n} for name, v in figures.items() if map50_tag(name)}
+    if map50:
+        found["map50_drop_by_condition"] = map50
+    by_condition = {
+        name: {**fields(v), "images": v.n} for name, v in figures.items() if name not in (OVERALL, MAP) and not map50_tag(name)
+    }
     if by_condition:
         found["conditions"] = by_condition
     return found
@@ -506,7 +531,7 @@ def trial_record(figures: Dict[str, Any], judge) -> Dict[str, Any]:
 
 def why_not_met(figures: Dict[str, Any], limits: Dict[str, float], judge) -> str:
     """Which budgets the last trial (all but one op float) still did not clear, with what the images can resolve."""
-    from precisionflow.quant.judges import MAP
+    from precisionflow.quant.judges import MAP, map50_tag
     from precisionflow.quant.sensitivity import OVERALL
 
     said = []
@@ -514,8 +539,11 @@ def why_not_met(figures: Dict[str, Any], limits: Dict[str, float], judge) -> str
         figure = figures[name]
         if figure.high <= limit:
             continue
-        if name == MAP:
-            said.append(f"the mAP drop on {figure.n} images: {figure.value:+.2f} [{figure.low:+.2f}, {figure.high:+.2f}] points against {limit}")
+        if name == MAP or map50_tag(name):
+            what = "the mAP drop" if name == MAP else f"the mAP@.5 drop on '{map50_tag(name)}'"
+            said.append(
+                f"{what} on {figure.n} images: {figure.value:+.2f} [{figure.low:+.2f}, {figure.high:+.2f}] points against {limit}"
+            )
             continue
         subject = "the selection split" if name == OVERALL else f"condition '{name}'"
         said.append(

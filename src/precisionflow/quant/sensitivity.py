@@ -115,9 +115,6 @@ def read_csv(path) -> List[Dict]:
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     return [
-        {
-            key: (int(text) if key in COUNTS else text if key in ("op", "condition") else float(text))
-            for key, text in row.items()
-        }
+        {key: (int(text) if key in COUNTS else text if key in ("op", "condition") else float(text)) for key, text in row.items()}
         for row in rows
     ]

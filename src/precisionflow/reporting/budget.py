@@ -267,9 +267,19 @@ def detection_checks(metrics: Dict[str, Any], fp32: Dict[str, Any], budget: Dict
 
 
 def detection_condition_checks(metrics: Dict[str, Any], budget: Dict[str, Any]) -> List[Dict[str, str]]:
-    """Spurious boxes per image on each condition's images (metrics["spurious_by_condition"])."""
+    """Spurious boxes per image on each condition's images (metrics["spurious_by_condition"]), and
+    the mAP@.5 drop on each condition's images alone (max_condition_drop: the task's accuracy)."""
     by_condition = metrics.get("spurious_by_condition") or {}
     found = []
+    scored = metrics.get("map50_by_condition") or {}
+    if budget.get("max_condition_drop") is not None and scored:
+        groups = {
+            tag: (100 * (figures["reference_map50"] - figures["map50"]), figures.get("drop_resamples") or [])
+            for tag, figures in scored.items()
+        }
+        found += verdict_rules.group_resampled_checks(
+            groups, budget["max_condition_drop"], budget["confidence"], "mAP@.5", "conditions"
+        )
     if budget.get("max_condition_spurious_per_image") is not None and by_condition:
         found += verdict_rules.group_mean_checks(
             by_condition,
@@ -593,7 +603,9 @@ def mixed_validation(eval_dir: Path) -> Dict[str, Any]:
     met = "met" if search["budget_met"] else "NOT met by its interval"
     if "drop_interval" in search:  # a classifier: top-1 points
         low, high = search["drop_interval"]
-        chosen = f"{0.0 - search['drop_points']:+.2f} [{0.0 - high:+.2f}, {0.0 - low:+.2f}], budget {search['max_drop_points']} {met}"
+        chosen = (
+            f"{0.0 - search['drop_points']:+.2f} [{0.0 - high:+.2f}, {0.0 - low:+.2f}], budget {search['max_drop_points']} {met}"
+        )
     else:  # a detector: spurious boxes per image, overall budget possibly unset (per condition only)
         low, high = search["interval"]
         budget = search.get("max_spurious_per_image")
@@ -609,6 +621,11 @@ def mixed_validation(eval_dir: Path) -> Dict[str, Any]:
         "validation_conditions": {
             tag: {**figures, "limit": search["condition_limits"][tag], "split": search["split"]}
             for tag, figures in (search.get("conditions") or {}).items()
+        },
+        # a detector's mAP@.5 per condition, as the search held it
+        "validation_map50": {
+            tag: {**figures, "limit": search["map50_limits"][tag], "split": search["split"]}
+            for tag, figures in (search.get("map50_drop_by_condition") or {}).items()
         },
         # a named condition the selection split has no image of: the search could not hold it (said, not dropped)
         "validation_unjudged": [
@@ -739,8 +756,10 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
             if check["verdict"] == verdict_rules.NOT_APPLIED:
                 lines.append("      " + check["text"])
         if entry.get("validation"):
-            tested = f"mAP {0.0 - entry['drop_points']:+.2f}{interval_text(entry['map_drop'])}" if entry.get("map_drop") else (
-                f"{0.0 - entry['drop_points']:+.2f}{interval_text(entry['drop'])}"
+            tested = (
+                f"mAP {0.0 - entry['drop_points']:+.2f}{interval_text(entry['map_drop'])}"
+                if entry.get("map_drop")
+                else (f"{0.0 - entry['drop_points']:+.2f}{interval_text(entry['drop'])}")
             )
             lines.append(f"      int8_mixed {entry['validation']}; test: {tested}")
         lines += ["      " + text for text in condition_side_by_side(entry)]
@@ -764,6 +783,18 @@ def condition_side_by_side(entry: Dict[str, Any]) -> List[str]:
         tested = f"test {figure_text(test)} on {test['images']} images" if test.get("images") else "test: no images of it"
         lines.append(
             f"{tag}: chosen on {chosen['split']} {figure_text(chosen)} on {chosen['images']} images (limit {chosen['limit']}); {tested}"
+        )
+    for tag, chosen in (entry.get("validation_map50") or {}).items():  # a detector's mAP@.5, condition by condition
+        test = (entry.get("per_condition") or {}).get(tag) or {}
+        tested = (
+            f"test {100 * (test['map50'] - test['map50_fp32']):+.2f} [{0.0 - test['map50_drop_high']:+.2f}, "
+            f"{0.0 - test['map50_drop_low']:+.2f}] on {test['images']} images"
+            if "map50_drop_high" in test
+            else "test: no images of it"
+        )
+        lines.append(
+            f"{tag} mAP@.5: chosen on {chosen['split']} {0.0 - chosen['drop']:+.2f} [{0.0 - chosen['high']:+.2f}, "
+            f"{0.0 - chosen['low']:+.2f}] on {chosen['images']} images (limit {chosen['limit']}); {tested}"
         )
     return lines
 

@@ -291,6 +291,41 @@ def group_mean_checks(
     return [judged(PASS, entries[worst]["text"] + f"; the worst of {len(values)} {kinds}")]
 
 
+def group_resampled_checks(
+    groups: Dict[str, tuple], limit: float, confidence: float, subject: str, kinds: str
+) -> List[Dict[str, str]]:
+    """One budget on a bootstrapped drop (a detector's mAP@.5 per condition) over many groups:
+    `groups` {name: (estimate in points, its paired resamples)}. PASS needs every group's interval
+    within it; a group FAILs only when its interval at the Bonferroni level is beyond it (as
+    group_mean_checks: a bootstrap has no p-value to step down with)."""
+    if not groups:
+        return []
+    strict = 1 - (1 - confidence) / len(groups)
+    entries = {}
+    for name, (estimate, resampled) in groups.items():
+        entry = map_drop_check(estimate, resampled, limit, confidence, f"{subject} on '{name}'")
+        if entry["verdict"] == FAIL:
+            held = resampled_interval(resampled, strict)[0] > limit
+            entry = judged(
+                FAIL if held else UNDECIDED,
+                entry["text"]
+                + (
+                    f"; beyond it at the Bonferroni level over {len(groups)} {kinds} ({100 * strict:.2f}%)"
+                    if held
+                    else f"; not beyond it at the Bonferroni level over {len(groups)} {kinds}"
+                ),
+            )
+        entries[name] = entry
+    failing = [entry for entry in entries.values() if entry["verdict"] == FAIL]
+    if failing:
+        return failing
+    undecided = [entry for entry in entries.values() if entry["verdict"] == UNDECIDED]
+    if undecided:
+        return undecided[:1]
+    worst = max(groups, key=lambda name: groups[name][0])
+    return [judged(PASS, entries[worst]["text"] + f"; the worst of {len(groups)} {kinds}")]
+
+
 def worst_group(drops: Dict[str, stats.PairedDrop]) -> Optional[tuple]:
     """(name, drop in points) of the group that lost most, by its estimate; None without groups."""
     if not drops:
