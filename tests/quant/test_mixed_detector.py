@@ -203,3 +203,142 @@ def test_the_verdict_judges_a_detectors_map50_drop_per_condition():
     found = budget.detection_condition_checks(metrics, limits)
     assert [entry["verdict"] for entry in found] == ["FAIL"] and "mAP@.5 on 'shadow' +40.00" in found[0]["text"]
     assert budget.detection_condition_checks(metrics, {"max_condition_drop": None, "confidence": 0.95}) == []
+
+
+def tiny_detector(path):
+    """NHWC 8 x 8 x 1 -> Conv `stem` (4 x 4, stride 4: 1 -> 4 channels) -> Relu -> Conv `head`
+    (1 x 1: 4 -> 5 channels) -> NHWC 2 x 2 x 5: the detector contract's heat logit and box channels."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    stem = rng.normal(0, 0.3, (4, 1, 4, 4)).astype(np.float32)
+    head = rng.normal(0, 0.5, (5, 4, 1, 1)).astype(np.float32)
+    nodes = [
+        helper.make_node("Transpose", ["image"], ["nchw"], perm=[0, 3, 1, 2], name="to_nchw"),
+        helper.make_node("Conv", ["nchw", "stem_w"], ["stem_out"], kernel_shape=[4, 4], strides=[4, 4], name="stem"),
+        helper.make_node("Relu", ["stem_out"], ["relu"], name="relu"),
+        helper.make_node("Conv", ["relu", "head_w"], ["head_out"], kernel_shape=[1, 1], name="head"),
+        helper.make_node("Transpose", ["head_out"], ["outputs"], perm=[0, 2, 3, 1], name="to_nhwc"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny_detector",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 8, 8, 1])],
+        [helper.make_tensor_value_info("outputs", TensorProto.FLOAT, ["N", 2, 2, 5])],
+        [numpy_helper.from_array(stem, "stem_w"), numpy_helper.from_array(head, "head_w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("placement", ["tensorrt", "onnxruntime_cpu"])
+def test_a_detector_search_runs_end_to_end_on_the_selection_split_only(tmp_path, placement, monkeypatch):
+    """The glue a unit test of choose_by cannot see (a KeyError on the first real run with every
+    detector budget set): a real ONNX detector through search(), spurious boxes overall and per
+    condition, the mAP drop, each condition's mAP@.5, and the speed trials on the CPU placement."""
+    from precisionflow.datasets import conditions
+    from precisionflow.datasets.store import Split, write_arrays
+    from precisionflow.detection.data import save_objects
+    from precisionflow.stages import calibrate
+
+    source = tiny_detector(tmp_path / "tiny.onnx")
+    rng = np.random.default_rng(1)
+    data = tmp_path / "data"
+    splits = {name: (rng.integers(0, 256, (48, 8, 8, 1)).astype(np.uint8), None) for name in ("val", "test")}
+    write_arrays(data, splits, ["car"])
+    for name in splits:
+        save_objects(data, name, [{"boxes": [[0, 0, 8, 8]], "classes": [0]} for _ in range(48)])
+        conditions.save(data, name, [["shadow"] if i % 4 == 0 else [] for i in range(48)])
+    images = Split(data, "val").array()
+    ranges = calibrate.measure_ranges(source, images, {"method": "minmax", "batch_size": 16})
+    opened = []
+    real_init = Split.__init__
+    monkeypatch.setattr(Split, "__init__", lambda self, folder, name: opened.append(name) or real_init(self, folder, name))
+    int8 = {
+        "report_split": "val",
+        "mixed_max_val_drop": 2.0,
+        "detection": SETTINGS,
+        "condition_budgets": {
+            "max_spurious_per_image": 0.5,
+            "max_condition_spurious_per_image": 0.5,
+            "condition_limits": {},
+            "max_map_drop": 50.0,
+            "max_condition_drop": 50.0,
+        },
+    }
+    kept, record = mixed.search(source, ranges, ["stem", "head"], data, int8, 0.95, placement)
+    assert set(opened) == {"val"}  # the search never opens the test split
+    assert record["figure"] == "spurious_per_image" and record["trials"]["0"]["map50_drop_by_condition"]["shadow"]["images"] == 12
+    assert record["map50_limits"] == {"shadow": 50.0} and set(record["condition_limits"]) == {"shadow"}
+    assert {row["condition"] for row in record["sensitivity_table"]} == {"(all)", "shadow"}
+    assert record.get("declined") or kept  # built, or NOT BUILT with its reason
+    if placement == "onnxruntime_cpu" and not record.get("declined", "").startswith("int8 itself"):
+        assert "speed_vs_fp32" in record or "declined" in record
+
+
+def chain_detector(path):
+    """Four Convs in a chain (a: 4 x 4 stride 4, then b, c, d: 1 x 1), NHWC 8 x 8 x 1 -> 2 x 2 x 5."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    shapes = {"a": (4, 1, 4, 4), "b": (4, 4, 1, 1), "c": (4, 4, 1, 1), "d": (5, 4, 1, 1)}
+    nodes, previous = [helper.make_node("Transpose", ["image"], ["x"], perm=[0, 3, 1, 2], name="to_nchw")], "x"
+    for name, shape in shapes.items():
+        strides = [4, 4] if name == "a" else [1, 1]
+        nodes.append(
+            helper.make_node("Conv", [previous, f"{name}_w"], [name], kernel_shape=list(shape[2:]), strides=strides, name=name)
+        )
+        previous = name
+    nodes.append(helper.make_node("Transpose", ["d"], ["outputs"], perm=[0, 2, 3, 1], name="to_nhwc"))
+    weights = [
+        numpy_helper.from_array(rng.normal(0, 0.4, shape).astype(np.float32), f"{name}_w") for name, shape in shapes.items()
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "chain_detector",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 8, 8, 1])],
+        [helper.make_tensor_value_info("outputs", TensorProto.FLOAT, ["N", 2, 2, 5])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def test_joining_an_isolated_int8_op_rechecks_every_detector_budget(tmp_path):
+    """With b kept float, a sits alone in int8 next to it: the joined mix is re-judged against every
+    budget the search held -- the conditions' spurious boxes and their mAP@.5 included (the key the
+    first real run lacked)."""
+    from precisionflow.stages import calibrate
+
+    source = chain_detector(tmp_path / "chain.onnx")
+    images = np.random.default_rng(2).random((40, 8, 8, 1)).astype(np.float32)
+    ranges = calibrate.measure_ranges(source, images, {"method": "minmax", "batch_size": 20})
+    reference = mixed._outputs(source, images)
+    truth = [{"boxes": np.array([[0, 0, 8, 8]], np.float32), "classes": np.zeros(1, np.int64)} for _ in range(40)]
+    judge = judges.Spurious(reference, truth, ["car"], SETTINGS, 0.95)
+    where = {sensitivity.OVERALL: np.arange(40), "shadow": np.arange(0, 40, 4)}
+    judged_on = {**where, judges.MAP: np.arange(40), judges.map50_key("shadow"): where["shadow"]}
+    limits = {sensitivity.OVERALL: 5.0, "shadow": 5.0, judges.MAP: 100.0, judges.map50_key("shadow"): 100.0}
+    _, record = mixed.choose_by(4, lambda kept: judge.figures(reference, judged_on), limits, judge, 0.95)
+    record.update({"split": "val", "of": 4})
+    kept, why = mixed.fastest_mix(
+        source,
+        ranges,
+        ["a", "b", "c", "d"],
+        ["b"],
+        images,
+        judge,
+        tmp_path,
+        "tensorrt",
+        record,
+        0.95,
+        where=where,  # the conditions' own images: the mAP keys are derived
+    )
+    assert record["joined"]["kept"] == 2 and why == ""  # a joined b; every budget (generous here) still holds
+    assert kept in (["b"], ["b", "a"])

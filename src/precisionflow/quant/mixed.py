@@ -64,7 +64,7 @@ def search(
     from precisionflow.datasets import conditions
     from precisionflow.datasets.store import Split
     from precisionflow.quant import sensitivity
-    from precisionflow.quant.judges import MAP, map50_key, map50_tag
+    from precisionflow.quant.judges import MAP, map50_tag
 
     # The selection split in memory: each trial graph runs all of it (bounded by int8.report_split's size).
     split = int8["report_split"]
@@ -73,10 +73,8 @@ def search(
     where = sensitivity.subsets(len(images), conditions.groups(conditions.load(data_dir, split)))
     reference = _outputs(source, images)
     judge = judge_for(int8, reference, decision, confidence)
-    # the mAP drop is judged over every image, a condition's mAP@.5 drop over its images alone
-    where_judged = {**where, MAP: where[sensitivity.OVERALL], **{map50_key(tag): idx for tag, idx in where.items()}}
     limits, unjudged = condition_limits(int8, where, judge)
-    judged_on = {name: where_judged[name] for name in [sensitivity.OVERALL, *limits]}
+    judged_on = judged_subsets(where, [sensitivity.OVERALL, *limits])
     with tempfile.TemporaryDirectory(prefix="pf-mixed-") as folder:
         scratch = Path(folder)
 
@@ -159,6 +157,15 @@ def condition_limits(int8: Dict[str, Any], where: Dict[str, np.ndarray], judge) 
     return limits, unjudged
 
 
+def judged_subsets(where: Dict[str, np.ndarray], names) -> Dict[str, np.ndarray]:
+    """{judged name: image indices} for the names a search judges: a subset's own images, a
+    condition's mAP@.5 over that condition's images, the mAP drop over every image."""
+    from precisionflow.quant.judges import MAP, map50_tag
+    from precisionflow.quant.sensitivity import OVERALL
+
+    return {name: where[OVERALL] if name == MAP else where[map50_tag(name) or name] for name in names}
+
+
 def failing_subsets(figures, limits: Dict[str, float]) -> List[str]:
     """The budgeted subsets int8 itself does not hold by its interval, the furthest beyond first:
     where the search spends its float ops."""
@@ -230,7 +237,6 @@ def fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placement, 
     with its isolated int8 ops joined to the float around them (if every budget still holds by its
     interval, each budgeted condition's too); on the CPU placement the candidates are timed against
     fp32 and the fastest kept -- unless it is not faster than fp32 by its interval."""
-    from precisionflow.quant.judges import MAP
     from precisionflow.quant.sensitivity import OVERALL
 
     candidates = {"chosen": kept}
@@ -238,9 +244,8 @@ def fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placement, 
     if joined != kept and len(joined) < len(nodes):  # at least one op stays int8: the graph must be int8
         quantized = [op for op in nodes if op not in joined]
         limits = record_limits(record)
-        where = {**(where or {OVERALL: np.arange(len(images))}), MAP: np.arange(len(images))}
         outputs = _quantized_outputs(source, ranges, quantized, images, scratch, placement)
-        figures = judge.figures(outputs, {name: where[name] for name in [OVERALL, *limits]})
+        figures = judge.figures(outputs, judged_subsets(where or {OVERALL: np.arange(len(images))}, [OVERALL, *limits]))
         overall = figures[OVERALL]
         record["joined"] = {
             "kept": len(joined),
