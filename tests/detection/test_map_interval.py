@@ -59,3 +59,18 @@ def test_a_map_change_whose_interval_straddles_the_budget_is_undecided():
     assert inside["verdict"] == stats.UNDECIDED
     assert verdict_rules.map_drop_check(point, drops["map"], high + 1, 0.95, "mAP")["verdict"] == stats.PASS
     assert verdict_rules.map_drop_check(point, [], high + 1, 0.95, "mAP")["verdict"] == stats.UNDECIDED  # no resamples
+
+
+def test_asking_for_one_figure_resamples_the_same_images():
+    """The mix search asks for one key per judged subset (mAP, or a condition's mAP@.5): the same
+    draws as the evaluation's two-key call, so its interval is the verdict's, at half the cost."""
+    truth, reference, engine = scene(np.random.default_rng(2), 30)
+    tables = metrics.match_table(truth, reference, CLASSES), metrics.match_table(truth, engine, CLASSES)
+    both = metrics.paired_map_drops(*tables, range(0, 30, 2), resamples=200)
+    assert metrics.paired_map_drops(*tables, range(0, 30, 2), resamples=200, keys=("map50",)) == {"map50": both["map50"]}
+    assert metrics.paired_map_drops(*tables, range(0, 30, 2), resamples=200, keys=("map",)) == {"map": both["map"]}
+    # and the estimate on a subset of images is pycocotools' own figure on those images alone
+    members = list(range(0, 30, 2))
+    weights = np.bincount(members, minlength=30).astype(float)
+    alone = metrics.coco_map([truth[i] for i in members], [engine[i] for i in members], CLASSES)["map50"]
+    assert abs(metrics.weighted_map(metrics.with_order(tables[1]), weights, slice(0, 1)) - alone) < 1e-6

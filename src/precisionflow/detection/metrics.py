@@ -177,21 +177,30 @@ def with_order(table: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     return {**table, "order": [rows[np.argsort(-table["score"][rows], kind="mergesort")] for rows in order]}
 
 
+THRESHOLDS = {"map": slice(None), "map50": slice(0, 1)}  # of COCO's ten IoU thresholds
+
+
 def paired_map_drops(
-    reference: Dict[str, np.ndarray], engine: Dict[str, np.ndarray], images: Sequence[int], resamples: int = 1000, seed: int = 0
+    reference: Dict[str, np.ndarray],
+    engine: Dict[str, np.ndarray],
+    images: Sequence[int],
+    resamples: int = 1000,
+    seed: int = 0,
+    keys: Sequence[str] = ("map", "map50"),
 ) -> Dict[str, List[float]]:
-    """The mAP and mAP@.5 drops (points, reference minus engine) over `resamples` bootstrap samples
-    of `images`, the same images for both engines in each sample (paired): the verdict's interval
-    comes from their quantiles."""
+    """The mAP and mAP@.5 drops (points, reference minus engine; `keys`: the ones wanted) over
+    `resamples` bootstrap samples of `images`, the same images for both engines in each sample
+    (paired): the verdict's interval comes from their quantiles. Each key's resamples are the same
+    whichever others are asked for (the draws do not depend on `keys`)."""
     reference, engine = with_order(reference), with_order(engine)
     members = np.asarray(images, dtype=np.int64)
     n_images = reference["gt_count"].shape[1]
     rng = np.random.default_rng(seed)
-    drops: Dict[str, List[float]] = {"map": [], "map50": []}
+    drops: Dict[str, List[float]] = {key: [] for key in keys}
     for _ in range(resamples):
         weights = np.bincount(members[rng.integers(0, len(members), len(members))], minlength=n_images).astype(float)
-        for key, thresholds in (("map", slice(None)), ("map50", slice(0, 1))):
-            drop = weighted_map(reference, weights, thresholds) - weighted_map(engine, weights, thresholds)
+        for key in keys:
+            drop = weighted_map(reference, weights, THRESHOLDS[key]) - weighted_map(engine, weights, THRESHOLDS[key])
             drops[key].append(round(100 * drop, 4))
     return drops
 

@@ -111,7 +111,7 @@ class Spurious:
 
         if self._reference_table is None:
             self._reference_table = metrics.with_order(metrics.match_table(self.truth, self.reference, self.classes))
-        drops = metrics.paired_map_drops(self._reference_table, table, members, MAP_RESAMPLES)[key]
+        drops = metrics.paired_map_drops(self._reference_table, table, members, MAP_RESAMPLES, keys=(key,))[key]
         weights = np.bincount(np.asarray(members, dtype=np.int64), minlength=len(self.truth)).astype(float)
         thresholds = slice(None) if key == "map" else slice(0, 1)
         reference = metrics.weighted_map(self._reference_table, weights, thresholds)
