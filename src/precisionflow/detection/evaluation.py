@@ -112,7 +112,7 @@ def report(
     found["map_drop_resamples"], found["map50_drop_resamples"] = drops["map"], drops["map50"]
     by_condition = map50_by_condition(truth, engine, reference, classes, tags)
     for tag, members in conditions.groups(tags).items():  # each condition's mAP@.5 change, resampled within it
-        by_condition[tag]["drop_resamples"] = metrics.paired_map_drops(*tables, members, MAP_RESAMPLES)["map50"]
+        by_condition[tag]["drop_resamples"] = metrics.paired_map_drops(*tables, members, MAP_RESAMPLES, keys=("map50",))["map50"]
     if by_condition:
         found["map50_by_condition"] = by_condition
     if "qat_model" in inputs:
