@@ -273,7 +273,12 @@ def describe() -> str:
         feeds = ", ".join(f"{role} <- {'|'.join(sources)}" for role, sources in stage.reads.items()) or "(no inputs)"
         flags = [
             flag
-            for flag, on in (("timing job", stage.timing), (f"group {stage.group}", bool(stage.group)), ("local", stage.local))
+            for flag, on in (
+                (f"one per {stage.each}", bool(stage.each)),
+                ("timing job", stage.timing),
+                (f"group {stage.group}", bool(stage.group)),
+                ("local", stage.local),
+            )
             if on
         ]
         lines.append(f"{stage.name:20} {stage.does}\n{'':20} {feeds}" + (f"  [{', '.join(flags)}]" if flags else ""))
