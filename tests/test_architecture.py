@@ -34,15 +34,21 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
 
 
+# Calls whose first argument names a stage: stage_module("report"), and the planner's one way of
+# making a node, place_at("quantize_onnx", ...) / place(...) / add("prepare_dataset", ...).
+STAGE_NAMING_CALLS = ("stage_module", "place_at", "place", "add")
+
+
 def stage_calls(path: Path) -> set:
-    """The stage modules a file reaches by name: stage_module("<literal>") calls."""
+    """The stage modules a file reaches by name: a STAGE_NAMING_CALLS call with a literal name."""
     return {
         f"precisionflow.stages.{node.args[0].value}"
         for node in ast.walk(ast.parse(path.read_text(), str(path)))
         if isinstance(node, ast.Call)
-        and getattr(node.func, "id", None) == "stage_module"
+        and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) in STAGE_NAMING_CALLS
         and node.args
         and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
     }
 
 
