@@ -256,64 +256,57 @@ def group_drop_checks(
 def group_mean_checks(
     values: Dict[str, Sequence[float]], limit: float, confidence: float, subject: str, kinds: str
 ) -> List[Dict[str, str]]:
-    """One budget on a per-image mean (spurious boxes per image) over many groups. PASS needs every
-    group's interval within it (no correction needed); a group FAILs only when its interval at the
-    Bonferroni level (1 - (1 - confidence) / groups) is beyond it -- the bootstrap has no p-value
-    to step down with, so this is the plainer of the two corrections."""
-    if not values:
-        return []
-    strict = 1 - (1 - confidence) / len(values)
-    entries = {}
-    for name, per_image in values.items():
-        entry = mean_check(
+    """One budget on a per-image mean (spurious boxes per image) over many groups, judged by
+    bonferroni_groups (count intervals)."""
+    checks = {
+        name: mean_check(
             per_image, float(np.mean(per_image)) if len(per_image) else 0.0, limit, confidence, f"{subject} on '{name}'"
         )
-        if entry["verdict"] == FAIL:
-            low, _ = stats.count_interval(per_image, strict) or (limit, limit)
-            held = low > limit
-            entry = judged(
-                FAIL if held else UNDECIDED,
-                entry["text"]
-                + (
-                    f"; beyond it at the Bonferroni level over {len(values)} {kinds} ({100 * strict:.2f}%)"
-                    if held
-                    else f"; not beyond it at the Bonferroni level over {len(values)} {kinds}"
-                ),
-            )
-        entries[name] = entry
-    failing = [entry for entry in entries.values() if entry["verdict"] == FAIL]
-    if failing:
-        return failing
-    undecided = [entry for entry in entries.values() if entry["verdict"] == UNDECIDED]
-    if undecided:
-        return undecided[:1]
-    worst = max(values, key=lambda name: float(np.mean(values[name])) if len(values[name]) else 0.0)
-    return [judged(PASS, entries[worst]["text"] + f"; the worst of {len(values)} {kinds}")]
+        for name, per_image in values.items()
+    }
+    strict = 1 - (1 - confidence) / max(len(values), 1)
+
+    def beyond_at_strict(name: str) -> bool:
+        return (stats.count_interval(values[name], strict) or (limit, limit))[0] > limit
+
+    def estimate(name: str) -> float:
+        return float(np.mean(values[name])) if len(values[name]) else 0.0
+
+    return bonferroni_groups(checks, beyond_at_strict, estimate, strict, kinds)
 
 
 def group_resampled_checks(
     groups: Dict[str, tuple], limit: float, confidence: float, subject: str, kinds: str
 ) -> List[Dict[str, str]]:
-    """One budget on a bootstrapped drop (a detector's mAP@.5 per condition) over many groups:
-    `groups` {name: (estimate in points, its paired resamples)}. PASS needs every group's interval
-    within it; a group FAILs only when its interval at the Bonferroni level is beyond it (as
-    group_mean_checks: a bootstrap has no p-value to step down with)."""
-    if not groups:
+    """One budget on a bootstrapped drop (a detector's mAP@.5 per condition) over many groups,
+    `groups` {name: (estimate in points, its paired resamples)}, judged by bonferroni_groups
+    (percentile intervals of the resamples)."""
+    checks = {
+        name: map_drop_check(estimate, resampled, limit, confidence, f"{subject} on '{name}'")
+        for name, (estimate, resampled) in groups.items()
+    }
+    strict = 1 - (1 - confidence) / max(len(groups), 1)
+    return bonferroni_groups(
+        checks, lambda name: resampled_interval(groups[name][1], strict)[0] > limit, lambda name: groups[name][0], strict, kinds
+    )
+
+
+def bonferroni_groups(checks: Dict[str, Dict[str, str]], beyond_at_strict, estimate, strict: float, kinds: str):
+    """One budget over many groups from each group's own check: PASS needs every group's interval
+    within it (no correction needed); a group FAILs only when its interval at the Bonferroni level
+    (`strict` = 1 - (1 - confidence) / groups) is beyond it too (`beyond_at_strict(name)`) -- a
+    bootstrap has no p-value to step down with, so this is the plainer of the two corrections.
+    Returns the failing checks, else the first undecided one, else the worst group's PASS."""
+    if not checks:
         return []
-    strict = 1 - (1 - confidence) / len(groups)
     entries = {}
-    for name, (estimate, resampled) in groups.items():
-        entry = map_drop_check(estimate, resampled, limit, confidence, f"{subject} on '{name}'")
+    for name, entry in checks.items():
         if entry["verdict"] == FAIL:
-            held = resampled_interval(resampled, strict)[0] > limit
+            held = beyond_at_strict(name)
+            level = f"the Bonferroni level over {len(checks)} {kinds}"
             entry = judged(
                 FAIL if held else UNDECIDED,
-                entry["text"]
-                + (
-                    f"; beyond it at the Bonferroni level over {len(groups)} {kinds} ({100 * strict:.2f}%)"
-                    if held
-                    else f"; not beyond it at the Bonferroni level over {len(groups)} {kinds}"
-                ),
+                entry["text"] + (f"; beyond it at {level} ({100 * strict:.2f}%)" if held else f"; not beyond it at {level}"),
             )
         entries[name] = entry
     failing = [entry for entry in entries.values() if entry["verdict"] == FAIL]
@@ -322,8 +315,8 @@ def group_resampled_checks(
     undecided = [entry for entry in entries.values() if entry["verdict"] == UNDECIDED]
     if undecided:
         return undecided[:1]
-    worst = max(groups, key=lambda name: groups[name][0])
-    return [judged(PASS, entries[worst]["text"] + f"; the worst of {len(groups)} {kinds}")]
+    worst = max(checks, key=estimate)
+    return [judged(PASS, entries[worst]["text"] + f"; the worst of {len(checks)} {kinds}")]
 
 
 def worst_group(drops: Dict[str, stats.PairedDrop]) -> Optional[tuple]:
