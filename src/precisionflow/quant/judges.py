@@ -44,6 +44,7 @@ class TopOne:
     unit = "points"
     overall_budget = None  # the overall budget is int8.mixed_max_val_drop, the search's own setting
     condition_budget = "max_condition_drop"
+    map_budget = condition_map_budget = None  # a classifier has no mAP
 
     def __init__(self, reference: np.ndarray, labels: np.ndarray, confidence: float):
         self.labels, self.confidence = labels, confidence

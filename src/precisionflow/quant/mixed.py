@@ -142,9 +142,9 @@ def condition_limits(int8: Dict[str, Any], where: Dict[str, np.ndarray], judge) 
     budgets = int8.get("condition_budgets") or {}
     overall = int8["mixed_max_val_drop"] if judge.overall_budget is None else budgets.get(judge.overall_budget)
     limits = {} if overall is None else {OVERALL: float(overall)}
-    if budgets.get(getattr(judge, "map_budget", None) or "") is not None:  # a detector's mAP drop, over every image
+    if judge.map_budget and budgets.get(judge.map_budget) is not None:  # a detector's mAP drop, over every image
         limits[MAP] = float(budgets[judge.map_budget])
-    map50_limit = budgets.get(getattr(judge, "condition_map_budget", None) or "")  # a detector's mAP@.5 per condition
+    map50_limit = budgets.get(judge.condition_map_budget) if judge.condition_map_budget else None  # mAP@.5 per condition
     for tag in where:
         if tag in (OVERALL, MAP):
             continue
@@ -466,6 +466,7 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
     chosen = high if reached else ops - 1
     met = reached and clears(chosen)
     overall = trials[chosen][OVERALL]
+    chosen_record = trial_record(trials[chosen], judge)
     record = {
         **judge.reference_record(),
         "figure": judge.metric,
@@ -493,7 +494,6 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
                 "interval": [round(overall.low, 3), round(overall.high, 3)],
             }
         )
-        chosen_record = trial_record(trials[chosen], judge)
         if MAP in limits:
             record["max_map_drop"] = limits[MAP]
             record["map_drop"] = chosen_record["map_drop"]
@@ -502,7 +502,7 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
             record["map50_limits"] = map50_limits
             record["map50_drop_by_condition"] = chosen_record["map50_drop_by_condition"]
     if record["condition_limits"]:
-        record["conditions"] = trial_record(trials[chosen], judge).get("conditions", {})
+        record["conditions"] = chosen_record.get("conditions", {})
     if not met:
         record["why_not_met"] = why_not_met(trials[chosen], limits, judge)
     return chosen, record
