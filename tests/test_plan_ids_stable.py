@@ -35,15 +35,26 @@ class FixedVersions(planning.PlanBuilder):
 
 
 def plan_ids(overrides, multirun):
-    from precisionflow import cpu_features as devices
+    from precisionflow import cpu_features, identity
+    from precisionflow import devices
 
-    # the CPU placement's weight bits follow the planning machine's CPU (VNNI or not): held fixed here
-    devices.integer_dot_product.cache_clear()
-    real, devices.integer_dot_product = devices.integer_dot_product, lambda: "avx512_vnni"
+    # What `local` reads of the planning machine is held fixed here: the CPU placement's weight bits
+    # (VNNI or not), whether it has a GPU (the default target's engine settings), and the TensorFlow
+    # versions compare_speed's id names (absent where TensorFlow is not installed).
+    cpu_features.integer_dot_product.cache_clear()
+    fixed = {
+        (cpu_features, "integer_dot_product"): lambda: "avx512_vnni",
+        (devices, "has_nvidia_gpu"): lambda: False,
+        (identity, "package_versions"): lambda packages: {name: "fixed" for name in sorted(packages)},
+    }
+    real = {key: getattr(*key) for key in fixed}
     try:
+        for (module, name), replacement in fixed.items():
+            setattr(module, name, replacement)
         return _plan_ids(overrides, multirun)
     finally:
-        devices.integer_dot_product = real
+        for (module, name), original in real.items():
+            setattr(module, name, original)
 
 
 def _plan_ids(overrides, multirun):

@@ -42,6 +42,6 @@ def budget_for(evaluate: Dict[str, Any], precision: str) -> Dict[str, Any]:
     merged = {key: (evaluate.get("budget") or {}).get(key) for key in BUDGET_KEYS}
     merged.update((evaluate.get("budgets") or {}).get(precision) or {})
     merged["speedup_at"] = merged["speedup_at"] or "bmax"
-    merged["confidence"] = evaluate.get("confidence", 0.95)
-    merged["accept_undecided"] = evaluate.get("accept_undecided", False)
+    merged["confidence"] = evaluate["confidence"]  # the schema gives every configuration one
+    merged["accept_undecided"] = evaluate["accept_undecided"]
     return merged

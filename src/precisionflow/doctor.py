@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from precisionflow.backends import BACKENDS, get_backend
-from precisionflow.backends.devices import cpu_name, gpu_facts
+from precisionflow.devices import cpu_name, gpu_facts
 from precisionflow.errors import PrecisionflowError
 from precisionflow.nodeio import read_json
 
@@ -34,7 +34,7 @@ def backend_lines() -> List[str]:
 
 
 def target_lines(cfg: Dict[str, Any]) -> List[str]:
-    from precisionflow.backends.devices import check_device
+    from precisionflow.devices import check_device
 
     backend = get_backend(cfg["engine"]["backend"]) if cfg["engine"]["backend"] in BACKENDS else None
     lines = []

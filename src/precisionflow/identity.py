@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 from functools import lru_cache
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, distributions, version
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -244,13 +244,46 @@ ALTERNATIVES = {
 }
 
 
+# Import names of the distributions whose versions ids record, where they differ from the name.
+IMPORT_NAMES = {"mlcommons-loadgen": "mlperf_loadgen", "tf-keras": "tf_keras", "scikit-learn": "sklearn"}
+
+
 def installed_version(package: str) -> str:
-    for name in ALTERNATIVES.get(package, (package,)):
+    """The version of `package` as this interpreter imports it: the distribution installed in the
+    folder the import system finds the module in (a GPU image with a CPU onnxruntime in its
+    site-packages and onnxruntime-gpu first on PYTHONPATH records the GPU build's version), else
+    the first of its names installed anywhere; the module itself is not imported."""
+    names = ALTERNATIVES.get(package, (package,))
+    root = _import_root(IMPORT_NAMES.get(package, package.replace("-", "_")))
+    if root is not None:
+        wanted = {_normal(name) for name in names}
+        for dist in distributions(path=[root]):
+            if _normal(dist.metadata["Name"] or "") in wanted:
+                return dist.version
+    for name in names:
         try:
             return version(name)
         except PackageNotFoundError:
             continue
     return "not installed"
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _import_root(module: str) -> Optional[str]:
+    """The sys.path folder `module` is imported from, or None (not found, or not from a folder)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or spec.origin in ("built-in", "frozen"):
+        return None
+    origin = Path(spec.origin)
+    return str(origin.parent.parent if spec.submodule_search_locations else origin.parent)
 
 
 def package_versions(packages: Iterable[str]) -> Dict[str, str]:

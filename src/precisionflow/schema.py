@@ -111,6 +111,9 @@ class TrainConf:
     seed: int = 0
     # Stop when validation accuracy has not improved for this many epochs (0 = never).
     early_stopping_patience: int = 0
+    # Keep the weights of the epoch with the best validation top-1 (else the last epoch's): every
+    # verdict is relative to this model, and validation top-1 can swing from epoch to epoch.
+    keep_best_epoch: bool = True
     precision_policy: PrecisionPolicy = PrecisionPolicy.fp32
     # A training whose validation top-1 stays below 1.5x chance learned nothing: `warn` says so
     # loudly (console, table, report) and goes on; `stop` fails it before any engine is built.
@@ -228,20 +231,18 @@ class PruneConf:
 
 @dataclass
 class OrtCudaConf:
-    """ONNX Runtime's CUDA provider settings that decide speed on a GPU (ignored on a CPU target).
-    Defaults are the provider's own. Measured on an H200 (README, "Engines on a GPU"): TF32 about
-    doubles fp32 throughput, NHWC adds ~15% at batch 128, CUDA graphs halve batch-1 latency."""
+    """ONNX Runtime's CUDA provider settings that decide speed on a GPU (read only where a target
+    runs on one: devices.runs_on_gpu). The defaults are a GPU's best: TF32, NHWC kernels, CUDA
+    graphs and fused Conv+bias where the build measures it faster (docs/hardware.md)."""
 
-    prefer_nhwc: bool = False  # channels-last kernels (tensor cores want NHWC)
-    cuda_graph: bool = False  # capture one CUDA graph per batch size and replay it (static shapes)
+    prefer_nhwc: bool = True  # channels-last kernels (tensor cores want NHWC)
+    cuda_graph: bool = True  # capture one CUDA graph per batch size and replay it (static shapes)
     cudnn_conv_algo_search: CudnnSearch = CudnnSearch.EXHAUSTIVE
     use_tf32: bool = True  # fp32 convolutions/matmuls on TF32 tensor cores: an "fp32" engine is TF32 unless off
     # cuDNN's fused Conv+bias(+activation) kernels. Without it every Conv bias (a BatchNorm's shift,
-    # folded at export) is one more pass over the activations: on the H200 it took ResNet-50 fp16
-    # from 12,792 to 18,499 images/s at b128, fp32 (TF32) from 8,973 to 13,104, MobileNetV2 fp16
-    # from 19,687 to 30,822, but MobileNetV2 fp32 from 16,085 down to 6,561
-    # (benchmarks/results/h200/engine_vs_plain_2026-12-02): true = try it at build, keep it where faster.
-    fuse_conv_bias: bool = False
+    # folded at export) is one more pass over the activations; on some graphs the fused kernels are
+    # slower (docs/hardware.md): true = the build times it both ways and keeps it where faster.
+    fuse_conv_bias: bool = True
 
 
 @dataclass
@@ -379,6 +380,16 @@ class TrackingConf:
 
 
 @dataclass
+class OnGpuConf:
+    """Timing and serving settings for every target that runs on a GPU (devices.runs_on_gpu: device
+    `cuda`, or `auto` -- the default `local` -- on a machine with an NVIDIA GPU). They replace
+    `evaluate`'s; a target's own `timing`/`serving` replace these. Keys are checked like a target's."""
+
+    timing: Dict[str, Any] = field(default_factory=dict)
+    serving: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Config:
     # classification (top-1, flipped samples) or detection (mAP, spurious/lost boxes): one DAG, the
     # stages that differ (data, training loss, evaluation, report) dispatch on it.
@@ -402,6 +413,7 @@ class Config:
     # An engine stage's target resources override these.
     stage_resources: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     evaluate: EvaluateConf = field(default_factory=EvaluateConf)
+    on_gpu: OnGpuConf = field(default_factory=OnGpuConf)
     tracking: TrackingConf = field(default_factory=TrackingConf)
     # Where results/ lives; null = ./results of the working directory.
     results_dir: Optional[str] = None

@@ -231,3 +231,11 @@ def ratio_interval(rounds: Sequence[float], confidence: float = 0.95) -> Optiona
 
     half = float(stdtrit(len(values) - 1, 1 - (1 - confidence) / 2) * values.std(ddof=1) / math.sqrt(len(values)))
     return float(math.exp(values.mean() - half)), float(math.exp(values.mean() + half))
+
+
+def percentile_interval(resampled: Sequence[float], confidence: float) -> tuple:
+    """The percentile interval of bootstrap resamples (paired mAP drops, for one): the
+    (1 - confidence) / 2 quantile and its mirror."""
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(np.asarray(resampled, dtype=float), [tail, 1 - tail])
+    return float(low), float(high)

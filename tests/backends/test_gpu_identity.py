@@ -1,6 +1,6 @@
-"""Which GPU a job ran on is matched by UUID and recorded, never hashed (backends/devices.py)."""
+"""Which GPU a job ran on is matched by UUID and recorded, never hashed (devices.py)."""
 
-from precisionflow.backends import devices
+from precisionflow import devices
 
 
 def test_cuda_uuid_bytes_read_as_nvidia_smi_writes_them():

@@ -113,7 +113,7 @@ def _tensorrt_runtime_available() -> str:
         import tensorrt  # noqa: F401
     except ImportError as err:
         return f"tensorrt does not import here ({err}); PyPI holds only a stub for its libraries"
-    from precisionflow.backends.devices import has_nvidia_gpu
+    from precisionflow.devices import has_nvidia_gpu
 
     return "" if has_nvidia_gpu() else "no NVIDIA GPU visible to nvidia-smi"
 
@@ -282,7 +282,7 @@ def test_cuda_failures_are_cuda_errors_not_engine_mismatches():
     ],
 )
 def test_the_gpu_asked_about_is_the_one_the_job_was_given(environ, chosen):
-    from precisionflow.backends import devices
+    from precisionflow import devices
 
     assert devices.visible_gpu(environ) == chosen
 

@@ -35,7 +35,7 @@ def engine_loader(engine_dir):
 
 def check_buildable_here(params: Dict[str, Any]) -> Dict[str, Any]:
     """The runtime this machine offers a build_engine node, or why it cannot build it (device, version)."""
-    from precisionflow.backends.devices import check_device
+    from precisionflow.devices import check_device
 
     runtime = get_backend(params["engine"]["backend"]).describe_runtime(params["target_def"])
     check_device(runtime, params["target_def"])

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from precisionflow.backends.devices import check_device, cpu_name, gpu_identity
+from precisionflow.devices import check_device, cpu_name, gpu_identity
 from precisionflow.errors import ConfigError, EngineMismatchError
 
 ENGINE_FILE = "engine.onnx"

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from precisionflow.backends import executed
-from precisionflow.backends.devices import check_device, gpu_facts, gpu_identity
+from precisionflow.devices import check_device, gpu_facts, gpu_identity
 from precisionflow.errors import ConfigError, EngineMismatchError, PrecisionflowError, StageError
 
 ENGINE_FILE = "engine.plan"

@@ -415,12 +415,38 @@ SERVING_RULES = (
 )
 
 
+def check_override_keys(cfg: Dict[str, Any]) -> None:
+    """A target's (and on_gpu's) `timing` and `serving` are partial overrides, so a free-form dict in
+    the schema: every key is checked here against the section it overrides, with the closest name
+    (a typo such as latency_bond_ms would otherwise plan, change an id, and set nothing)."""
+    import difflib
+
+    from precisionflow.measure.targets import TIMING_KEYS, TIMING_OVERRIDE_KEYS
+
+    known = {"timing": TIMING_KEYS + TIMING_OVERRIDE_KEYS, "serving": tuple(cfg["evaluate"]["serving"])}
+    places = {f"target_defs.{name}": target for name, target in cfg["target_defs"].items()}
+    places["on_gpu"] = cfg.get("on_gpu") or {}
+    for where, holder in places.items():
+        for section, keys in known.items():
+            for key in holder.get(section) or {}:
+                if key not in keys:
+                    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+                    hint = f" Did you mean '{close[0]}'?" if close else ""
+                    raise ConfigError(
+                        f"{where}.{section}.{key}: no such setting; expected one of [{', '.join(keys)}].{hint} "
+                        f"Fix or drop the key."
+                    )
+
+
 def check_serving(cfg: Dict[str, Any]) -> None:
     """Every serving setting before any job: a bound of -5 ms once trained, built, timed and served
     everything, then FAILed three engines with "no rate meets p99 <= -5 ms"."""
+    from precisionflow.measure.targets import serving_settings
+
+    check_override_keys(cfg)
     places = {"evaluate.serving": cfg["evaluate"]["serving"]}
     for target in cfg["targets"]:
-        places[f"target_defs.{target}.serving"] = {**cfg["evaluate"]["serving"], **cfg["target_defs"][target].get("serving", {})}
+        places[f"target_defs.{target}.serving"] = serving_settings(cfg, target)
     for where, settings in places.items():
         for key, holds, expected in SERVING_RULES:
             value = settings.get(key)

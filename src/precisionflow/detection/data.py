@@ -70,7 +70,3 @@ def load_objects(data_dir: Path, split: str, count: int) -> List[Dict[str, np.nd
             objects["shadow_mask"] = np.unpackbits(masks[i])[: shape[0] * shape[1]].reshape(shape).astype(bool)
         found.append(objects)
     return found
-
-
-def is_detection(data_dir: Path, split: str = "test") -> bool:
-    return (Path(data_dir) / OBJECTS.format(split)).is_file()

@@ -289,6 +289,11 @@ def parse_summary(text: str) -> Dict[str, Any]:
         if match:
             found[key] = match.group(1) if key == "result" else float(match.group(1))
     found["valid"] = found.get("result") == "VALID"
+    # every percentile LoadGen printed (50, 90, 95, 97, 99, 99.9), keyed by the fraction (0.99)
+    found["percentiles_ns"] = {
+        f"{float(level) / 100:g}": float(ns)
+        for level, ns in re.findall(r"(\d+\.\d+) percentile latency \(ns\)\s*:\s*(\d+)", text)
+    }
     lines = text.splitlines()
     if "Early Stopping Result:" in text:  # the block up to the next blank line: LoadGen's own words
         start = next(i for i, line in enumerate(lines) if line.startswith("Early Stopping Result:")) + 1

@@ -76,12 +76,10 @@ def fit(keras, model, data_dir: Path, settings: Dict[str, Any], opt, cache: str)
     train, val = Split(data_dir, "train"), Split(data_dir, "val")
     model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     callbacks = [stop_on_nan(keras), inference_mode_watch(keras, len(train.classes))]
-    if settings.get("early_stopping_patience"):
-        callbacks.append(
-            keras.callbacks.EarlyStopping(
-                monitor="val_accuracy", patience=settings["early_stopping_patience"], restore_best_weights=True
-            )
-        )
+    if settings.get("early_stopping_patience") or settings.get("keep_best_epoch"):
+        # without a patience it never stops (patience past the last epoch) and only restores the best
+        patience = settings.get("early_stopping_patience") or settings["epochs"] + 1
+        callbacks.append(keras.callbacks.EarlyStopping(monitor="val_accuracy", patience=patience, restore_best_weights=True))
     started = time.time()
     if cache == "memory":
         history = model.fit(
@@ -201,6 +199,28 @@ def at_chance_message(summary: Dict[str, Any]) -> str:
     )
 
 
+BELOW_BEST = 0.05  # validation top-1 the kept weights may trail the best epoch's by
+
+
+def below_best_message(summary: Dict[str, Any]) -> str:
+    """'' or why the kept weights are not the model's best: their validation top-1 trails the best
+    epoch's by more than BELOW_BEST (training keeps the last epoch unless train.early_stopping_patience
+    restores the best), and every verdict is relative to this model."""
+    best, kept = summary.get("best_epoch_val_accuracy"), summary.get("val_accuracy")
+    if best is None or kept is None or kept >= best - BELOW_BEST:
+        return ""
+    return (
+        f"the kept weights (epoch {summary['kept_epoch']}) reach validation top-1 {kept:.3f}, epoch "
+        f"{summary['best_epoch']} reached {best:.3f}: every engine is judged against a model below its own best. "
+        "Set train.early_stopping_patience (it keeps the best epoch) or train.epochs"
+    )
+
+
+def reference_message(summary: Dict[str, Any]) -> str:
+    """'' or what is wrong with a trained model as the reference: at chance, or below its own best."""
+    return at_chance_message(summary) or below_best_message(summary)
+
+
 def save_outputs(
     out: Path,
     model,
@@ -226,6 +246,8 @@ def save_outputs(
             "test_accuracy": test_accuracy(model, data_dir),
             "val_accuracy": test_accuracy(model, data_dir, "val"),
             "last_epoch_val_accuracy": history["val_accuracy"][-1],
+            "best_epoch": int(np.argmax(history["val_accuracy"])) + 1,
+            "best_epoch_val_accuracy": float(np.max(history["val_accuracy"])),
             "classes": int(model.output_shape[-1]),
         }
     return {

@@ -33,6 +33,10 @@ class Stage:
     shown: bool = False  # its per-epoch progress is shown on the console
     local: bool = False  # runs on the submitting host (never a cluster job)
     threads: int = 1  # cores Snakemake reserves for the job (TensorFlow trainings use two)
+    # It runs an engine: on a target that runs on a GPU (devices.runs_on_gpu) the job holds one GPU
+    # (pipeline/gpuslots.py locally, the scheduler's allocation on SLURM) and ships to a GPU node
+    # (pipeline/remote.py).
+    gpu: bool = False
     # The readable part of its nodes' ids: slug(its params, the Reading it was read at, {input role:
     # the readable part of that input's id}). Every node is made the same way (plan.py, place_at).
     slug: Callable[[Dict[str, Any], Any, Dict[str, str]], str] = lambda params, at, upstream: "node"
@@ -139,6 +143,7 @@ STAGES: Tuple[Stage, ...] = (
         "build_engine",
         "the engine for one target (ONNX Runtime or TensorRT)",
         {"graph": ("quantize_onnx",)},
+        gpu=True,
         slug=lambda params, at, up: f"{up['graph']}-{at.target}",
     ),
     Stage(
@@ -153,6 +158,7 @@ STAGES: Tuple[Stage, ...] = (
         },
         mem_mb=2000,
         timing=True,
+        gpu=True,
         each="engine",
         slug=_engine,
         optional=("qat_export", "qat_model"),  # a QAT precision's deployed model is also its trained one
@@ -163,6 +169,7 @@ STAGES: Tuple[Stage, ...] = (
         {"engine": ENGINE, "fp32_engine": ENGINE, "model": MODEL, "data": DATA},
         mem_mb=3000,
         timing=True,
+        gpu=True,
         each="engine",
         slug=_engine,
         optional=("fp32_engine", "model"),  # the model: where the target times TensorFlow too
@@ -173,6 +180,7 @@ STAGES: Tuple[Stage, ...] = (
         {"engine": ENGINE, "fp32_engine": ENGINE, "data": DATA},
         mem_mb=3000,
         timing=True,
+        gpu=True,
         each="engine",
         slug=_engine,
         optional=("fp32_engine",),
@@ -235,6 +243,11 @@ def measurements(each: str) -> Tuple[Stage, ...]:
     return tuple(stage for stage in STAGES if stage.each == each)
 
 
+def gpu_stages() -> Tuple[str, ...]:
+    """The stages that run an engine (Stage.gpu), in the table's order."""
+    return tuple(stage.name for stage in STAGES if stage.gpu)
+
+
 def switched_on(stage: Stage, cfg: Dict[str, Any], target: str) -> bool:
     value: Any = cfg
     for key in stage.switch.format(target=target).split(".") if stage.switch else ():
@@ -276,6 +289,7 @@ def describe() -> str:
             for flag, on in (
                 (f"one per {stage.each}", bool(stage.each)),
                 ("timing job", stage.timing),
+                ("runs an engine", stage.gpu),
                 (f"group {stage.group}", bool(stage.group)),
                 ("local", stage.local),
             )

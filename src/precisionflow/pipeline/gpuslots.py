@@ -14,7 +14,6 @@ with two GPU models.
 
 import contextlib
 import os
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,6 @@ from typing import Dict, Iterator, List, Optional
 
 ALLOWED_ENV = "PRECISIONFLOW_GPUS"
 SLOT_FOLDER = ".gpu-slots"
-GPU_STAGES = ("build_engine", "evaluate_engine", "compare_speed", "serve_engine")
 
 
 @dataclass(frozen=True)
@@ -35,12 +33,10 @@ class Device:
 
 def host_devices() -> List[Device]:
     """The GPUs nvidia-smi lists (none where it is absent)."""
-    query = ["nvidia-smi", "--query-gpu=uuid,index,pci.bus_id,name", "--format=csv,noheader"]
-    try:
-        text = subprocess.check_output(query, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [Device(*[part.strip() for part in line.split(",", 3)]) for line in text.splitlines() if line.strip()]
+    from precisionflow.devices import query_gpus
+
+    fields = ("uuid", "index", "pci.bus_id", "name")
+    return [Device(*(gpu[field] for field in fields)) for gpu in query_gpus(fields)]
 
 
 def allowed_devices(found: Optional[List[Device]] = None, environ=os.environ) -> List[Device]:
@@ -106,9 +102,14 @@ def slot(folder: Path, devices: List[Device], poll_s: float = 0.5, give_up_s: Op
 
 
 def needs_slot(spec: Dict, environ=os.environ) -> bool:
-    """A GPU stage of a CUDA (or auto) target, outside SLURM (whose scheduler assigns devices)."""
-    device = (spec.get("params", {}).get("target_def") or {}).get("device", "cpu")
-    return spec["stage"] in GPU_STAGES and device in ("cuda", "auto") and "SLURM_JOB_ID" not in environ
+    """A node that runs an engine (its plan entry's `runs_engine`, from the stage table) of a
+    target that runs on a GPU (devices.runs_on_gpu), outside SLURM (whose scheduler assigns devices)."""
+    from precisionflow.devices import runs_on_gpu
+
+    target_def = spec.get("params", {}).get("target_def")
+    if not spec.get("runs_engine") or not target_def or "SLURM_JOB_ID" in environ:
+        return False
+    return runs_on_gpu(target_def)
 
 
 @contextlib.contextmanager

@@ -66,6 +66,9 @@ class Node:
             "identity": self.identity,
             "checks": self.checks,
             "resources": self.resources,
+            # it runs an engine (flow.Stage.gpu): the runner holds a GPU slot for it where its target
+            # runs on one (gpuslots), without importing the stage table into every node's code
+            "runs_engine": flow.BY_NAME[self.stage].gpu if self.stage in flow.BY_NAME else False,
         }
 
 
@@ -105,14 +108,17 @@ class PlanBuilder:
     def runtime(self, backend: str, target_def: Dict[str, Any]) -> Dict[str, str]:
         """The runtime an engine is built (or a model timed) with: part of the id, so upgrading the
         backend or moving to another machine builds new engines instead of failing on the old ones."""
-        from precisionflow.backends.devices import local_device_name
+        from precisionflow.devices import local_device_name
 
         # A cluster/GPU-node target names its engine backend's version there; TensorFlow's is this machine's.
         declared = target_def.get("backend_version") if backend != "tensorflow" else ""
         key = (backend, target_def["device"], target_def.get("expect_device") or "", declared or "")
         if key not in self.runtimes:
-            # A cluster target names its device; `local` means whatever this machine has.
-            device = target_def.get("expect_device") or local_device_name(target_def["device"])
+            # A named target's device is what it declares (expect_device, else its kind: "cuda" or
+            # "cpu"), so a plan made on a login node without a GPU gives the ids the GPU node would
+            # give; only `auto` (the default `local`: the machine that plans and runs) reads this machine.
+            declared_device = target_def.get("expect_device") or (target_def["device"] if target_def["device"] != "auto" else "")
+            device = declared_device or local_device_name(target_def["device"])
             self.runtimes[key] = {"backend_version": declared or identity.installed_version(backend), "device": device}
         return self.runtimes[key]
 
@@ -312,10 +318,9 @@ class PlanBuilder:
         """Where a target's int8 Q/DQ goes: the placement of the runtime that runs its engines."""
         from precisionflow.quant.qdq import placement_for
 
-        from precisionflow.backends.devices import may_run_on_gpu
+        from precisionflow.devices import runs_on_gpu
 
-        on_gpu = may_run_on_gpu(cfg["target_defs"][target])
-        return placement_for(cfg["engine"]["backend"], on_gpu)
+        return placement_for(cfg["engine"]["backend"], runs_on_gpu(cfg["target_defs"][target]))
 
     def _add_tensorrt_simulation(
         self, cfg, precision: str, target: str, onnx: Node, data: Node, graphs: Dict[tuple, Node], trained: Node

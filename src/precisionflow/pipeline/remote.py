@@ -24,7 +24,6 @@ from typing import Any, Dict, List
 from precisionflow.errors import LineageError, PrecisionflowError, StageError
 from precisionflow.nodeio import NODE_FILE, PACKED_FILE, read_json, write_json_atomic
 
-GPU_STAGES = ("build_engine", "evaluate_engine", "compare_speed", "serve_engine")
 # What the GPU stages open of each upstream node, by the role the node plays for them. The data
 # node travels with its test split only: no GPU stage reads another split (copied verbatim, so its
 # recorded hashes still hold for the files that travel).
@@ -45,15 +44,16 @@ ONE_OF = {"y_test.npy", "objects_test.npz"}
 
 def target_nodes(plan: Dict[str, Any], target: str) -> List[str]:
     """The target's engine, evaluation and ratio nodes, each after the nodes it reads."""
-    chosen = [
-        key for key, spec in plan["nodes"].items() if spec["stage"] in GPU_STAGES and spec["params"].get("target") == target
-    ]
+    from precisionflow.pipeline.flow import gpu_stages
+
+    stages = gpu_stages()
+    chosen = [key for key, spec in plan["nodes"].items() if spec["stage"] in stages and spec["params"].get("target") == target]
     if not chosen:
         targets = sorted({s["params"]["target"] for s in plan["nodes"].values() if s["stage"] == "build_engine"})
         raise StageError(
             f"The plan has no engine nodes for target '{target}'; its targets: {targets}. Plan with targets=[{target}]."
         )
-    return sorted(chosen, key=lambda key: GPU_STAGES.index(plan["nodes"][key]["stage"]))
+    return sorted(chosen, key=lambda key: stages.index(plan["nodes"][key]["stage"]))
 
 
 def upstream_roles(plan: Dict[str, Any], keys: List[str]) -> Dict[str, set]:
@@ -256,7 +256,7 @@ def missing_text(missing: Dict[str, List[str]]) -> str:
 
 def doctor(bundle: Path) -> str:
     """This machine's devices and runtimes, and whether it can build the bundle's engines."""
-    from precisionflow.backends.devices import cpu_name, gpu_facts
+    from precisionflow.devices import cpu_name, gpu_facts
     from precisionflow.backends import check_buildable_here
 
     plan, manifest = read_json(Path(bundle) / "plan.json"), read_json(Path(bundle) / "manifest.json")

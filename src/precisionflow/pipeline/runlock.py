@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Iterator, List
 
 from precisionflow.errors import PrecisionflowError
+from precisionflow.nodeio import CONTROLLER_VARIABLE
 
 RESULTS_VARIABLE = "PRECISIONFLOW_RESULTS"  # set for Snakemake and inherited by every job it starts
 # "host:pid:start time" of `precisionflow run`: a job on the same host publishes its node only while
 # that process lives (nodeio.controller_gone), so a job left alone never publishes twice.
-CONTROLLER_VARIABLE = "PRECISIONFLOW_CONTROLLER"
 GRACE_S = 10
 LOCK_NAME = ".precisionflow-run.lock"
 HOLDER_NAME = ".precisionflow-run.holder"

@@ -9,6 +9,7 @@ module (pipeline/plan.py, identity.precision_hashes) and nothing of the others.
 """
 
 import functools
+import dataclasses
 import importlib
 import re
 from pathlib import Path
@@ -44,8 +45,6 @@ def register(spec: PrecisionSpec) -> PrecisionSpec:
     if not str(spec.name).isidentifier():
         raise ConfigError(f"precision '{spec.name}': expected a name usable as an identifier (letters, digits, _).")
     if spec.settings is not None:
-        import dataclasses
-
         if not dataclasses.is_dataclass(spec.settings):
             raise ConfigError(f"precision '{spec.name}': settings must be a dataclass type, found {spec.settings!r}.")
     if spec.builds_on is not None:
@@ -63,6 +62,10 @@ def register(spec: PrecisionSpec) -> PrecisionSpec:
                 )
             chain.append(current)
             current = get(current).builds_on
+        if get(spec.builds_on).placement_dependent and not spec.placement_dependent:
+            # it reads its base's graph, and the base has one per placement: so does it, or a CPU
+            # target would get the base's TensorRT-placed graph
+            spec = dataclasses.replace(spec, placement_dependent=True)
     REGISTRY[spec.name] = spec
     return spec
 

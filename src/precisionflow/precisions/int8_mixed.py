@@ -108,7 +108,7 @@ def search_warning(params, split_sizes):
     int8 = params["int8"]
     if int8.get("mixed_max_val_drop") is None:
         return None
-    confidence, images, split = int8.get("confidence", 0.95), split_sizes()[int8["report_split"]], int8["report_split"]
+    confidence, images, split = int8["confidence"], split_sizes()[int8["report_split"]], int8["report_split"]
     if "detection" in int8:  # spurious boxes per image: the finest is the count interval of no box at all
         budgets = int8["condition_budgets"]
         overall = budgets.get("max_spurious_per_image")

@@ -42,7 +42,7 @@ def to_int8(
     ranges, lineage = cache.load_cache(inputs["calibration"], file_hash(source))
     fp32_model = onnx.load(str(source))
     int8 = params["int8"]
-    placement = int8.get("placement", "tensorrt")
+    placement = int8["placement"]  # int8_params always sets it: the planner decides, never a default
     candidates = qdq.quantizable_nodes(fp32_model, (), keep_output_layer=False)
     nodes = qdq.quantizable_nodes(fp32_model, int8["exclude_nodes"], int8["keep_output_layer"])
     kept_float, search = choose_float(source, fp32_model, ranges, nodes, inputs, int8) if choose_float else ([], {})
@@ -59,9 +59,10 @@ def to_int8(
     # every tensor QAT put a quantizer on; the placement's other Q/DQ (a pooled output, the logits)
     # are left out, so the engine rounds only where QAT trained it to.
     trained = lineage["ranges"]["learned_tensors"] if lineage["source"] == "qat" and not trt else None
-    freed = qdq.quantize_int8(source, target, ranges, nodes, placement, trained, int8.get("cpu_weight_bits"))
+    weight_bits = None if trt else int8["cpu_weight_bits"]  # the CPU placement's: in its params (int8_params)
+    freed = qdq.quantize_int8(source, target, ranges, nodes, placement, trained, weight_bits)
     if not trt:
-        placed["cpu_weight_bits"] = int8.get("cpu_weight_bits") or qdq.local_cpu_weight_bits()
+        placed["cpu_weight_bits"] = weight_bits
     if trained is not None:
         placed["qat_untrained_left_float"] = freed
     elif not trt:

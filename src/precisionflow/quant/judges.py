@@ -117,8 +117,7 @@ class Spurious:
         thresholds = slice(None) if key == "map" else slice(0, 1)
         reference = metrics.weighted_map(self._reference_table, weights, thresholds)
         value = 100 * (reference - metrics.weighted_map(metrics.with_order(table), weights, thresholds))
-        tail = (1 - self.confidence) / 2
-        low, high = float(np.quantile(drops, tail)), float(np.quantile(drops, 1 - tail))
+        low, high = stats.percentile_interval(drops, self.confidence)
         return Figure(value, low, high, len(members), float("nan"), float("nan"))  # a bootstrap has no closed resolution
 
     def figures(self, outputs: np.ndarray, where: Dict[str, np.ndarray]) -> Dict[str, Figure]:

@@ -22,6 +22,7 @@ from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.verdict_rules import judged, overall, share_check
 from precisionflow.reporting.compare import task_of, variant
 from precisionflow.budgets import BUDGET_KEYS, budget_for  # noqa: F401 (read from here by the planner and tests)
+from precisionflow.errors import StageError
 from precisionflow.nodeio import NODE_FILE, declined, named_lineage, read_json
 
 TWIN = "fp32_twin"  # the evaluation of int8_qat's fine-tune run in fp32: its fair reference
@@ -40,7 +41,7 @@ def check_config(evaluate: Dict[str, Any]) -> None:
         unknown = sorted(set(entry) - set(BUDGET_KEYS))
         if unknown:
             raise ConfigError(f"evaluate.budgets.{precision}: unknown key(s) {unknown}; expected some of {list(BUDGET_KEYS)}.")
-    if not 0.5 <= evaluate.get("confidence", 0.95) < 1:
+    if not 0.5 <= evaluate["confidence"] < 1:
         raise ConfigError(f"evaluate.confidence: expected a level in [0.5, 1) such as 0.95, found {evaluate['confidence']}.")
     for precision in ["(all)"] + list(evaluate.get("budgets", {})):
         at = budget_for(evaluate, precision)["speedup_at"]
@@ -55,7 +56,7 @@ def resolution_warning(budget: Dict[str, Any], precision: str, task: str, test_i
     limit = budget.get("max_top1_drop")
     if limit is None or precision == precisions.reference().name or task != "classification":
         return None
-    finest = stats.zero_flip_resolution(test_images, budget.get("confidence", 0.95))
+    finest = stats.zero_flip_resolution(test_images, budget["confidence"])
     if limit >= finest:
         return None
     return (
@@ -221,7 +222,7 @@ def checks(
         speed = verdict_rules.speed_check(ratios.get(f"x_fp32_{at}"), budget["min_speedup"], at, budget["confidence"], timed)
         found.append(speed or verdict_rules.not_applied("min_speedup", simulation))
     if budget.get("min_server_speedup") is not None:
-        server = verdict_rules.server_check(ratios.get("served"), budget["min_server_speedup"], timed)
+        server = verdict_rules.server_check(ratios.get("served"), budget["min_server_speedup"], timed, budget["confidence"])
         found.append(server or verdict_rules.not_applied("min_server_speedup", simulation))
     return found
 
@@ -234,7 +235,6 @@ def breaches(
     pairs: Optional[Dict[str, Any]] = None,
 ) -> List[str]:
     """The budgets this engine breaks beyond doubt (FAIL), each with its number."""
-    budget = {"confidence": 0.95, **budget}
     return [entry["text"] for entry in checks(metrics, fp32, budget, ratios, pairs) if entry["verdict"] == stats.FAIL]
 
 
@@ -272,6 +272,14 @@ def detection_condition_checks(metrics: Dict[str, Any], budget: Dict[str, Any]) 
     by_condition = metrics.get("spurious_by_condition") or {}
     found = []
     scored = metrics.get("map50_by_condition") or {}
+    if budget.get("max_condition_drop") is not None and not scored:
+        found.append(
+            judged(
+                stats.UNDECIDED,
+                f"max_condition_drop {budget['max_condition_drop']} set, but this evaluation has no per-condition "
+                "mAP@.5 (the data set names no conditions): nothing to judge it on",
+            )
+        )
     if budget.get("max_condition_drop") is not None and scored:
         groups = {
             tag: (100 * (figures["reference_map50"] - figures["map50"]), figures.get("drop_resamples") or [])
@@ -319,6 +327,14 @@ def classification_checks(
     if budget["max_class_drop"] is not None and pairs:
         found += verdict_rules.group_drop_checks(
             pairs["per_class"], budget["max_class_drop"], budget["confidence"], "class", "classes"
+        )
+    if budget.get("max_condition_drop") is not None and pairs is not None and not pairs.get("per_condition"):
+        found.append(  # the planner refuses this; a budget set afterwards (check) must not pass silently
+            judged(
+                stats.UNDECIDED,
+                f"max_condition_drop {budget['max_condition_drop']} set, but this evaluation has no per-condition "
+                "pairs (the data set names no conditions): nothing to judge it on",
+            )
         )
     if pairs and pairs.get("per_condition"):
         by_condition = pairs["per_condition"]
@@ -441,11 +457,9 @@ def judge_entry(
     fp32 = _finished(results, fp32_key) if fp32_key else None
     if metrics is None or fp32 is None:
         return None
-    budget = {
-        "confidence": 0.95,
-        "accept_undecided": False,
-        **(plan.get("budgets", {}).get(key) or budget_for({"budget": {}}, spec["params"]["precision"])),
-    }
+    budget = (plan.get("budgets") or {}).get(key)
+    if budget is None:  # every plan names each evaluation's budget (plan.py): no default may stand in
+        raise StageError(f"the plan names no budget for {key}: re-plan (precisionflow plan) with this version")
     timed = not spec["params"].get("simulates")  # a simulation of TensorRT on a CPU is never timed
     engine_ratios = ratios.get(spec["inputs"]["engine"], {})
     classes = class_names(results, key) if task_of(metrics) == "classification" else []
@@ -499,13 +513,14 @@ def judge_entry(
     entry["speedup_vs_fp32"] = entry["speed"]["median"] if entry["speed"] else None
     served = engine_ratios.get("served") if timed else None
     if served and served.get("server_ratio"):
-        entry["server"] = {**served["server_ratio"], "bound_ms": served["settings"]["latency_bound_ms"]}
+        ratio = verdict_rules.server_ratio_at(served["server_ratio"], budget["confidence"])
+        entry["server"] = {**ratio, "bound_ms": served["settings"]["latency_bound_ms"]}
     if tags:  # what the calibration sample held of each condition, to read beside its loss
         calibrate = next((node for name, node in named_lineage(results / key).items() if name.endswith("calibrate")), None)
         entry["calibration_coverage"] = (calibrate or {}).get("summary", {}).get("sample_per_condition")
     entry.update(mixed_validation(results / key))
     if entry.get("validation") and metrics.get("map_drop_resamples"):  # a detector's test figure, as its verdict reads it
-        low, high = verdict_rules.resampled_interval(metrics["map_drop_resamples"], budget["confidence"])
+        low, high = stats.percentile_interval(metrics["map_drop_resamples"], budget["confidence"])
         entry["map_drop"] = {"drop": entry["drop_points"], "low": low, "high": high}
     failed_conditions = [tag for tag in condition_breaches(entry["breaches"]) if tag in (entry.get("per_condition") or {})]
     if failed_conditions:  # which ops cost those images most, where a search measured it
@@ -543,7 +558,7 @@ def map50_figures(metrics: Dict[str, Any], tag: str, confidence: float = 0.95) -
         return {}
     figures = {"map50": found["map50"], "map50_fp32": found["reference_map50"]}
     if found.get("drop_resamples"):
-        low, high = verdict_rules.resampled_interval(found["drop_resamples"], confidence)
+        low, high = stats.percentile_interval(found["drop_resamples"], confidence)
         figures.update({"map50_drop_low": round(low, 2), "map50_drop_high": round(high, 2)})
     return figures
 

@@ -41,9 +41,17 @@ def declined_evaluations(inputs: Dict[str, Path]) -> List[Tuple[Path, str]]:
     return [(path, declined(path)) for role, path in sorted(inputs.items()) if role.startswith("eval") and declined(path)]
 
 
-def serving_by_engine(serve_dirs: List[Path]) -> Dict[str, Dict[str, Any]]:
-    """{engine node key: serve_engine metrics}."""
-    return {read_node(folder)["inputs"]["engine"]: read_json(folder / "metrics.json") for folder in serve_dirs}
+def serving_by_engine(serve_dirs: List[Path], confidence: float) -> Dict[str, Dict[str, Any]]:
+    """{engine node key: serve_engine metrics}, the Server ratio's interval at `confidence`
+    (evaluate.confidence: verdict_rules.server_ratio_at)."""
+    from precisionflow.reporting.verdict_rules import server_ratio_at
+
+    found = {}
+    for folder in serve_dirs:
+        metrics = read_json(folder / "metrics.json")
+        metrics["server_ratio"] = server_ratio_at(metrics.get("server_ratio"), confidence)
+        found[read_node(folder)["inputs"]["engine"]] = metrics
+    return found
 
 
 def ratios_by_engine(speed_dirs: List[Path]) -> Dict[str, Dict[str, Any]]:

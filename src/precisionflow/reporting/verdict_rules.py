@@ -49,14 +49,31 @@ MIN_SEARCHES = 2  # paired Server searches per side
 def finite(*values: Any) -> bool:
     """True when every value is a real, finite number (not None, not NaN, not a string)."""
     try:
-        return all(value is not None and math.isfinite(float(value)) for value in values)
+        return all(isinstance(value, (int, float, np.number)) and math.isfinite(float(value)) for value in values)
     except (TypeError, ValueError):
         return False
 
 
+def no_limit(limit: Any, subject: str) -> Optional[Dict[str, str]]:
+    """UNDECIDED when a budget's limit is no finite number (None, NaN, a string): every check asks
+    this first, so none can raise on it."""
+    return (
+        None if finite(limit) else judged(UNDECIDED, f"{subject}: the budget's limit {limit!r} is no finite number; set a number")
+    )
+
+
+def usable_rounds(rounds: Any) -> tuple:
+    """(the positive finite values of `rounds`, how many were dropped): a non-finite, zero or
+    negative round is no measurement, and is counted where the figure is shown."""
+    values = list(rounds) if isinstance(rounds, (list, tuple, np.ndarray)) else []
+    usable = [float(r) for r in values if finite(r) and float(r) > 0]
+    return usable, len(values) - len(usable)
+
+
 def degenerate(low: float, high: float) -> bool:
-    """A zero-width interval: identical samples, not a measured absence of variance."""
-    return not high > low
+    """A zero-width interval, to a float's precision: identical samples (or samples a rounding
+    apart), not a measured absence of variance."""
+    return not high - low > 1e-9 * max(abs(high), abs(low), 1e-300)
 
 
 def judged(verdict: str, text: str) -> Dict[str, str]:
@@ -97,6 +114,11 @@ def cannot_tell(n: int, what: str, one_unit: str, needed: Optional[int]) -> str:
 
 def drop_check(drop: stats.PairedDrop, limit: float, subject: str) -> Dict[str, str]:
     """A top-1 drop (points, paired against the reference) that may be at most `limit`."""
+    refused = no_limit(limit, subject)
+    if refused:
+        return refused
+    if not isinstance(drop, stats.PairedDrop):
+        return judged(UNDECIDED, f"{subject}: no paired drop measured ({drop!r}), so no interval (max {limit})")
     if not drop.n or not finite(drop.drop, drop.low, drop.high):
         return judged(UNDECIDED, f"{subject}: no paired test images ({drop.n}), so no interval (max {limit})")
     verdict = stats.verdict_at_most(drop.low, drop.high, limit)
@@ -116,8 +138,13 @@ def drop_check(drop: stats.PairedDrop, limit: float, subject: str) -> Dict[str, 
 
 def share_check(successes: int, n: int, limit: float, confidence: float, subject: str) -> Dict[str, str]:
     """A share of the test images (agreement) that must be at least `limit`; UNDECIDED with no image."""
+    refused = no_limit(limit, subject)
+    if refused:
+        return refused
     if not finite(successes, n) or n <= 0:
         return judged(UNDECIDED, f"{subject}: no test images to count ({successes} of {n}), so no interval (min {limit})")
+    if not 0 <= successes <= n:
+        return judged(UNDECIDED, f"{subject}: {successes} of {n} is no share (expected 0 to {n}); the count is broken")
     low, high = stats.wilson(successes, n, confidence)
     verdict = stats.verdict_at_least(low, high, limit)
     text = f"{subject} {successes / n:.4f} [{low:.4f}, {high:.4f}] ({n - successes} of {n} differ; min {limit})"
@@ -134,11 +161,19 @@ def share_check(successes: int, n: int, limit: float, confidence: float, subject
 def mean_check(per_image: Sequence[float], estimate: float, limit: float, confidence: float, subject: str) -> Dict[str, str]:
     """A per-image mean of counts (spurious boxes per image) that may be at most `limit`, judged by
     stats.count_interval; UNDECIDED without a per-image series (an estimate alone is no interval)."""
-    series = [] if per_image is None else list(per_image)
+    refused = no_limit(limit, subject)
+    if refused:
+        return refused
+    series = list(per_image) if isinstance(per_image, (list, tuple, np.ndarray)) else []
     shown = f"{estimate:.3f}" if finite(estimate) else str(estimate)
     if not finite(*series):
         why = "its per-image series holds a missing or non-finite value"
         return judged(UNDECIDED, f"{subject} {shown} (max {limit}): {why}, so no interval; rerun its evaluation")
+    if series and (not finite(estimate) or abs(estimate - float(np.mean(series))) > 1e-6 * max(1.0, abs(float(np.mean(series))))):
+        why = f"the estimate is not its per-image series' mean ({float(np.mean(series)):.3f})"
+        return judged(
+            UNDECIDED, f"{subject} {shown} (max {limit}): {why}, so the record contradicts itself; rerun its evaluation"
+        )
     bounds = stats.count_interval(series, confidence)
     if bounds is None:
         why = "no per-image series" if not series else f"{len(series)} identical values bound nothing"
@@ -155,18 +190,14 @@ def mean_check(per_image: Sequence[float], estimate: float, limit: float, confid
 MAP_METHOD = "bootstrap over images, paired (the same images for both engines), pycocotools' matches re-weighted"
 
 
-def resampled_interval(resampled: Sequence[float], confidence: float) -> tuple:
-    """The percentile interval of bootstrap resamples (e.g. paired mAP drops)."""
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(np.asarray(resampled, dtype=float), [tail, 1 - tail])
-    return float(low), float(high)
-
-
 def map_drop_check(drop: float, resampled: Sequence[float], limit: float, confidence: float, subject: str) -> Dict[str, str]:
     """A mAP drop in points (fp32 minus the engine, pycocotools' estimate) that may be at most
     `limit`, judged by the percentile interval of its paired bootstrap resamples; UNDECIDED
     without them (an estimate alone is no interval)."""
-    resampled = [] if resampled is None else list(resampled)
+    refused = no_limit(limit, subject)
+    if refused:
+        return refused
+    resampled = list(resampled) if isinstance(resampled, (list, tuple, np.ndarray)) else []
     shown = f"{drop:+.2f}" if finite(drop) else str(drop)
     if not finite(drop, *resampled):
         return judged(
@@ -179,7 +210,7 @@ def map_drop_check(drop: float, resampled: Sequence[float], limit: float, confid
             f"{MIN_RESAMPLES} a percentile interval needs ({MAP_METHOD})",
         )
     # (a zero-width interval from 1,000 paired resamples is evidence: both engines boxed alike)
-    low, high = resampled_interval(resampled, confidence)
+    low, high = stats.percentile_interval(resampled, confidence)
     verdict = stats.verdict_at_most(low, high, limit)
     text = f"{subject} {drop:+.2f} points below fp32 [{low:+.2f}, {high:+.2f}] ({MAP_METHOD}, {len(resampled)} resamples; max {limit})"
     if verdict == UNDECIDED:
@@ -231,7 +262,11 @@ def group_drop_checks(
         return []
     names = list(drops)
     alpha = (1 - confidence) / 2  # the one-sided level of a two-sided `confidence` interval
-    adjusted = dict(zip(names, holm([p_above(drops[name], limit) for name in names]), strict=True))
+    if not finite(limit):
+        return [no_limit(limit, f"{kind} top-1 drop")]
+    measured = {name: isinstance(drops[name], stats.PairedDrop) for name in names}
+    p_values = [p_above(drops[name], limit) if measured[name] else 1.0 for name in names]
+    adjusted = dict(zip(names, holm(p_values), strict=True))
     correction = f"Holm-corrected across {len(names)} {kinds}"
     entries = {}
     for name in names:
@@ -248,9 +283,14 @@ def group_drop_checks(
         return failing
     undecided = [name for name in names if entries[name]["verdict"] == UNDECIDED]
     if undecided:  # the first group that cannot tell (not all of them)
-        return [entries[max(undecided, key=lambda name: drops[name].high)]]
+        return [entries[max(undecided, key=lambda name: drops[name].high if measured[name] else math.inf)]]
     worst = max(names, key=lambda name: drops[name].high)
     return [judged(PASS, entries[worst]["text"] + f"; the worst of {len(names)} {kinds}")]
+
+
+def _mean_or_none(per_image: Any) -> Optional[float]:
+    series = list(per_image) if isinstance(per_image, (list, tuple, np.ndarray)) else []
+    return float(np.mean(series)) if series and finite(*series) else None
 
 
 def group_mean_checks(
@@ -259,9 +299,7 @@ def group_mean_checks(
     """One budget on a per-image mean (spurious boxes per image) over many groups, judged by
     bonferroni_groups (count intervals)."""
     checks = {
-        name: mean_check(
-            per_image, float(np.mean(per_image)) if len(per_image) else 0.0, limit, confidence, f"{subject} on '{name}'"
-        )
+        name: mean_check(per_image, _mean_or_none(per_image), limit, confidence, f"{subject} on '{name}'")
         for name, per_image in values.items()
     }
     strict = 1 - (1 - confidence) / max(len(values), 1)
@@ -281,13 +319,18 @@ def group_resampled_checks(
     """One budget on a bootstrapped drop (a detector's mAP@.5 per condition) over many groups,
     `groups` {name: (estimate in points, its paired resamples)}, judged by bonferroni_groups
     (percentile intervals of the resamples)."""
+    groups = {name: group if isinstance(group, tuple) and len(group) == 2 else (None, None) for name, group in groups.items()}
     checks = {
         name: map_drop_check(estimate, resampled, limit, confidence, f"{subject} on '{name}'")
         for name, (estimate, resampled) in groups.items()
     }
     strict = 1 - (1 - confidence) / max(len(groups), 1)
     return bonferroni_groups(
-        checks, lambda name: resampled_interval(groups[name][1], strict)[0] > limit, lambda name: groups[name][0], strict, kinds
+        checks,
+        lambda name: stats.percentile_interval(groups[name][1], strict)[0] > limit,
+        lambda name: groups[name][0],
+        strict,
+        kinds,
     )
 
 
@@ -333,8 +376,8 @@ def worst_group(drops: Dict[str, stats.PairedDrop]) -> Optional[tuple]:
 def speed_interval(rounds: Optional[Sequence[float]], confidence: float = 0.95) -> Optional[tuple]:
     """(low, high) of a speed ratio from its per-round ratios (a t interval on their logarithms:
     stats.ratio_interval), or None with fewer than MIN_ROUNDS positive finite rounds or when the
-    rounds are identical (a zero-width interval is no evidence of no variance)."""
-    usable = [r for r in (rounds or []) if finite(r) and float(r) > 0]
+    rounds are identical to a float's precision (a zero-width interval is no evidence of no variance)."""
+    usable, _ = usable_rounds(rounds)
     if len(usable) < MIN_ROUNDS:
         return None
     bounds = stats.ratio_interval(usable, confidence)
@@ -342,9 +385,10 @@ def speed_interval(rounds: Optional[Sequence[float]], confidence: float = 0.95) 
 
 
 def _no_interval_reason(rounds: Optional[Sequence[float]]) -> str:
-    usable = [r for r in (rounds or []) if finite(r) and float(r) > 0]
+    usable, dropped = usable_rounds(rounds)
     if len(usable) < MIN_ROUNDS:
-        return f"{len(usable)} usable round(s), fewer than the {MIN_ROUNDS} an interval needs"
+        also = f" ({dropped} non-finite or non-positive dropped)" if dropped else ""
+        return f"{len(usable)} usable round(s){also}, fewer than the {MIN_ROUNDS} an interval needs"
     return f"{len(usable)} identical rounds: a zero-width interval is no evidence of no variance"
 
 
@@ -353,9 +397,15 @@ def speed_check(
 ) -> Optional[Dict[str, str]]:
     """A speed-up over fp32 (side by side) that must be at least `limit`; None for an untimed row
     (a simulation has no speed to judge, which is not a failure). Method: SPEED_METHOD, at least
-    MIN_ROUNDS rounds with some spread."""
+    MIN_ROUNDS usable rounds (non-finite ones dropped and counted) with some spread. The printed
+    median must lie inside the interval: where it does not, the rounds are bimodal or hold outliers
+    (a noisy timing), and the check is UNDECIDED, never faster."""
     if not timed:
         return None
+    subject = f"speed-up over fp32 at {at}"
+    refused = no_limit(limit, subject)
+    if refused:
+        return refused
     if not ratio:
         return judged(UNDECIDED, f"no side-by-side speed-up at {at} measured yet (min {limit}x): run its compare_speed job")
     rounds = ratio.get("rounds") if isinstance(ratio, dict) else None
@@ -365,15 +415,20 @@ def speed_check(
     if bounds is None or not finite(median):
         why = _no_interval_reason(rounds) if bounds is None else "its record has no median"
         return judged(
-            UNDECIDED,
-            f"speed-up over fp32 at {at} {shown}: {why}, so no interval (min {limit}x); time more rounds (evaluate.ratio_rounds)",
+            UNDECIDED, f"{subject} {shown}: {why}, so no interval (min {limit}x); time more rounds (evaluate.ratio_rounds)"
         )
     low, high = bounds
+    usable, dropped = usable_rounds(rounds)
+    counted = f"{len(usable)} alternating rounds" + (f", {dropped} non-finite dropped" if dropped else "")
+    if not low <= median <= high:
+        return judged(
+            UNDECIDED,
+            f"{subject} {median:.2f}x lies outside the interval of its rounds' mean [{low:.2f}, {high:.2f}] "
+            f"({counted}: {', '.join(f'{r:.2f}' for r in usable)}): the rounds are bimodal or hold outliers, a "
+            f"noisy timing (min {limit}x); time again on a quieter machine",
+        )
     verdict = stats.verdict_at_least(low, high, limit)
-    text = (
-        f"speed-up over fp32 at {at} {median:.2f}x [{low:.2f}, {high:.2f}] ({100 * confidence:g}% interval "
-        f"over {len(rounds)} alternating rounds; min {limit}x)"
-    )
+    text = f"{subject} {median:.2f}x [{low:.2f}, {high:.2f}] ({100 * confidence:g}% interval over {counted}; min {limit}x)"
     if verdict == UNDECIDED:
         text += "; the rounds cannot tell: time more rounds (evaluate.ratio_rounds) or on a quieter machine"
     return judged(verdict, text)
@@ -395,15 +450,50 @@ def fastest(candidates: List[Dict[str, Any]]) -> Dict[str, Any]:
     return {"winner": best} if not tied else {"tied": [best] + tied}
 
 
-def server_check(served: Optional[Dict[str, Any]], limit: float, timed: bool) -> Optional[Dict[str, str]]:
+WIDE_SERVER_RATIO = 2.0  # an interval whose ends differ more than twofold: the pairs disagree
+
+
+def server_ratio_at(ratio: Optional[Dict[str, Any]], confidence: float) -> Optional[Dict[str, Any]]:
+    """A serve node's Server ratio (its per-pair ratios and their median) with the interval at
+    `confidence` (evaluate.confidence), computed here where every other check's is -- never in the
+    measuring node. Fewer than MIN_SEARCHES pairs or identical pairs: no interval, `why` says so; an
+    interval wider than WIDE_SERVER_RATIO x says that the pairs disagree and shows them."""
+    if not isinstance(ratio, dict) or not ratio:
+        return None
+    pairs, _ = usable_rounds(ratio.get("per_pair"))
+    found = {key: value for key, value in ratio.items() if key not in ("low", "high", "why")}
+    found["pairs"], found["confidence"] = len(pairs), confidence
+    if pairs:  # the figure is the pairs' median, whatever the record says
+        found["median"] = round(float(np.median(pairs)), 3)
+    bounds = speed_interval(pairs, confidence)
+    if bounds is None:
+        why = (
+            f"{len(pairs)} paired search(es), fewer than the {MIN_SEARCHES} an interval needs"
+            if len(pairs) < MIN_SEARCHES
+            else f"{len(pairs)} paired searches gave the same ratio: a zero-width interval is no evidence of no noise"
+        )
+        return {**found, "low": None, "high": None, "why": why}
+    low, high = round(bounds[0], 3), round(bounds[1], 3)
+    if not low <= found["median"] <= high:
+        found["why"] = f"the median {found['median']:.2f} lies outside the interval of the pairs' mean: bimodal or outlying pairs"
+    elif high > WIDE_SERVER_RATIO * low:
+        shown = ", ".join(f"{r:.2f}" for r in pairs)
+        found["why"] = f"the {len(pairs)} paired searches disagree ({shown}): too few or too noisy to inform"
+    return {**found, "low": low, "high": high}
+
+
+def server_check(served: Optional[Dict[str, Any]], limit: float, timed: bool, confidence: float) -> Optional[Dict[str, str]]:
     """The largest valid Server rate over the fp32 engine's under the same bound, which must be at
-    least `limit`: judged by SERVER_METHOD over at least MIN_SEARCHES paired searches. A side with
-    no valid rate is UNDECIDED (a search that found none may have met a stall), unless its batch-1
-    latency alone exceeds the bound: then no rate can hold, a FAIL that says so. None for an
-    untimed row."""
+    least `limit`: judged by SERVER_METHOD over at least MIN_SEARCHES paired searches, at
+    `confidence`. A side with no valid rate is UNDECIDED (a search that found none may have met a
+    stall), unless its batch-1 latency alone exceeds the bound: then no rate can hold, a FAIL that
+    says so. An interval whose pairs disagree (server_ratio_at) is UNDECIDED. None for an untimed row."""
     if not timed:
         return None
-    if not served:
+    refused = no_limit(limit, "Server rate over the fp32 engine's")
+    if refused:
+        return refused
+    if not isinstance(served, dict) or not served:
         return judged(
             UNDECIDED, f"no serving run measured yet (min {limit}x the fp32 engine's Server rate): run its serve_engine job"
         )
@@ -411,26 +501,34 @@ def server_check(served: Optional[Dict[str, Any]], limit: float, timed: bool) ->
     within = f"p99 <= {bound:g} ms" if finite(bound) else "the latency bound"
     results = served.get("results") or {}
     engine = (results.get("engine") or {}).get("Server") or {}
+    if engine.get("rate") is not None and not finite(engine["rate"]):
+        return judged(UNDECIDED, f"the engine's Server rate {engine['rate']!r} is no finite number: rerun its serve_engine job")
     if engine.get("rate") is None:
         why = engine.get("why") or f"no Server rate met {within} at any rate tried"
         if engine.get("batch1_over_bound"):
             return judged(FAIL, f"{why}: batch-1 latency alone exceeds the bound, so no rate can meet it")
         return judged(UNDECIDED, f"{why}; one search's miss is no proof that no rate holds: rerun its serve_engine job")
     fp32 = (results.get("fp32") or {}).get("Server") or {}
-    ratio = served.get("server_ratio")
+    ratio = server_ratio_at(served.get("server_ratio"), confidence)
     if ratio is None:
         why = fp32.get("why") if fp32 else "no fp32 side was served"
         return judged(UNDECIDED, f"the fp32 engine has no valid Server rate within {within} to compare with ({why})")
     if not finite(ratio.get("median"), ratio.get("low"), ratio.get("high")):
-        searches = ratio.get("searches") or ratio.get("pairs")
+        searches = ratio.get("pairs")
         return judged(
             UNDECIDED,
             f"Server rate {engine['rate']:g}/s within {within}, {ratio.get('median')}x fp32's: "
             f"{ratio.get('why') or f'no interval ({searches} paired searches; {MIN_SEARCHES} with some spread needed)'} "
             f"(min {limit}x); raise evaluate.serving.search_repeats",
         )
-    verdict = stats.verdict_at_least(ratio["low"], ratio["high"], limit)
     pairs = ratio.get("pairs")
+    if ratio.get("why"):  # an interval, but the pairs disagree: no verdict rests on it
+        return judged(
+            UNDECIDED,
+            f"Server rate {engine['rate']:g}/s within {within}, {ratio['median']:.2f}x fp32's "
+            f"[{ratio['low']:.2f}, {ratio['high']:.2f}]: {ratio['why']} (min {limit}x); raise evaluate.serving.search_repeats",
+        )
+    verdict = stats.verdict_at_least(ratio["low"], ratio["high"], limit)
     return judged(
         verdict,
         f"Server rate within {within} {engine['rate']:g}/s, {ratio['median']:.2f}x fp32's "

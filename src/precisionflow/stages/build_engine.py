@@ -33,11 +33,10 @@ BACKEND_SETTINGS = {
 
 
 def engine_settings(engine: Dict[str, Any], target_def: Dict[str, Any]) -> Dict[str, Any]:
-    keys = BACKEND_SETTINGS.get(engine["backend"], tuple(engine))
-    settings = {key: engine[key] for key in keys}
-    from precisionflow.backends.devices import may_run_on_gpu
+    from precisionflow.devices import runs_on_gpu
 
-    if engine["backend"] == "onnxruntime" and may_run_on_gpu(target_def):
+    settings = {key: engine[key] for key in BACKEND_SETTINGS[engine["backend"]]}  # compose refuses another backend
+    if engine["backend"] == "onnxruntime" and runs_on_gpu(target_def):
         settings["cuda"] = dict(engine["onnxruntime"])  # CUDA provider options: read only where a GPU runs it
     return settings
 
@@ -60,7 +59,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         {"target": params["target"], "precision": precision, "graph_sha256": graph_node["summary"]["graph_sha256"]}
     )
     if description.get("device") == "cuda":  # which of the node's GPUs built it: recorded, never in the id
-        from precisionflow.backends.devices import gpu_record
+        from precisionflow.devices import gpu_record
 
         description["ran_on"] = gpu_record()
     write_json_atomic(out / "engine.json", description)

@@ -29,7 +29,7 @@ from precisionflow.reporting.compare import (
     split_inputs,
     variant,
 )
-from precisionflow.errors import PrecisionflowError
+from precisionflow.errors import PrecisionflowError, StageError
 from precisionflow.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
 from precisionflow.reporting import report_pages
 
@@ -787,14 +787,15 @@ def non_finite_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
 
 
 def chance_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
-    """Trainings that learned nothing, once each (their engines' rows compare noise)."""
-    from precisionflow.modeling.training import at_chance_message
+    """Trainings that learned nothing or kept weights below their own best epoch, once each (their
+    engines' rows compare noise, or a weaker reference than the model can be)."""
+    from precisionflow.modeling.training import reference_message
 
     found = {}
     for eval_dir in metrics:
         for record in lineage(eval_dir).values():
-            if record["stage"] in ("train_model", "finetune_model") and at_chance_message(record["summary"]):
-                found[node_key(record)] = at_chance_message(record["summary"])
+            if record["stage"] in ("train_model", "finetune_model") and reference_message(record["summary"]):
+                found[node_key(record)] = reference_message(record["summary"])
     return [f"(!) {key}: {message}." for key, message in sorted(found.items())]
 
 
@@ -987,12 +988,23 @@ def verdicts_of(params: Dict[str, Any], evals: List[Path], speeds: List[Path]) -
     return verdicts({"results_dir": str(results), "nodes": nodes, "budgets": params.get("budgets", {})})
 
 
+def budgets_confidence(budgets: Dict[str, Any]) -> float:
+    """evaluate.confidence, as every engine's budget carries it (budgets.budget_for)."""
+    levels = {budget["confidence"] for budget in budgets.values()}
+    if len(levels) > 1:
+        raise StageError(f"the report's budgets carry several confidence levels {sorted(levels)}; expected one")
+    if not levels:
+        raise StageError("the report has no engine budgets: the plan gave it no evaluation to report")
+    return levels.pop()
+
+
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
     started = time.perf_counter()
     evals, speeds, frameworks = split_inputs(inputs)
     serves = serving_inputs(inputs)
     (out / FIGURES).mkdir()
-    ratios, served = ratios_by_engine(speeds), serving_by_engine(serves)
+    served = serving_by_engine(serves, budgets_confidence(params["budgets"])) if serves else {}
+    ratios = ratios_by_engine(speeds)
     metrics = {path: read_json(path / "metrics.json") for path in evals}
     rows = [engine_row(path, metrics[path], ratios, served) for path in evals] + [framework_row(path) for path in frameworks]
     rows.sort(

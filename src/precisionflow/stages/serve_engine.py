@@ -24,22 +24,21 @@ MLPERF_MIN_DURATION_MS = 600_000
 
 def reads(at: Reading) -> Dict[str, Any]:
     cfg, target, runtime = at.cfg, at.target, at.runtime
-    from precisionflow.measure.targets import device_params
+    from precisionflow.measure.targets import device_params, on_gpu, serving_settings
 
-    settings = {**cfg["evaluate"]["serving"], **cfg["target_defs"][target].get("serving", {})}
+    settings = serving_settings(cfg, target)
     settings.pop("enabled", None)
     if settings.get("search_duration_ms") is None:  # unset: probes are full length (and earlier ids stand)
         settings.pop("search_duration_ms", None)
     if not settings.get("search_duration_ms") or not settings.get("full_length_climb"):  # no climb: ids stand
         settings.pop("full_length_climb", None)
     settings["scenarios"] = [str(getattr(s, "value", s)) for s in settings["scenarios"]]
+    gpu = on_gpu(cfg, target)
     if settings["latency_bound_ms"] is None:  # by where the engine runs (see ServingConf)
-        # the planner's runtime names the device as "device" (a GPU's name for `local` on a GPU machine)
-        device = str(runtime.get("device_name") or runtime.get("device") or "")
-        on_gpu = device.lower().startswith(("nvidia", "tesla")) or cfg["target_defs"][target]["device"] == "cuda"
-        settings["latency_bound_ms"] = GPU_BOUND_MS if on_gpu else CPU_BOUND_MS
+        settings["latency_bound_ms"] = GPU_BOUND_MS if gpu else CPU_BOUND_MS
     return {
         "serving": settings,
+        "settings_for": "gpu" if gpu else "cpu",  # which device's defaults it took (devices.runs_on_gpu)
         "threads": cfg["engine"]["intra_op_threads"],
         "backend": cfg["engine"]["backend"],
         **device_params(cfg, target, runtime),
@@ -202,14 +201,12 @@ class ServedSide:
         self.offline_rate = offline.get("samples_per_second") if offline["valid"] else None
 
     def search_server(self, index: int) -> None:
-        """Search `index`, with its own arrival schedule (LoadGen's seed + index), from the last
-        search's answer; the first starts near Offline, not low: on the H200 one engine call in a
-        few thousand stalled ~20 ms, which fails a short run at a low rate (few queries share the
-        p99) but not at 0.8x Offline -- a search that climbs from below stopped at 0.16x. No
-        search after one that found no rate: one failed search is enough to withhold the figure."""
-        if self.repeats and self.repeats[-1]["rate"] is None:
-            return
-        start = self.repeats[-1]["rate"] if self.repeats else (0.8 * self.offline_rate if self.offline_rate else None)
+        """Search `index`, with its own arrival schedule (LoadGen's seed + index), each from the same
+        start -- 0.8x Offline, not low: a search that climbs from below stopped at a fraction of the
+        engine's rate where rare stalls failed short runs -- and never from an earlier search's
+        answer, so one search that fell low cannot bound the next. Every search runs: the figure is
+        their median (combined_searches)."""
+        start = 0.8 * self.offline_rate if self.offline_rate else None
         run = lambda scenario, rate=0.0, duration_ms=None: self.run(scenario, rate, index, duration_ms)  # noqa: E731
         self.repeats.append(server_search(run, self.found["SingleStream"], self.settings, start, self.offline_rate))
 
@@ -275,28 +272,17 @@ def refuse_wrong_answers(answered: Dict[str, Any]) -> None:
 
 def server_ratio(results: Dict[str, Any]):
     """The engine's largest valid Server rate over the fp32 engine's: per pair of searches (search i
-    of each side ran in turn, in alternating order), the ratio of their answers; the median and a
-    Student t interval of the mean log ratio over the pairs (verdict_rules.SERVER_METHOD), so the
-    interval is run-to-run noise, not a search bracket. With fewer than MIN_SEARCHES pairs, or pairs
-    that agree to the digit (zero width), low and high are None and `why` says so. None (no figure)
-    when either side has no valid rate."""
-    from precisionflow.reporting import verdict_rules
-
+    of each side ran in turn, in alternating order), the ratio of their answers, and their median.
+    The interval is computed where the verdicts are, at evaluate.confidence
+    (verdict_rules.server_ratio_at). None (no figure) when either side has no valid rate."""
     engine, fp32 = results.get("engine", {}).get("Server"), results.get("fp32", {}).get("Server")
     if not engine or not fp32 or not engine.get("rate") or not fp32.get("rate"):
         return None
-    pairs = list(zip(_repeats(engine), _repeats(fp32), strict=False))  # search i of each side (a side may stop early)
+    pairs = list(zip(_repeats(engine), _repeats(fp32), strict=False))  # search i of each side
     ratios = [mine["rate"] / theirs["rate"] for mine, theirs in pairs if mine.get("rate") and theirs.get("rate")]
-    found = {"median": round(float(np.median(ratios)), 3), "pairs": len(ratios), "per_pair": [round(r, 4) for r in ratios]}
-    bounds = verdict_rules.speed_interval(ratios)
-    if bounds is None:
-        why = (
-            f"{len(ratios)} paired search(es), fewer than the {verdict_rules.MIN_SEARCHES} an interval needs"
-            if len(ratios) < verdict_rules.MIN_SEARCHES
-            else f"{len(ratios)} paired searches gave the same ratio: a zero-width interval is no evidence of no noise"
-        )
-        return {**found, "low": None, "high": None, "why": why}
-    return {**found, "low": round(bounds[0], 3), "high": round(bounds[1], 3)}
+    if not ratios:
+        return None
+    return {"median": round(float(np.median(ratios)), 3), "pairs": len(ratios), "per_pair": [round(r, 4) for r in ratios]}
 
 
 def _repeats(server: Dict[str, Any]):

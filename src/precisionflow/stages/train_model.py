@@ -12,7 +12,7 @@ from typing import Any, Dict
 
 from precisionflow.errors import StageError
 from precisionflow.nodeio import read_json
-from precisionflow.modeling.training import at_chance_message, fit, optimizer, rebuild_fp32, save_outputs
+from precisionflow.modeling.training import at_chance_message, below_best_message, fit, optimizer, rebuild_fp32, save_outputs
 from precisionflow.stages import Reading
 
 PACKAGES = ("tensorflow", "tf-keras", "numpy", "matplotlib", "h5py")
@@ -41,6 +41,9 @@ def check(limits: Dict[str, Any], summary: Dict[str, Any]) -> None:
         raise StageError(f"{message}; or set train.at_chance=warn to build engines anyway.")
     if message:
         print(f"\n(!) WARNING: {message}.\n", flush=True)
+    below = below_best_message(summary)
+    if below:
+        print(f"\n(!) WARNING: {below}.\n", flush=True)
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
@@ -67,6 +70,6 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         inputs["data"],
         f"{params['model']['name']} ({train['precision_policy']})",
         params["task"],
-        restored_best=bool(train["early_stopping_patience"]),
+        restored_best=bool(train["early_stopping_patience"] or train["keep_best_epoch"]),
     )
     return {**summary, "startup_seconds": round(startup_seconds, 3), "precision_policy": train["precision_policy"]}

@@ -7,6 +7,7 @@ from pathlib import Path
 from precisionflow.pipeline.plan import plan_from_overrides
 from precisionflow.nodeio import read_json
 from precisionflow.pipeline import flow as FLOW
+from precisionflow.devices import runs_on_gpu
 from precisionflow.reporting import tracking
 
 PLAN_FILE = config.get("plan") or str(plan_from_overrides())
@@ -81,7 +82,8 @@ GPU_TIMING_CORES = 2
 def timing_share(stage):
     def value(wildcards):
         spec = PLAN["nodes"][f"{stage}/{wildcards.node}"]
-        on_gpu = (spec["params"].get("target_def") or {}).get("device") == "cuda"
+        target_def = spec["params"].get("target_def")
+        on_gpu = bool(target_def) and runs_on_gpu(target_def)  # the one rule (devices.py)
         cores = os.cpu_count() or 1
         return max(1, WHOLE_HOST * GPU_TIMING_CORES // cores) if on_gpu and cores > GPU_TIMING_CORES else WHOLE_HOST
     return value

@@ -9,7 +9,7 @@ import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from precisionflow.errors import EngineMismatchError
 
@@ -73,20 +73,38 @@ def uuid_text(raw: bytes) -> str:
     return f"GPU-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
+def query_gpus(fields: Tuple[str, ...], selector: Optional[str] = None) -> List[Dict[str, str]]:
+    """nvidia-smi's answer for `fields` (its --query-gpu names), one dict per GPU (only `selector`'s,
+    an index or UUID, when given); [] where nvidia-smi is absent, fails or names no GPU. The one
+    place that runs and parses nvidia-smi."""
+    query = ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader"]
+    if selector is not None:
+        query += ["-i", selector]
+    try:
+        text = subprocess.check_output(query, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    rows = [[part.strip() for part in line.split(",", len(fields) - 1)] for line in text.splitlines() if line.strip()]
+    return [dict(zip(fields, row, strict=True)) for row in rows if len(row) == len(fields)]
+
+
+UNKNOWN_GPU = "unknown CUDA device"
+
+
 @functools.lru_cache(maxsize=None)
 def _gpu_facts(selector: Optional[str]) -> Dict[str, str]:
-    unknown = {"device_name": "unknown CUDA device", "compute_capability": "unknown", "driver": "unknown"}
-    if selector is None:
+    unknown = {"device_name": UNKNOWN_GPU, "compute_capability": "unknown", "driver": "unknown"}
+    found = query_gpus(("name", "compute_cap", "driver_version", "uuid", "pci.bus_id"), selector) if selector else []
+    if not found:
         return unknown
-    fields = "name,compute_cap,driver_version,uuid,pci.bus_id"
-    query = ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader", "-i", selector]
-    try:
-        name, capability, driver, uuid, bus = [
-            s.strip() for s in subprocess.check_output(query, text=True, timeout=20).split(",")
-        ]
-        return {"device_name": name, "compute_capability": capability, "driver": driver, "uuid": uuid, "pci_bus": bus}
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return unknown
+    gpu = found[0]
+    return {
+        "device_name": gpu["name"],
+        "compute_capability": gpu["compute_cap"],
+        "driver": gpu["driver_version"],
+        "uuid": gpu["uuid"],
+        "pci_bus": gpu["pci.bus_id"],
+    }
 
 
 # What a node id may read of a GPU: the model and software it ran with -- never which of a node's
@@ -111,16 +129,20 @@ def local_device_name(device: str) -> str:
     if device == "cpu":
         return cpu_name()
     gpu = gpu_facts()["device_name"]
-    return gpu if gpu != "unknown CUDA device" or device == "cuda" else cpu_name()
+    return gpu if gpu != UNKNOWN_GPU or device == "cuda" else cpu_name()
 
 
-def may_run_on_gpu(target_def: Dict[str, Any]) -> bool:
-    """Whether a target's engines may run on a GPU: `cuda`, or `auto` on a machine that has one."""
-    return target_def["device"] == "cuda" or (target_def["device"] == "auto" and has_nvidia_gpu())
+def runs_on_gpu(target_def: Mapping[str, Any]) -> bool:
+    """Whether a target's engines run on a GPU -- the one rule every part of precisionflow asks
+    (engine settings, serving bound and batches, timing shares, GPU slots): `cuda` always, `cpu`
+    never, `auto` where the machine asking has an NVIDIA GPU (for `local`, the machine that plans
+    and runs it)."""
+    device = target_def["device"]
+    return device == "cuda" or (device == "auto" and has_nvidia_gpu())
 
 
 def has_nvidia_gpu() -> bool:
-    return gpu_facts()["device_name"] != "unknown CUDA device"
+    return gpu_facts()["device_name"] != UNKNOWN_GPU
 
 
 def check_device(runtime: Dict[str, Any], target_def: Dict[str, Any]) -> None:

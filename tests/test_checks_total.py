@@ -1,0 +1,67 @@
+"""Every check is total and every interval contains its point (issue 61, items 2 and 3): None, NaN,
+inf, out-of-range and wrongly typed inputs give UNDECIDED with the reason, never an exception and
+never a PASS; a timing whose median lies outside its own interval is noisy, not faster."""
+
+import math
+
+import pytest
+
+from precisionflow import stats
+from precisionflow.reporting import verdict_rules as rules
+
+SERVED = {
+    "settings": {"latency_bound_ms": 15.0},
+    "results": {"engine": {"Server": {"rate": 12000.0}}, "fp32": {"Server": {"rate": 8000.0}}},
+    "server_ratio": {"median": 1.5, "per_pair": [1.45, 1.5, 1.55]},
+}
+
+CASES = {
+    "drop None": lambda: rules.drop_check(None, 1.0, "top-1 drop"),
+    "drop, limit None": lambda: rules.drop_check(stats.drop_from_counts(90, 1, 0, 9), None, "top-1 drop"),
+    "group drops with a None": lambda: rules.group_drop_checks({"c": None}, 1.0, 0.95, "class", "classes")[0],
+    "group means with a None": lambda: rules.group_mean_checks({"dusk": None}, 0.5, 0.95, "spurious", "conditions")[0],
+    "mean, estimate None": lambda: rules.mean_check([0, 1, 0, 2], None, 0.5, 0.95, "spurious"),
+    "mean, estimate beside its series": lambda: rules.mean_check([0] * 100, 5.0, 0.5, 0.95, "spurious"),
+    "share above n": lambda: rules.share_check(101, 100, 0.9, 0.95, "agreement"),
+    "share below 0": lambda: rules.share_check(-1, 100, 0.9, 0.95, "agreement"),
+    "share, limit a string": lambda: rules.share_check(99, 100, "0.9", 0.95, "agreement"),
+    "mAP drop, limit NaN": lambda: rules.map_drop_check(0.1, [0.1] * 1000, math.nan, 0.95, "mAP"),
+    "speed, median outside its interval": lambda: rules.speed_check(
+        {"median": 0.5, "rounds": [2.0, 2.1, 1.9]}, 1.0, "bmax", 0.95, True
+    ),
+    "speed, bimodal rounds": lambda: rules.speed_check(
+        {"median": 0.969, "rounds": [0.97, 10.5, 0.92, 0.85, 10.1, 0.90, 9.9, 0.95, 13.6]}, 1.0, "b1", 0.95, True
+    ),
+    "speed, rounds a float apart": lambda: rules.speed_check(
+        {"median": 1.5, "rounds": [1.5, 1.5 + 1e-12]}, 1.0, "bmax", 0.95, True
+    ),
+    "speed, one usable round of three": lambda: rules.speed_check(
+        {"median": 2.0, "rounds": [2.0, math.inf, None]}, 1.0, "bmax", 0.95, True
+    ),
+    "speed, limit None": lambda: rules.speed_check({"median": 2.0, "rounds": [2.0, 2.1, 1.9]}, None, "bmax", 0.95, True),
+    "server rate NaN": lambda: rules.server_check(
+        {**SERVED, "results": {**SERVED["results"], "engine": {"Server": {"rate": math.nan}}}}, 1.1, True, 0.95
+    ),
+    "server rate a string": lambda: rules.server_check(
+        {**SERVED, "results": {**SERVED["results"], "engine": {"Server": {"rate": "12000"}}}}, 1.1, True, 0.95
+    ),
+    "server, one pair with an interval": lambda: rules.server_check(
+        {**SERVED, "server_ratio": {"median": 1.5, "pairs": 1, "per_pair": [1.5], "low": 1.2, "high": 1.8}}, 1.1, True, 0.95
+    ),
+    "server, limit None": lambda: rules.server_check(SERVED, None, True, 0.95),
+    "server, not a record": lambda: rules.server_check("served", 1.1, True, 0.95),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_bad_input_is_undecided_with_its_reason(name):
+    found = CASES[name]()
+    assert found["verdict"] == rules.UNDECIDED and found["text"], found
+
+
+def test_the_good_inputs_beside_them_still_decide():
+    assert rules.speed_check({"median": 2.0, "rounds": [2.0, 2.1, 1.9]}, 1.0, "bmax", 0.95, True)["verdict"] == rules.PASS
+    assert rules.server_check(SERVED, 1.1, True, 0.95)["verdict"] == rules.PASS
+    assert rules.share_check(100, 100, 0.9, 0.95, "agreement")["verdict"] == rules.PASS
+    dropped = rules.speed_check({"median": 2.0, "rounds": [2.0, 2.1, 1.9, math.inf]}, 1.0, "bmax", 0.95, True)
+    assert dropped["verdict"] == rules.PASS and "1 non-finite dropped" in dropped["text"]
