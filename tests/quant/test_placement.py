@@ -21,7 +21,7 @@ def engine_ops(graph_dir, out_dir):
 
 def test_the_cpu_placement_runs_integer_convolutions_and_the_tensorrt_one_stays_legal(tmp_path, export_dir, data_dir):  # noqa: F811 -- fixtures
     calibration = _calibrate(tmp_path, export_dir, data_dir)
-    cpu_graph, cpu = _quantize(tmp_path, export_dir, data_dir, calibration, placement="onnxruntime_cpu")
+    cpu_graph, cpu = _quantize(tmp_path, export_dir, data_dir, calibration, placement="onnxruntime_cpu", cpu_weight_bits=8)
     trt_graph, trt = _quantize(tmp_path, export_dir, data_dir, calibration, placement="tensorrt")
     assert cpu["placement"] == "onnxruntime_cpu" and trt["placement"] == "tensorrt"
     assert cpu["quantized_nodes"] == trt["quantized_nodes"] == 1  # the same op quantized; the classifier stays float

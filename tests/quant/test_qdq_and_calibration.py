@@ -20,7 +20,14 @@ CALIBRATION = {
     "split": "train",
     "tensorrt_version": "10.14.1",
 }
-INT8 = {"exclude_nodes": [], "keep_output_layer": True, "mixed_keep_fp": 1, "report_samples": 20, "report_split": "val"}
+INT8 = {
+    "placement": "tensorrt",
+    "exclude_nodes": [],
+    "keep_output_layer": True,
+    "mixed_keep_fp": 1,
+    "report_samples": 20,
+    "report_split": "val",
+}
 
 
 @pytest.fixture
@@ -271,7 +278,7 @@ def test_the_int8_mixed_graph_stage_publishes_the_reason_and_no_graph(tmp_path, 
     calibration = _calibrate(tmp_path, export_dir, data_dir)
     params = {
         "precision": "int8_mixed",
-        "int8": {"placement": "onnxruntime_cpu", "exclude_nodes": [], "keep_output_layer": False},
+        "int8": {"placement": "onnxruntime_cpu", "cpu_weight_bits": 8, "exclude_nodes": [], "keep_output_layer": False},
     }
     details = static_int8.to_int8(
         source, out / "model.onnx", params, {"calibration": calibration, "data": data}, out, choose_float

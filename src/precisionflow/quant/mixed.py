@@ -99,6 +99,14 @@ def search(
             return judge.figures(int8_itself_outputs if kept == 0 else outputs_with(order[kept:]), judged_on)
 
         chosen, record = choose_by(len(order), figures, limits, judge, confidence)
+        must_float = ops_that_break_alone(rows, limits, order)
+        if not record["budget_met"] and must_float and len(must_float) < len(order) and order[: len(must_float)] != must_float:
+            # The all-but-one trial left in int8 an op that breaks a budget by itself (its own row in
+            # the table): no prefix of that order could pass. Every op that breaks a budget alone goes
+            # float first, then the order as ranked, and the search runs again on that order.
+            first_order, order = order, must_float + [op for op in order if op not in must_float]
+            chosen, record = choose_by(len(order), figures, limits, judge, confidence)
+            record["first_order"] = {"order": first_order, "why_reordered": f"{len(must_float)} op(s) break a budget alone"}
         kept = order[:chosen]
         record.update(
             {
@@ -120,6 +128,13 @@ def search(
         record["declined"] = why
         return [], record
     return kept, record
+
+
+def ops_that_break_alone(rows: List[Dict], limits: Dict[str, float], order: List[str]) -> List[str]:
+    """The ops (in `order`) whose own row -- that op alone in int8 -- is beyond a budget by its
+    interval's upper end, on any subset the table has a row for: each must stay float in any mix."""
+    beyond = {row["op"] for row in rows if row["condition"] in limits and row["high"] > limits[row["condition"]]}
+    return [op for op in order if op in beyond]
 
 
 def judge_for(int8: Dict[str, Any], reference: np.ndarray, decision, confidence: float):
@@ -183,11 +198,15 @@ def failing_subsets(figures, limits: Dict[str, float]) -> List[str]:
 def nothing_to_build(record: Dict[str, Any], chosen: int) -> str:
     """Why no mix is worth building on accuracy alone, or ''."""
     if not record["budget_met"]:
+        remedy = (
+            "set a budget this split can resolve (or a larger split)"
+            if record.get("unresolvable")
+            else "loosen the budget it names, or exclude the op left in int8 (int8.exclude_nodes)"
+        )
         return (
             f"no mix of int8 and float kept {record['unit']} within {budgets_text(record)} by its interval on "
             f"the {record['split']} split ({record.get('why_not_met', '')}); an engine with nearly every op in float "
-            "buys no speed over fp32: nothing built. Read the int8 and fp32 rows, or set "
-            "a budget this split can resolve."
+            f"buys no speed over fp32: nothing built. Read the int8 and fp32 rows, or {remedy}."
         )
     if chosen == 0:
         return (
@@ -511,7 +530,7 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
     if record["condition_limits"]:
         record["conditions"] = chosen_record.get("conditions", {})
     if not met:
-        record["why_not_met"] = why_not_met(trials[chosen], limits, judge)
+        record["why_not_met"], record["unresolvable"] = why_not_met(trials[chosen], limits, judge)
     return chosen, record
 
 
@@ -541,12 +560,13 @@ def trial_record(figures: Dict[str, Any], judge) -> Dict[str, Any]:
     return found
 
 
-def why_not_met(figures: Dict[str, Any], limits: Dict[str, float], judge) -> str:
-    """Which budgets the last trial (all but one op float) still did not clear, with what the images can resolve."""
+def why_not_met(figures: Dict[str, Any], limits: Dict[str, float], judge) -> Tuple[str, bool]:
+    """(which budgets the last trial (all but one op float) still did not clear, by how much; whether
+    any of them is finer than its images can ever resolve -- the only case that blames the split)."""
     from precisionflow.quant.judges import MAP, map50_tag
     from precisionflow.quant.sensitivity import OVERALL
 
-    said = []
+    said, unresolvable = [], False
     for name, limit in limits.items():
         figure = figures[name]
         if figure.high <= limit:
@@ -558,9 +578,15 @@ def why_not_met(figures: Dict[str, Any], limits: Dict[str, float], judge) -> str
             )
             continue
         subject = "the selection split" if name == OVERALL else f"condition '{name}'"
+        finer = np.isfinite(figure.finest) and limit < figure.finest
+        unresolvable = unresolvable or finer
+        resolution = (
+            f"; the smallest budget {figure.n} images can ever pass is {figure.finest:.2f}: this split cannot resolve it"
+            if finer
+            else f", {figure.high - limit:.2f} beyond it"
+        )
         said.append(
             f"{subject}'s {figure.n} images: {figure.value:+.2f} [{figure.low:+.2f}, {figure.high:+.2f}] against {limit} "
-            f"(one image = {figure.one_image:.2f} {judge.unit}; the smallest budget {figure.n} images can ever pass is "
-            f"{figure.finest:.2f})"
+            f"(one image = {figure.one_image:.2f} {judge.unit}{resolution})"
         )
-    return "no trial's interval cleared every budget; with all but one op in float: " + "; ".join(said)
+    return "no trial's interval cleared every budget; with all but one op in float: " + "; ".join(said), unresolvable

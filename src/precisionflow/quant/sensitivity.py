@@ -65,10 +65,18 @@ def table(
 
 
 def ranked_on(rows: List[Dict], subset: str) -> List[str]:
-    """The ops, most damaging to `subset`'s images first: by top-1 drop, then by output change
-    (one op alone rarely flips an image; the continuous change orders the rest)."""
+    """The ops, most damaging to `subset`'s images first, by what a budget is judged with: the
+    upper end of the op's interval (an op that flips many images both ways has a small net drop
+    but a wide interval, which fails a budget as surely as a loss does), then its figure, then its
+    output change (one op alone rarely flips an image; the continuous change orders the rest)."""
     mine = [row for row in rows if row["condition"] == subset]
-    return [row["op"] for row in sorted(mine, key=lambda row: (-value(row), -row["output_change"], row["op"]))]
+    return [row["op"] for row in sorted(mine, key=lambda row: (-worst_end(row), -value(row), -row["output_change"], row["op"]))]
+
+
+def worst_end(row: Dict) -> float:
+    """The upper end of a row's interval (the end a budget is judged by); its figure where it has none."""
+    high = row.get("high")
+    return float(high) if high is not None and np.isfinite(high) else value(row)
 
 
 def order(rows: List[Dict], failing: Sequence[str]) -> List[str]:

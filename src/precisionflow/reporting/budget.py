@@ -20,7 +20,7 @@ from precisionflow.datasets import conditions
 from precisionflow import stats
 from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.verdict_rules import judged, overall, share_check
-from precisionflow.reporting.compare import task_of, variant
+from precisionflow.reporting.compare import differences_of, task_of, variant, with_differences
 from precisionflow.budgets import BUDGET_KEYS, budget_for  # noqa: F401 (read from here by the planner and tests)
 from precisionflow.errors import StageError
 from precisionflow.nodeio import NODE_FILE, declined, named_lineage, read_json
@@ -692,6 +692,10 @@ def verdicts(plan: Dict[str, Any]) -> List[Dict[str, Any]]:
         if spec["stage"] == "evaluate_engine" and spec["params"]["precision"] != TWIN:
             entry = judge_entry(results, key, spec, plan, baselines, ratios)
             found += [entry] if entry else []
+    # whatever key was swept between the judged rows, named on each (n64, e4, minmax)
+    differs = differences_of([results / entry["node"] for entry in found])
+    for entry in found:
+        entry["variant"] = with_differences(entry["variant"], differs[entry["node"].split("/", 1)[1]])
     return found
 
 

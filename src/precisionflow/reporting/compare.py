@@ -7,7 +7,7 @@ engine and TensorFlow in alternating rounds. Nothing here divides figures of two
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from precisionflow.nodeio import declined, read_json, read_node
+from precisionflow.nodeio import declined, named_lineage, read_json, read_node
 
 PER_SAMPLE_FILE = "per_sample.npz"  # an evaluation's test-split predictions and labels (classification)
 RATIOS = (("vs_fp32", "x_fp32"), ("vs_tf", "x_tf"))
@@ -82,6 +82,75 @@ def ratio_values(ratio_metrics: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
 
 def engine_key(eval_dir: Path) -> str:
     return read_node(eval_dir)["inputs"]["engine"]
+
+
+# Keys that differ between rows without saying what was swept: content hashes, paths, lineage roles.
+NOT_SWEPT = ("fingerprint", "files", "path", "sha256", "twin_of", "simulates", "runtime")
+SHORT = {"num_samples": "n", "epochs": "e"}  # calibration.num_samples=64 -> n64, train.epochs=4 -> e4
+
+
+def short_label(key: str, value: Any) -> str:
+    """A differing key's value as a row shows it: n64, e4, minmax, lr=0.01."""
+    leaf = key.rsplit(".", 1)[-1]
+    if leaf in SHORT and isinstance(value, (int, float)):
+        return f"{SHORT[leaf]}{value:g}"
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, bool):
+        return leaf if value else f"no-{leaf}"
+    if isinstance(value, list):
+        return f"{leaf}=" + ",".join(str(item) for item in value)
+    return f"{leaf}={value}"
+
+
+def differences(rows: Dict[str, Dict[str, Any]], group_of: Dict[str, Any]) -> Dict[str, str]:
+    """{row: what sets it apart}: among rows of one group (precision, target, variant), every
+    flattened parameter whose values differ -- whatever key was swept, found from the rows
+    themselves, not from a list of known keys -- as short labels (n64, e4, minmax). '' for a
+    row with no neighbour that differs."""
+    grouped: Dict[Any, List[str]] = {}
+    for row, group in group_of.items():
+        grouped.setdefault(group, []).append(row)
+    found = {row: "" for row in rows}
+    for members in grouped.values():
+        if len(members) < 2:
+            continue
+        keys = sorted({key for row in members for key in rows[row]})
+        differ = [
+            key
+            for key in keys
+            if not any(part in key for part in NOT_SWEPT) and len({repr(rows[row].get(key)) for row in members}) > 1
+        ]
+        for row in members:
+            labels = [short_label(key, rows[row][key]) for key in differ if key in rows[row]]
+            found[row] = " ".join(dict.fromkeys(labels))
+    return found
+
+
+def lineage_params(lineage: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """Every parameter of a row's lineage, flattened as '<name>.<key path>' (named_lineage's names)."""
+    from precisionflow.reporting.tracking import flatten
+
+    return {key: value for name, record in lineage.items() for key, value in flatten(record["params"], name)}
+
+
+def differences_of(eval_dirs: List[Path]) -> Dict[str, str]:
+    """{evaluation folder name: what sets it apart from the other evaluations shown beside it}."""
+    lineages = {path.name: named_lineage(path) for path in eval_dirs}
+    rows = {name: lineage_params(lineage) for name, lineage in lineages.items()}
+    groups = {
+        name: (
+            lineage["evaluate_engine"]["params"].get("precision"),
+            lineage["evaluate_engine"]["params"].get("target"),
+            variant(lineage),
+        )
+        for name, lineage in lineages.items()
+    }
+    return differences(rows, groups)
+
+
+def with_differences(base: str, differs: str) -> str:
+    return ", ".join(part for part in (base, differs) if part)
 
 
 def variant(lineage: Dict[str, Dict[str, Any]]) -> str:

@@ -197,6 +197,66 @@ def compare(uri: str, experiment: str, sweeps: List[str], where: Optional[str], 
     return render(rows, fmt, all_columns)
 
 
+MODEL_COLUMNS = ("rank", "model", "precision", "target", "verdict", "ran")
+
+
+def compare_models(uri: str, experiment: str, data_set: str, metric: str, fmt: str) -> str:
+    """The engines as MLflow's logged models, ranked by `metric` on the data set named `data_set`
+    (`test`, `test/<condition>`, the selection split), read back through search_logged_models:
+    one table per data set of that name (one per data node)."""
+    from precisionflow.reporting import engine_models, tracking
+
+    client = tracking.client_for(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise ConfigError(f"compare: no experiment '{experiment}' at {uri}; pass --experiment / --uri.")
+    tables = engine_models.ranked(client, found.experiment_id, data_set, metric)
+    if not tables:
+        raise ConfigError(
+            f"compare --models: no engine model has '{metric}' on a data set named '{data_set}' in '{experiment}'; "
+            "data sets are named test, test/<condition> and the selection split (int8_mixed)."
+        )
+    parts = []
+    for digest, models in tables:
+        rows = []
+        for rank, model in enumerate(models, 1):
+            on_set = {m.key: m.value for m in model.metrics or [] if m.dataset_digest == digest}
+            row = {
+                "rank": rank,
+                "model": model.name,
+                "precision": model.params.get("precision", ""),
+                "target": model.params.get("target", ""),
+                "verdict": model.tags.get("verdict", ""),
+                "ran": model.tags.get("ran", ""),
+                metric: round(on_set[metric], 4) if metric in on_set else "",
+            }
+            low, high = on_set.get("drop_low", on_set.get("low")), on_set.get("drop_high", on_set.get("high"))
+            row["drop [low, high]"] = (
+                f"{on_set.get('drop_points', on_set.get('drop')):+.2f} [{low:+.2f}, {high:+.2f}]"
+                if low is not None and high is not None
+                else ""
+            )
+            rows.append(row)
+        parts.append(f"{data_set} (digest {digest}), by {metric}:\n" + _render_rows(rows, fmt))
+    return "\n".join(parts)
+
+
+def _render_rows(rows: List[dict], fmt: str) -> str:
+    names = list(rows[0]) if rows else list(MODEL_COLUMNS)
+    if fmt == "csv":
+        import csv
+        import io
+
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=names)
+        writer.writeheader()
+        writer.writerows(rows)
+        return buffer.getvalue()
+    from tabulate import tabulate
+
+    return tabulate([[row[n] for n in names] for row in rows], headers=names, tablefmt="github", disable_numparse=True) + "\n"
+
+
 def ui(uri: str, port: int, answer_timeout_s: float = 300.0) -> int:
     """MLflow's UI on the project's store, quiet, until Ctrl-C or SIGTERM (either stops the server
     and its workers: a SIGTERM once left `mlflow server` serving on the port). The links are printed

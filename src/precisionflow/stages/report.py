@@ -21,6 +21,7 @@ from precisionflow import precisions
 from precisionflow.stats import wilson
 from precisionflow.reporting.compare import (
     declined_evaluations,
+    differences_of,
     engine_key,
     ratio_values,
     ratios_by_engine,
@@ -28,6 +29,7 @@ from precisionflow.reporting.compare import (
     serving_inputs,
     split_inputs,
     variant,
+    with_differences,
 )
 from precisionflow.errors import PrecisionflowError, StageError
 from precisionflow.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
@@ -384,7 +386,10 @@ def engine_label(eval_dir: Path, precision: str) -> str:
     return f"{precision} {variant(named_lineage(eval_dir))}".strip() + f" [{eval_dir.name[-6:]}]"
 
 
-def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[str, Any]], served=None) -> Dict[str, Any]:
+def engine_row(
+    eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[str, Any]], served=None, differs: str = ""
+) -> Dict[str, Any]:
+    """One engine's row; `differs`: what sets it apart from the rows beside it (differences_of)."""
     lineage = named_lineage(eval_dir)
     executed = metrics["engine"].get("executed", {})
     row = {column: "" for column in COLUMNS + ["change_95"]}
@@ -392,7 +397,7 @@ def engine_row(eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[s
         {
             "model": lineage["train_model"]["id"],
             "precision": metrics["precision"],
-            "variant": variant(lineage),
+            "variant": with_differences(variant(lineage), differs),
             "options": engine_options(metrics["engine"]),
             **pruning_columns(lineage),
             "target": metrics["target"],
@@ -1006,7 +1011,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     served = serving_by_engine(serves, budgets_confidence(params["budgets"])) if serves else {}
     ratios = ratios_by_engine(speeds)
     metrics = {path: read_json(path / "metrics.json") for path in evals}
-    rows = [engine_row(path, metrics[path], ratios, served) for path in evals] + [framework_row(path) for path in frameworks]
+    differs = differences_of(evals)  # whatever key was swept between these rows, named on them
+    rows = [engine_row(path, metrics[path], ratios, served, differs[path.name]) for path in evals]
+    rows += [framework_row(path) for path in frameworks]
     rows.sort(
         key=lambda r: (r["model"], str(r["pruned"]), r["target"], r["precision"] == "tensorflow", r["precision"], r["variant"])
     )

@@ -12,15 +12,17 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from precisionflow.stages import Reading
-from precisionflow.reporting import tracking
+from precisionflow.reporting import engine_models, tracking
 from precisionflow.reporting.compare import (
     HEADLINE_METRICS,
+    differences_of,
     engine_key,
     ratio_values,
     ratios_by_engine,
     split_inputs,
     task_of,
     variant,
+    with_differences,
 )
 from precisionflow.nodeio import named_lineage, node_key, read_json
 from precisionflow.quant import cache
@@ -167,11 +169,12 @@ def log_training(client, context, record: Dict[str, Any]) -> str:
     return run.info.run_id
 
 
-def run_name(lineage, metrics) -> str:
-    """'int8 [entropy, TRT-sim] · local · resnet_mini-fp32-e12 2598df': what tells neighbouring runs
-    apart first (precision, variant as the console names it, target), the model last with its
-    training settings whole -- MLflow's name column once cut 'resnet_mini-fp32-e' before the epochs."""
-    found = variant(lineage)
+def run_name(lineage, metrics, differs: str = "") -> str:
+    """'int8 [entropy, n64] · local · resnet_mini-fp32-e12 2598df': what tells neighbouring runs
+    apart first (precision, variant as the console names it with what was swept, target), the model
+    last with its training settings whole -- MLflow's name column once cut 'resnet_mini-fp32-e'
+    before the epochs."""
+    found = with_differences(variant(lineage), differs)
     model, _, digest = lineage["train_model"]["id"].rpartition("-")
     named = metrics["precision"] + (f" [{found}]" if found else "")
     return f"{named} · {metrics['target']} · {model} {digest[:6]}"
@@ -183,12 +186,18 @@ def log_child(client, context, eval_dir: Path) -> bool:
 
     lineage = named_lineage(eval_dir)
     metrics = read_json(eval_dir / "metrics.json")
-    name = run_name(lineage, metrics)
+    differs = context["differs"].get(eval_dir.name, "")
+    name = run_name(lineage, metrics, differs)
     run = tracking.resumable_run(
         client, context["experiment_id"], {tracking.NODE_TAG: node_key(lineage["evaluate_engine"])}, name, context["parent_id"]
     )
     mark_sweep(client, run, context["sweep_id"])
-    if run.data.tags.get(tracking.COMPLETE_TAG) == "1":
+    if run.info.run_name != name:  # a later sweep beside it named what differs: the run's name says it too
+        client.update_run(run.info.run_id, name=name)
+    if differs:
+        client.set_tag(run.info.run_id, "differs", differs)
+    if run.data.tags.get(tracking.COMPLETE_TAG) == "1":  # a run logged before engines were models gets its model once
+        engine_models.log_model(client, context, run.info.run_id, lineage, metrics, name)
         return False
     run_id = run.info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in child_params(lineage).items()])
@@ -216,6 +225,7 @@ def log_child(client, context, eval_dir: Path) -> bool:
         lineage, context["results"], context["out"], context["tensorrt_version"]
     ):
         client.log_artifact(run_id, str(artifact))
+    client.set_tag(run_id, "model_id", engine_models.log_model(client, context, run_id, lineage, metrics, name))
     client.set_tag(run_id, tracking.COMPLETE_TAG, "1")
     client.set_terminated(run_id)
     return True
@@ -307,6 +317,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "results": results,
         "out": out,
         "ratios": ratios_by_engine(speed_dirs),
+        "differs": differences_of(eval_dirs),
         "tensorrt_version": params["tensorrt_version"],
         "verdicts": {entry["node"]: entry for entry in read_json(inputs["report"] / "verdicts.json")},
     }
@@ -317,9 +328,11 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     tracking.share_view(client, experiment_id, sort_metric="top1" if classifies else "map")
     marked = f"tags.`{tracking.SWEEP_TAG}.{sweep_id}` = '1' and tags.`{tracking.NODE_TAG}` LIKE 'evaluate_engine/%'"
     children = [run.info.run_id for run in client.search_runs([experiment_id], filter_string=marked, max_results=50)]
+    models = client.search_logged_models([experiment_id], filter_string=f"tags.`{engine_models.ENGINE_TAG}` != ''")
     return {
         "tracking_uri": uri,
         "experiment_id": experiment_id,
+        "logged_models": len(models),  # every engine of the experiment, this sweep's and earlier ones
         "parent_run_id": parent.info.run_id,
         "sweep_id": sweep_id,
         "children": len(eval_dirs),
