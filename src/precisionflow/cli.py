@@ -78,9 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--where", help="an MLflow filter, e.g. \"tags.precision = 'int8'\"")
     compare.add_argument("--format", default="markdown", choices=["markdown", "csv"])
     compare.add_argument("--all-columns", action="store_true", help="every column (the table otherwise fits 120 columns)")
-    compare.add_argument("--models", action="store_true", help="the engines as MLflow logged models, ranked on one data set")
-    compare.add_argument("--dataset", default="test", help="with --models: test, test/<condition> or the selection split")
-    compare.add_argument("--metric", default="top1", help="with --models: the metric to rank by (top1, agreement, map, ...)")
+    compare.add_argument("--models", nargs="?", const="test:top1", help="logged models ranked on DATASET:METRIC")
     report = commands.add_parser(
         "report", help="Snakemake's self-contained report of a finished run (report items: table, page, figures)"
     )
@@ -435,9 +433,9 @@ def print_summary(plan: Dict) -> None:
 
 
 def print_why(plan: Dict) -> None:
-    from precisionflow.pipeline.why import explain
+    from precisionflow.pipeline.why import explain_changes
 
-    lines = explain(plan)
+    lines = explain_changes(plan)
     nodes = sum(1 for line in lines if not line.startswith(" "))  # a node's line, then its reasons indented
     print(f"\nprecisionflow: {nodes} of {len(plan['nodes'])} planned nodes would run" + (":" if lines else "."))
     for line in lines:
@@ -494,16 +492,10 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from precisionflow.reporting.mlflow_compare import compare, compare_models, default_uri
+    from precisionflow.reporting.mlflow_compare import compare, default_uri
 
-    if args.models:
-        uri = args.uri or default_uri(args.results)
-        print(compare_models(uri, args.experiment, args.dataset, args.metric, args.format), end="")
-        return 0
-    print(
-        compare(args.uri or default_uri(args.results), args.experiment, args.sweep, args.where, args.format, args.all_columns),
-        end="",
-    )
+    uri = args.uri or default_uri(args.results)
+    print(compare(uri, args.experiment, args.sweep, args.where, args.format, args.all_columns, args.models), end="")
     return 0
 
 

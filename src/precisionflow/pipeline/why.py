@@ -74,21 +74,94 @@ def closest(planned: Dict[str, Any], stage_dir: Path, limit: int = 300) -> Tuple
     return best
 
 
-def explain(plan: Dict[str, Any]) -> List[str]:
-    """One line per planned node that has no finished output, saying why it will run."""
+def places(nodes: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
+    """{node key: its place in the lineage}: its stage and, by input role (numbers left off), the
+    places of its inputs -- no parameter. A node and its counterpart in another configuration of
+    the same shape hold the same place: the main model's export and a QAT twin's export do not."""
+    import hashlib
+
+    from precisionflow.pipeline.flow import role_kind
+
+    found: Dict[str, str] = {}
+
+    def place(key: str) -> str:
+        if key not in found:
+            spec = nodes[key]
+            inputs = sorted(
+                f"{role_kind(role)}={place(source) if source in nodes else source}" for role, source in spec["inputs"].items()
+            )
+            found[key] = hashlib.sha256(f"{spec['stage']}({','.join(inputs)})".encode()).hexdigest()[:16]
+        return found[key]
+
+    for key in nodes:
+        place(key)
+    return found
+
+
+def counterpart(
+    key: str, spec: Dict[str, Any], plan: Dict[str, Any], baseline: Dict[str, Any]
+) -> Tuple[Optional[str], List[str]]:
+    """The node holding `key`'s place in `baseline` (the configuration without the changed keys),
+    the closest of them where several do, and the differences; (None, []) where none does."""
+    mine = places(plan["nodes"])[key]
+    theirs = places(baseline["nodes"])
+    candidates = [other for other, where in theirs.items() if where == mine and other != key]
+    best: Tuple[Optional[str], List[str]] = (None, [])
+    for other in candidates:
+        found = differences(spec, baseline["nodes"][other], Path(plan["results_dir"]))
+        if best[0] is None or len(found) < len(best[1]):
+            best = (other, found)
+    return best
+
+
+def explain(plan: Dict[str, Any], baseline: Optional[Dict[str, Any]] = None) -> List[str]:
+    """One line per planned node that has no finished output, saying why it will run: against the
+    node holding the same place in `baseline` (the configuration its changed keys were changed
+    from) where one does, else against the closest finished node of its stage."""
     results = Path(plan["results_dir"])
     lines = []
     for key, spec in plan["nodes"].items():
         if (results / key / NODE_FILE).is_file():
             continue
-        name, found = closest(spec, results / spec["stage"])
-        lines.append(f"{key}" + (f"  [vs {name}]" if name else ""))
+        name, found, label = None, [], ""
+        if baseline is not None and key not in baseline["nodes"]:
+            other, found = counterpart(key, spec, plan, baseline)
+            name = other and other.split("/", 1)[1]
+            label = " (the configuration without the overrides)" if other else ""
+            if other is None:
+                lines += [key, "    new: no node holds this place in the configuration without the overrides"]
+                continue
+        if name is None:
+            name, found = closest(spec, results / spec["stage"])
+        lines.append(f"{key}" + (f"  [vs {name}{label}]" if name else ""))
         # one reason per line, each cut to fit a terminal: a report node has hundreds of upstream roles
         reasons = found if name else ["no earlier node of this stage"]
         lines += [f"    {shorten(reason)}" for reason in reasons[:MAX_REASONS]]
         if len(reasons) > MAX_REASONS:
             lines.append(f"    ... and {len(reasons) - MAX_REASONS} more")
     return lines
+
+
+def baseline_overrides(overrides) -> List[str]:
+    """The configuration the changed keys were changed from: the overrides that choose a preset or
+    a config group (experiment=..., dataset=...) and where results go -- not the keys changed."""
+    kept = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        key = key.lstrip("+~")
+        if key == "results_dir" or ("." not in key and "," not in value and not value.startswith("[")):
+            kept.append(override)
+    return kept
+
+
+def explain_changes(plan: Dict[str, Any]) -> List[str]:
+    """explain() against the configuration the plan's changed keys were changed from."""
+    from precisionflow.config.compose import expand
+    from precisionflow.pipeline.plan import build_plan
+
+    overrides = list(plan.get("overrides") or [])
+    kept = baseline_overrides(overrides)
+    return explain(plan, build_plan(expand(kept), plan["results_dir"], kept) if kept != overrides else None)
 
 
 MAX_REASONS = 12

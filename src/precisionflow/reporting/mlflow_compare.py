@@ -185,7 +185,14 @@ def render(rows: List[dict], fmt: str, all_columns: bool = False) -> str:
     raise ConfigError(f"compare --format: expected csv or markdown, found '{fmt}'.")
 
 
-def compare(uri: str, experiment: str, sweeps: List[str], where: Optional[str], fmt: str, all_columns: bool = False) -> str:
+def compare(
+    uri: str, experiment: str, sweeps: List[str], where: Optional[str], fmt: str, all_columns: bool = False, models: str = ""
+) -> str:
+    """The engine runs' comparison table; with `models` (DATASET:METRIC, e.g. test/dim:agreement)
+    the engines as logged models ranked on that data set (compare_models)."""
+    if models:
+        data_set, _, metric = models.rpartition(":")
+        return compare_models(uri, experiment, data_set or "test", metric, fmt)
     rows = table(engine_runs(uri, experiment, sweeps, where))
     if not rows:
         raise ConfigError(
