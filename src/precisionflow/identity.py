@@ -101,16 +101,29 @@ def _imported_modules(path: Path) -> Tuple[str, ...]:
 
 
 def _named_modules(path: Path) -> List[str]:
+    """Modules of this package `path` imports, or names in a string (a registry's module names)."""
+    named = [
+        node.value
+        for node in ast.walk(_parsed(path))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_STRING.match(node.value)
+    ]
+    return [name for name in imported_names(path) + named if name == PACKAGE or name.startswith(PACKAGE + ".")]
+
+
+def imported_names(path: Path) -> List[str]:
+    """Every absolute module name a file imports, of this package or not (a plug-in's helpers)."""
     found = []
-    for node in ast.walk(_parsed(path)):
+    for node in ast.walk(_parsed(Path(path))):
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            # `from precisionflow.x import y`: y is a module or a name inside precisionflow.x
             found += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_STRING.match(node.value):
-            found.append(node.value)
-    return [name for name in found if name == PACKAGE or name.startswith(PACKAGE + ".")]
+    return found
+
+
+def file_digest(relative: str) -> str:
+    """The digest a node id holds for one of the package's files (relative to the package)."""
+    return _file_digest(relative)
 
 
 def _with_parents(module: str) -> List[str]:

@@ -349,9 +349,15 @@ class OrtEngine:
         faulted (CUDA error 700 in cuda_graph.cc) whenever its batch-1 graph was replayed after
         the same session had captured batch 32 and 128 -- alone or beside other processes, with
         cuDNN's exhaustive or heuristic algorithm choice -- and never when each graph had a session
-        of its own (benchmarks/cuda_fault_probe.py, results/h200/cuda_fault_probe*.json)."""
+        of its own (benchmarks/cuda_fault_probe.py, results/h200/cuda_fault_probe*.json).
+
+        Without CUDA graphs on a GPU each batch size gets its own session too: ONNX Runtime's CUDA
+        Conv keeps the cuDNN plan of the last input shape only, so a served mix of batch sizes on
+        one session re-plans at each switch (the 99-211 ms calls inside the default target's Server
+        runs on the H200 at 05c3d24; one session per shape is the remedy that lead points to, not
+        yet measured there)."""
         if batch_size not in self.slots:
-            if self.cuda_graph and self.slots:
+            if (self.cuda_graph or self.on_gpu) and self.slots:
                 own = self.reload()
                 self.slots[batch_size] = own.slot(batch_size)
                 self.graph_sessions.append(own)  # kept alive with its graph

@@ -99,9 +99,45 @@ def pack(plan: Dict[str, Any], target: str, bundle: Path) -> Dict[str, Any]:
                 files.append(f"{key}/{name}")
         write_json_atomic(target_dir / PACKED_FILE, {"rewritten": []})
     write_json_atomic(bundle / "plan.json", plan)
-    manifest = {"target": target, "nodes": keys, "upstream_files": files}
+    manifest = {"target": target, "nodes": keys, "upstream_files": files, "plugins": pack_plugins(plan, keys, bundle)}
     write_json_atomic(bundle / "manifest.json", manifest)
     return manifest
+
+
+PLUGIN_FOLDER = "plugins"
+
+
+def pack_plugins(plan: Dict[str, Any], keys: List[str], bundle: Path) -> List[str]:
+    """The plug-in precisions (PRECISIONFLOW_PRECISIONS) the shipped nodes name: their module and
+    the helpers beside it, copied to BUNDLE/plugins; `remote run` registers them there, so the
+    nodes' ids (which hash that code) hold on the GPU machine too."""
+    from precisionflow import precisions
+
+    used = {plan["nodes"][key]["params"].get("precision") for key in keys} & set(precisions.PLUGIN_FILES)
+    modules = []
+    for name in sorted(used):
+        files = [Path(each) for each in precisions.PLUGIN_FILES[name]]
+        for each in files:
+            (bundle / PLUGIN_FOLDER).mkdir(exist_ok=True)
+            shutil.copy2(each, bundle / PLUGIN_FOLDER / each.relative_to(files[0].parent))
+        modules.append(files[0].stem)
+    return modules
+
+
+def use_shipped_plugins(bundle: Path) -> None:
+    """Make the bundle's plug-in precisions importable and registered here (and in the node
+    processes run_spread starts), before anything imports the precision registry."""
+    import os
+
+    plugins = read_json(Path(bundle) / "manifest.json").get("plugins") or []
+    if not plugins:
+        return
+    folder = str((Path(bundle) / PLUGIN_FOLDER).resolve())
+    sys.path.insert(0, folder)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH", "")]))
+    os.environ["PRECISIONFLOW_PRECISIONS"] = ",".join(plugins)
+    if "precisionflow.precisions" in sys.modules:  # already loaded without them: register them now
+        sys.modules["precisionflow.precisions"]._register_plugins()
 
 
 def failure_line(err: BaseException) -> str:
@@ -293,6 +329,7 @@ def main(argv=None) -> int:
     collect_parser.add_argument("--without-engine-files", action="store_true")
     args = parser.parse_args(argv)
     try:
+        use_shipped_plugins(args.bundle)
         if args.command == "run":
             run_bundle(args.bundle, args.keep_going)
         elif args.command == "doctor":

@@ -120,13 +120,13 @@ def is_reference(name: str) -> bool:
 
 
 PLUGIN_VARIABLE = "PRECISIONFLOW_PRECISIONS"  # comma-separated modules, each defining SPEC
-PLUGIN_SOURCES: Dict[str, str] = {}  # plug-in precision -> its source file's sha256 (in its graph node's id)
+PLUGIN_SOURCES: Dict[str, str] = {}  # plug-in precision -> the sha256 of its code (in its graph node's id)
+PLUGIN_FILES: Dict[str, List[str]] = {}  # plug-in precision -> its module and the modules beside it that it imports
 
 
 def _register_plugins() -> None:
     """Precisions from modules named in PRECISIONFLOW_PRECISIONS: no edit of this package needed.
     The jobs Snakemake starts inherit the variable, so they know the same precisions."""
-    import hashlib
     import importlib
     import os
 
@@ -142,8 +142,34 @@ def _register_plugins() -> None:
         if not isinstance(spec, PrecisionSpec):
             raise ConfigError(f"{PLUGIN_VARIABLE}: module '{module_name}' defines no SPEC (a PrecisionSpec): add one.")
         register(spec)
-        with open(module.__file__, "rb") as handle:
-            PLUGIN_SOURCES[spec.name] = hashlib.sha256(handle.read()).hexdigest()
+        PLUGIN_FILES[spec.name], PLUGIN_SOURCES[spec.name] = plugin_code(module.__file__)
+
+
+def plugin_code(path: str):
+    """([the plug-in's file and the files beside it that it imports], the sha256 of that code and
+    of every precisionflow module it imports, with their own import closures): editing a helper
+    the plug-in imports, or a precisionflow module it builds on, changes its graph nodes' ids."""
+    import hashlib
+
+    from precisionflow import identity
+
+    files, pending, package_modules = [], [Path(path).resolve()], set()
+    while pending:
+        current = pending.pop()
+        if current in files:
+            continue
+        files.append(current)
+        for name in identity.imported_names(current):
+            if name.split(".")[0] == identity.PACKAGE:
+                package_modules.add(name)
+            elif (current.parent / f"{name.replace('.', '/')}.py").is_file():  # a helper beside it
+                pending.append(current.parent / f"{name.replace('.', '/')}.py")
+    digest = hashlib.sha256()
+    for each in files:
+        digest.update(each.read_bytes())
+    for relative in sorted({rel for name in package_modules for rel in identity.import_closure(name)}):
+        digest.update(f"{relative}:{identity.file_digest(relative)}\n".encode())
+    return [str(each) for each in files], digest.hexdigest()
 
 
 _register_plugins()
