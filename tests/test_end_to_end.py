@@ -135,7 +135,7 @@ def test_mlflow_holds_one_parent_and_one_child_per_engine(first_run):
 
 def test_no_timing_job_shared_the_machine_with_another_job(first_run):
     """From Snakemake's own log of the real run: no timing job's interval overlaps any other job's."""
-    from precisionflow.pipeline import joblog
+    from tests import joblog
 
     results, _ = first_run
     found = joblog.events(joblog.latest_log(results).read_text())

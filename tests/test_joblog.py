@@ -1,4 +1,4 @@
-from precisionflow.pipeline import joblog
+from tests import joblog
 
 
 def _log(*entries):

@@ -1,3 +1,3 @@
 """Planning and execution: configurations to content-addressed nodes (plan, flow), running one node
-(runner, runlock, joblog, why, console), GPU nodes without TensorFlow (remote, gpuslots). What the
+(runner, runlock, why, console), GPU nodes without TensorFlow (remote, gpuslots). What the
 library shares with it stands on the ground: nodeio, identity, assets, schema."""

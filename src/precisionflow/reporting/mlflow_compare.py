@@ -169,19 +169,8 @@ def shown_columns(rows: List[dict], all_columns: bool) -> List[str]:
 
 def render(rows: List[dict], fmt: str, all_columns: bool = False) -> str:
     names = [name for name, _ in COLUMNS] if fmt == "csv" else shown_columns(rows, all_columns)
-    if fmt == "csv":
-        import csv
-        import io
-
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=names)
-        writer.writeheader()
-        writer.writerows(rows)
-        return buffer.getvalue()
-    if fmt == "markdown":
-        from tabulate import tabulate
-
-        return tabulate([[row[n] for n in names] for row in rows], headers=names, tablefmt="github", disable_numparse=True) + "\n"
+    if fmt in ("csv", "markdown"):
+        return rendered(rows, names, fmt)
     raise ConfigError(f"compare --format: expected csv or markdown, found '{fmt}'.")
 
 
@@ -249,7 +238,11 @@ def compare_models(uri: str, experiment: str, data_set: str, metric: str, fmt: s
 
 
 def _render_rows(rows: List[dict], fmt: str) -> str:
-    names = list(rows[0]) if rows else list(MODEL_COLUMNS)
+    return rendered(rows, list(rows[0]) if rows else list(MODEL_COLUMNS), fmt)
+
+
+def rendered(rows: List[dict], names: List[str], fmt: str) -> str:
+    """`rows` as CSV (every row, these columns) or a GitHub markdown table."""
     if fmt == "csv":
         import csv
         import io

@@ -1,4 +1,5 @@
-"""What ran when, read from Snakemake's own log (.snakemake/log/*.snakemake.log).
+"""What ran when, read from Snakemake's own log (.snakemake/log/*.snakemake.log): the tests check with it that
+a timing job ran alone (a test helper: nothing in the package reads Snakemake's log).
 
 The log lists job starts ("rule NAME:" / "localrule NAME:" followed by "jobid: N") and ends
 ("Finished jobid: N") in the order they happened. From that order alone -- no clock needed --
