@@ -66,3 +66,14 @@ def test_the_console_shows_finished_jobs_stage_lines_and_errors_and_logs_everyth
     assert not any(line.startswith(("Epoch 1/2", "5/5", "localrule", "Job stats", "Building DAG")) for line in shown)
     assert not any("cuda" in line.lower() or "mlflow.store" in line for line in shown)
     assert len(shown) <= 11, shown  # of 47 lines
+
+
+def test_the_progress_total_leaves_out_snakemakes_target_rule():
+    """Snakemake counts its 'all' rule in "N of M steps": 41 jobs once read [41/42]."""
+    stats = "Job stats:\njob            count\n-----------  -------\nall                1\ntrain_model        1\ntotal              2\n"
+    finished = "rule train_model:\n    output: /r/train_model/m-abc/node.json\n    jobid: 1\nFinished jobid: 1 (Rule: train_model)\n1 of 2 steps (50%) done\n"
+    out = io.StringIO()
+    console = QuietConsole(io.StringIO(), out)
+    for line in io.StringIO(stats + finished):
+        console.feed(line)
+    assert any(line.startswith("[  1/1] train_model/m-abc") for line in out.getvalue().splitlines()), out.getvalue()

@@ -17,6 +17,7 @@ RULE = re.compile(r"^(?:local)?rule (\w+):$")
 OUTPUT = re.compile(r"^\s+output: .*/(\w+)/([^/\s]+)/node\.json")
 JOBID = re.compile(r"^\s+jobid: (\d+)$")
 FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)")
+TARGET_STATS = re.compile(r"^all\s+(\d+)\s*$")  # the target rule's line of Snakemake's job stats
 PROGRESS = re.compile(r"^(\d+) of (\d+) steps \(\d+%\) done")
 ERROR_START = re.compile(
     r"^(Error in rule|RuleException|WorkflowError|MissingOutputException|CalledProcessError|Exiting because|Traceback)"
@@ -41,6 +42,7 @@ class QuietConsole:
         self.finished: Optional[Tuple[str, float]] = None
         self.in_error = False
         self.lines_shown = 0
+        self.target_jobs = 0  # Snakemake's target rule ('all' in its job stats): counted in its total, runs nothing
 
     def feed(self, line: str) -> None:
         self.log.write(line)
@@ -69,9 +71,12 @@ class QuietConsole:
             self.finished = (name, time.monotonic() - started)
         elif progress and self.finished:
             name, seconds = self.finished
-            if name != "all":  # Snakemake's target rule: nothing ran
-                self.show(f"[{progress.group(1):>3}/{progress.group(2)}] {name}  {seconds:.0f} s")
+            if name != "all":  # Snakemake's target rule: nothing ran, and the total shown leaves it out
+                total = int(progress.group(2)) - self.target_jobs
+                self.show(f"[{progress.group(1):>3}/{total}] {name}  {seconds:.0f} s")
             self.finished = None
+        elif TARGET_STATS.match(text):
+            self.target_jobs = int(TARGET_STATS.match(text).group(1))
         elif not NOISE.match(text) or "submitted with SLURM jobid" in text:  # where a cluster job's log is
             self.show(text)
 
