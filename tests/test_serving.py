@@ -484,3 +484,5 @@ def test_a_server_ratio_without_an_interval_says_why_in_its_cell():
     )
     same = {"pairs": 2, "why": "2 paired searches gave the same ratio: a zero-width interval is no evidence of no noise"}
     assert interval_missing(same) == "no interval: 2 pairs, one ratio"
+    wide = {"pairs": 2, "low": 0.1, "high": 16.46, "why": "the 2 paired searches disagree (0.60, 3.00): too few or too noisy"}
+    assert interval_missing(wide) == "2 pairs disagree: [0.10,16.46]"

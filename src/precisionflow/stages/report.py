@@ -332,7 +332,9 @@ def serving_columns(served: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         found.update({"x_server": ratio["median"], "x_server_low": low, "x_server_high": high})
         # the printed cell: the ratio with its interval, or with why it has none -- never a bare point
         found["x_server_95"] = (
-            f"{ratio['median']:.2f} [{low:.2f},{high:.2f}]" if low != "" else f"{ratio['median']:.2f} ({interval_missing(ratio)})"
+            f"{ratio['median']:.2f} ({interval_missing(ratio)})"
+            if low == "" or ratio.get("why")  # no interval, or one too wide to inform: never a bare interval
+            else f"{ratio['median']:.2f} [{low:.2f},{high:.2f}]"
         )
     elif served["results"].get("fp32") is not None:  # a blank would say nothing: say which side found no rate
         fp32_server = served["results"]["fp32"].get("Server") or {}
@@ -345,8 +347,11 @@ def serving_columns(served: Optional[Dict[str, Any]]) -> Dict[str, Any]:
 def interval_missing(ratio: Dict[str, Any]) -> str:
     """Why a Server ratio has no interval, short enough for a table cell (serve_engine.server_ratio's `why`)."""
     pairs = ratio.get("pairs", 1)
-    if "same ratio" in (ratio.get("why") or ""):
+    why = ratio.get("why") or ""
+    if "same ratio" in why:
         return f"no interval: {pairs} pairs, one ratio"
+    if ratio.get("low") is not None:  # an interval the pairs' disagreement makes too wide to decide anything
+        return f"{pairs} pairs disagree: [{ratio['low']:.2f},{ratio['high']:.2f}]"
     return f"no interval: {pairs} pair{'s' if pairs != 1 else ''}"
 
 
