@@ -12,6 +12,8 @@ and the search's time against the whole run.
 
     .venv/bin/python benchmarks/mixed_per_condition.py LABEL DIM_FACTOR [OVERRIDE ...]
         -> benchmarks/results/mixed_per_condition_LABEL_dimDIM_FACTOR.json
+    .venv/bin/python benchmarks/mixed_per_condition.py LABEL noiseSIGMA [OVERRIDE ...]
+        every 5th image with Gaussian noise of that sigma (in pixel levels), tagged `noisy`
 
 "before": the same command with PYTHONPATH=<a checkout before issue 52>/src (the search then read
 the overall drop only).
@@ -40,7 +42,6 @@ OVERRIDES = [
     "train.epochs=10",
     "precisions=[fp32,int8,int8_mixed]",
     "int8.simulate_tensorrt=false",
-    "calibration.exclude_conditions=[dim]",
     "evaluate.budget.max_top1_drop=2.0",
     "evaluate.budget.max_condition_drop=6.0",
     "int8.mixed_max_val_drop=2.0",
@@ -50,22 +51,31 @@ OVERRIDES = [
 ]
 
 
-def photos_with_dim(dim_factor: float, per_class: int = 300) -> tuple:
-    """(image folder, conditions sidecar): photo patches, every DIM_EVERY-th dimmed to `dim_factor` and tagged."""
-    folder = OUT / f"photo_patches32_dim{dim_factor}_n{8 * per_class}"
+def photos_with_condition(condition: str, per_class: int = 300) -> tuple:
+    """(image folder, conditions sidecar, tag): photo patches, every DIM_EVERY-th changed and tagged:
+    "0.04" dims it to that fraction of its brightness (`dim`), "noise40" adds Gaussian noise of
+    sigma 40 pixel levels (`noisy`)."""
+    noise = condition.startswith("noise")
+    tag = "noisy" if noise else "dim"
+    folder = OUT / f"photo_patches32_{'' if noise else 'dim'}{condition}_n{8 * per_class}"
     sidecar = folder.parent / f"{folder.name}-conditions.csv"
     if sidecar.is_file():
-        return folder, sidecar
+        return folder, sidecar, tag
     command = [sys.executable, str(ROOT / "benchmarks" / "photo_patches.py"), str(folder), "--per-class", str(per_class)]
     subprocess.run([*command, "--size", "32", "--seed", "2"], check=True)
     rows = ["file,conditions"]
+    rng = np.random.default_rng(3)
     for path in sorted(folder.glob("*/*.png")):
         if int(path.stem) % DIM_EVERY == 0:
-            pixels = np.asarray(Image.open(path)).astype(np.float32) * dim_factor
-            Image.fromarray(pixels.astype(np.uint8)).save(path)
-            rows.append(f"{path.relative_to(folder)},dim")
+            pixels = np.asarray(Image.open(path)).astype(np.float32)
+            if noise:
+                pixels = pixels + rng.normal(0.0, float(condition[len("noise") :]), pixels.shape)
+            else:
+                pixels = pixels * float(condition)
+            Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(path)
+            rows.append(f"{path.relative_to(folder)},{tag}")
     sidecar.write_text("\n".join(rows) + "\n")
-    return folder, sidecar
+    return folder, sidecar, tag
 
 
 def read(path: Path):
@@ -170,17 +180,19 @@ def main() -> None:
     if sys.argv[1] == "--summarize":  # --summarize RESULT_JSON_NAME RESULTS_DIR
         summarize(sys.argv[2], Path(sys.argv[3]))
         return
-    label, dim_factor, extra = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
-    folder, sidecar = photos_with_dim(dim_factor)
+    label, condition, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
+    folder, sidecar, tag = photos_with_condition(condition)
+    named = condition if condition.startswith("noise") else f"dim{float(condition)}"
     # one folder per data set: "after" reuses "before"'s training, calibration and int8
-    results = OUT / f"mixed-per-condition-dim{dim_factor}" / re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(sorted(extra)) or "default")
+    results = OUT / f"mixed-per-condition-{named}" / re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(sorted(extra)) or "default")
     given = {override.split("=", 1)[0] for override in extra}  # an OVERRIDE replaces the default of its key
     defaults = [override for override in OVERRIDES if override.split("=", 1)[0] not in given]
-    overrides = [*defaults, f"dataset.path={folder}", f"dataset.conditions={sidecar}", *extra]
-    said = ["benchmarks/mixed_per_condition.py", label, str(dim_factor), *extra]
-    found = run_and_read(results, overrides, said, OUT / f"mixed_per_condition_{label}_dim{dim_factor}_stdout.txt")
-    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(sorted(extra)))
-    save(f"mixed_per_condition_{label}_dim{dim_factor}{'_' + tag if tag else ''}.json", found)
+    overrides = [*defaults, f"calibration.exclude_conditions=[{tag}]", f"dataset.path={folder}", f"dataset.conditions={sidecar}"]
+    overrides += extra
+    said = ["benchmarks/mixed_per_condition.py", label, condition, *extra]
+    found = run_and_read(results, overrides, said, OUT / f"mixed_per_condition_{label}_{named}_stdout.txt")
+    suffix = re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(sorted(extra)))
+    save(f"mixed_per_condition_{label}_{named}{'_' + suffix if suffix else ''}.json", found)
     print(found["console_budgets"])
 
 

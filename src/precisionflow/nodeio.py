@@ -146,13 +146,33 @@ def controller_gone() -> Optional[str]:
     if not found or host != platform.node():
         return None
     pid, _, started = rest.partition(":")
+    try:
+        alive = process_start(int(pid)) == started  # the same process, not a reused pid
+    except ValueError:
+        alive = False
+    return None if alive else f"the precisionflow run that started this job (pid {pid}) is gone"
+
+
+def process_start(pid: int) -> str:
+    """When a process started, as a mark that names it (with its pid) for as long as it runs: on
+    Linux its start in clock ticks since boot (/proc/<pid>/stat), which no change of the wall clock
+    moves -- psutil's create_time is boot time + ticks, and boot time is read off the wall clock, so a
+    clock step made a live run look gone and its jobs refused to publish; elsewhere create_time.
+    '' for a process that does not exist."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return "t" + stat[stat.rindex(")") + 2 :].split()[19]  # field 22: starttime (fields after comm)
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return ""  # Linux, and no such process
+    except (OSError, ValueError, IndexError):
+        pass
     import psutil
 
     try:
-        alive = abs(psutil.Process(int(pid)).create_time() - float(started)) < 0.01  # not a reused pid
-    except (psutil.NoSuchProcess, ValueError):
-        alive = False
-    return None if alive else f"the precisionflow run that started this job (pid {pid}) is gone"
+        return f"{psutil.Process(pid).create_time():.3f}"
+    except psutil.NoSuchProcess:
+        return ""
 
 
 @contextlib.contextmanager

@@ -80,9 +80,9 @@ def run_environment(results: Path) -> dict:
 
 
 def controller_id() -> str:
-    import psutil
+    from precisionflow.nodeio import process_start
 
-    return f"{platform.node()}:{os.getpid()}:{psutil.Process().create_time():.3f}"
+    return f"{platform.node()}:{os.getpid()}:{process_start(os.getpid())}"
 
 
 @contextlib.contextmanager

@@ -159,9 +159,15 @@ def explain_changes(plan: Dict[str, Any]) -> List[str]:
     from precisionflow.config.compose import expand
     from precisionflow.pipeline.plan import build_plan
 
+    from precisionflow.errors import PrecisionflowError
+
     overrides = list(plan.get("overrides") or [])
     kept = baseline_overrides(overrides)
-    return explain(plan, build_plan(expand(kept), plan["results_dir"], kept) if kept != overrides else None)
+    try:
+        baseline = build_plan(expand(kept), plan["results_dir"], kept) if kept != overrides else None
+    except PrecisionflowError:  # without the changed keys it is no valid configuration (an image folder's path)
+        baseline = None
+    return explain(plan, baseline)
 
 
 MAX_REASONS = 12
