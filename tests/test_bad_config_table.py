@@ -45,7 +45,7 @@ LAMBDA_CONFIG = '{"layers": [{"class_name": "Lambda", "config": {}}]}'
 # {category: [(case, overrides (a callable gets the test's tmp folder), what the one-line message must say)]}
 CATEGORIES = {
     "keys": [
-        ("unknown key", ["train.epoch=3"], "train.epoch: no such key. Did you mean train.epochs?"),
+        ("unknown key", ["train.epoch=3"], "train.epoch: no such key. Did you mean train.epochs"),
         ("unknown nested key", ["evaluate.budget.max_top1=1"], "Did you mean evaluate.budget.max_top1_drop"),
         ("unknown target key", ["target_defs.local.devic=cpu"], "Did you mean target_defs.local.device"),
         ("unknown section", ["nosuchsection.x=1"], "nosuchsection"),

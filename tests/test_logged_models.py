@@ -88,7 +88,7 @@ def test_each_engine_is_one_model_ranked_per_data_set(server, tmp_path):  # noqa
     model = client.get_logged_model(ids[2])
     assert model.params["precision"] == "int8" and model.tags["verdict"] == "FAIL" and model.source_run_id
     keyed = {(m.key, m.dataset_name) for m in model.metrics}
-    assert ("top1", "test") in keyed and ("agreement", "test/dim") in keyed and ("x_fp32", None) in keyed
+    assert {("model.top1", "test"), ("model.agreement", "test/dim"), ("model.x_fp32", None)} <= keyed
     assert all(m.dataset_digest for m in model.metrics if m.dataset_name)
     # the dim condition's data set ranks the engines as their top-1 on those images does
     [(digest, ranked)] = engine_models.ranked(client, experiment_id, "test/dim", "agreement")

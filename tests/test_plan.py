@@ -221,7 +221,7 @@ def test_a_budget_finer_than_the_test_split_is_said_at_planning(tmp_path, capsys
     printed = capsys.readouterr().err
     assert printed.count("max_top1_drop=0.1 for int8 is finer than 450 test images can resolve") == 1
     assert "for fp32 is finer" not in printed  # the reference is not judged against itself
-    assert resolution_warning({"max_top1_drop": 5.0}, "int8", "classification", 360) is None
+    assert resolution_warning({"max_top1_drop": 5.0, "confidence": 0.95}, "int8", "classification", 360) is None
     assert resolution_warning({"max_top1_drop": 0.1}, "int8", "detection", 360) is None
 
 

@@ -15,7 +15,7 @@ def test_default_composes_with_schema_defaults():
 @pytest.mark.parametrize(
     "override, expected_text",
     [
-        ("train.epoch=3", "train.epoch: no such key. Did you mean train.epochs?"),
+        ("train.epoch=3", "train.epoch: no such key. Did you mean train.epochs"),
         ("train.epochs=abc", "could not be converted to Integer"),
         ("precisions=[fp32,fp8]", "expected one of [fp32, fp16"),
         ("calibration=kl", "calibration=kl: no such choice; choices of calibration: entropy, minmax, percentile"),

@@ -3,6 +3,7 @@ item 1): its helpers beside it and the precisionflow modules it builds on are in
 `ship` copies its files into the bundle and `remote run` registers them there."""
 
 import json
+import os
 import sys
 
 from precisionflow import precisions
@@ -43,8 +44,10 @@ def test_a_shipped_bundle_carries_and_registers_its_plug_ins(tmp_path, monkeypat
     assert sorted(p.name for p in (bundle / "plugins").iterdir()) == ["toy_helper.py", "toy_plugin.py"]
     (bundle / "manifest.json").write_text(json.dumps({"plugins": ["toy_plugin"]}))
     monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.delenv("PRECISIONFLOW_PRECISIONS", raising=False)
-    monkeypatch.setenv("PYTHONPATH", "")
+    # set (not deleted) first, so that monkeypatch puts back what was there when the test ends:
+    # use_shipped_plugins writes both into os.environ, which the later tests' subprocesses inherit
+    monkeypatch.setenv("PRECISIONFLOW_PRECISIONS", "")
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
     monkeypatch.setattr(precisions, "REGISTRY", dict(precisions.REGISTRY))
     monkeypatch.setattr(precisions, "PLUGIN_SOURCES", dict(precisions.PLUGIN_SOURCES))
     remote.use_shipped_plugins(bundle)

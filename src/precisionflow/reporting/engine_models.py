@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 ENGINE_TAG = "precisionflow.engine"  # the engine's node key: how a model is found again
+# A model's figures are logged through its run (MLflow's log_batch), so they join the run's metrics:
+# under their own names, never as a second value of the run's own (a run's `agreement` stays one value).
+PREFIX = "model."
 MODEL_TYPE = "precisionflow-engine"
 EXTERNAL_ABOVE_BYTES = 512 * 1024 * 1024  # an engine file this large stays where it is: the model points at it
 TEST = "test"
@@ -196,14 +199,16 @@ def log_model(client, context: Dict[str, Any], run_id: str, lineage: Dict[str, A
     # MLflow keys a model's metric by (name, timestamp, step), not by data set: the same name on two
     # data sets needs two timestamps, one millisecond apart per data set
     now = int(time.time() * 1000)
-    logged = [Metric(key, float(value), now, 0, model_id=model.model_id) for key, value in speed_figures(verdict).items()]
+    logged = [
+        Metric(PREFIX + key, float(value), now, 0, model_id=model.model_id) for key, value in speed_figures(verdict).items()
+    ]
     for offset, (set_name, values) in enumerate(figures_by_data_set(metrics, verdict, search).items(), 1):
         data_set = sets.get(set_name)
         if data_set is None:
             continue
         logged += [
             Metric(
-                key,
+                PREFIX + key,
                 float(value),
                 now + offset,
                 0,
@@ -232,6 +237,6 @@ def ranked(client, experiment_id: str, data_set_name: str, metric: str, ascendin
     found = []
     for digest in digests:
         chosen = {"dataset_name": data_set_name, "dataset_digest": digest}
-        order = [{"field_name": f"metrics.{metric}", "ascending": ascending, **chosen}]
+        order = [{"field_name": f"metrics.{PREFIX}{metric}", "ascending": ascending, **chosen}]
         found.append((digest, list(client.search_logged_models([experiment_id], datasets=[chosen], order_by=order))))
     return found

@@ -216,7 +216,7 @@ def compare_models(uri: str, experiment: str, data_set: str, metric: str, fmt: s
     for digest, models in tables:
         rows = []
         for rank, model in enumerate(models, 1):
-            on_set = {m.key: m.value for m in model.metrics or [] if m.dataset_digest == digest}
+            on_set = {m.key[len(engine_models.PREFIX) :]: m.value for m in model.metrics or [] if m.dataset_digest == digest}
             row = {
                 "rank": rank,
                 "model": model.name,
