@@ -352,10 +352,8 @@ class OrtEngine:
         of its own (benchmarks/cuda_fault_probe.py, results/h200/cuda_fault_probe*.json).
 
         Without CUDA graphs on a GPU each batch size gets its own session too: ONNX Runtime's CUDA
-        Conv keeps the cuDNN plan of the last input shape only, so a served mix of batch sizes on
-        one session re-plans at each switch (the 99-211 ms calls inside the default target's Server
-        runs on the H200 at 05c3d24; one session per shape is the remedy that lead points to, not
-        yet measured there)."""
+        Conv keeps the cuDNN plan of the last input shape only, so one session serving a mix of
+        batch sizes would re-plan at every switch, inside the timed calls."""
         if batch_size not in self.slots:
             if (self.cuda_graph or self.on_gpu) and self.slots:
                 own = self.reload()

@@ -121,8 +121,8 @@ def speed_figures(verdict: Dict[str, Any]) -> Dict[str, float]:
     return found
 
 
-def artifacts_folder(engine_dir: Path, calibrations: List[Path], into: Path) -> Tuple[Path, Optional[str]]:
-    """A folder holding the engine file (unless it is too large to copy: then its path is returned
+def artifacts_folder(engine_dir: Path, calibrations: List[Path], into: Path) -> Optional[str]:
+    """Fill `into` with the engine file (unless it is too large to copy: then its path is returned
     and the model points at it), the engine JSON and the calibration caches."""
     external = None
     for path in sorted(engine_dir.iterdir()):
@@ -134,7 +134,7 @@ def artifacts_folder(engine_dir: Path, calibrations: List[Path], into: Path) -> 
         shutil.copy(path, into / path.name)
     for index, ranges in enumerate(calibrations):
         shutil.copy(ranges, into / f"calibration-{index}-{ranges.name}")
-    return into, external
+    return external
 
 
 def model_params(lineage: Dict[str, Any], metrics: Dict[str, Any], differs: str) -> Dict[str, str]:
@@ -188,7 +188,7 @@ def log_model(client, context: Dict[str, Any], run_id: str, lineage: Dict[str, A
     )
     calibrations = [results / node_key(r) / "ranges.json" for r in lineage.values() if r["stage"] == "calibrate"]
     with tempfile.TemporaryDirectory(prefix="pf-model-") as folder:
-        _, external = artifacts_folder(results / engine_key, [path for path in calibrations if path.is_file()], Path(folder))
+        external = artifacts_folder(results / engine_key, [path for path in calibrations if path.is_file()], Path(folder))
         client.log_model_artifacts(model.model_id, folder)
     if external:  # the engine file stays where it was built: the model names it
         client.set_logged_model_tags(model.model_id, {"engine_file": external})
