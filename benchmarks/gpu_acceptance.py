@@ -155,8 +155,48 @@ def figures(served: dict, side: str) -> dict:
     return {"offline": offline, "server": server, "server_over_offline": found.get("server_over_offline")}
 
 
-def run(params_file: Path, graph_dir: Path, out: Path, job: str, device: str, run_length_ms: int, seconds: float) -> None:
+def call_maxima(found) -> list:
+    """Every LoadGen run's longest engine call (ms) in a side's record, in run order: a cold call or a
+    stall inside a measurement shows here."""
+    if isinstance(found, dict):
+        calls = found.get("engine_call_ms")
+        own = [calls["max"]] if isinstance(calls, dict) and "max" in calls else []
+        return own + [m for key, value in found.items() if key != "engine_call_ms" for m in call_maxima(value)]
+    if isinstance(found, list):
+        return [m for value in found for m in call_maxima(value)]
+    return []
+
+
+def timed_engines(planned: dict, target: str, graph_dir: Path, work: Path, images: np.ndarray, device: str, seconds: float):
+    """Build fp32 and fp16 for `target` and time each against the plain loop, before any serving: a
+    job cut short by the machine's time still returns these."""
     from precisionflow.identity import installed_version
+
+    found = {}
+    for precision in PRECISIONS:
+        graph = graph_dir / f"rn50_{precision}.onnx"
+        folder = work / f"engine-{target}-{precision}"
+        started = time.perf_counter()
+        built = build(graph, folder, planned[f"{target}/{precision}"]["build_engine"], precision, device)
+        fused = (built.get("conv_bias_fusion") or {}).get("kept", False)
+        found[precision] = {
+            "target": target,
+            "precision": precision,
+            "device": built.get("device_name"),
+            "onnxruntime": installed_version("onnxruntime"),
+            "engine_settings": built.get("cuda_settings"),
+            "conv_bias_fusion": built.get("conv_bias_fusion"),
+            "build_seconds": round(time.perf_counter() - started, 1),
+            "engine_b128": engine_rate(folder, images, 128, seconds),
+            "plain_b128": plain_rate(graph, 128, seconds, device, fused),
+        }
+    return found
+
+
+def run(params_file: Path, graph_dir: Path, out: Path, job: str, device: str, run_length_ms: int, seconds: float, targets) -> None:
+    """Per target: both engines built and timed, then one serve job -- fp16 beside its fp32 engine,
+    their searches in turns, as the workflow's serve node runs it -- whose two sides give the fp16 and
+    the fp32 record (serving fp32 alone first would only repeat its side at twice the GPU time)."""
     from precisionflow.reporting.verdict_rules import server_ratio_at
     from precisionflow.stages import serve_engine
 
@@ -164,55 +204,48 @@ def run(params_file: Path, graph_dir: Path, out: Path, job: str, device: str, ru
     work = out / job / "work"
     data = data_node(work / "data")
     images = np.load(data / "x_test.npy")[:128].astype(np.float32) / 255.0
-    engines = {}
-    for key in sorted(planned, key=lambda k: (k.split("/")[0], k.split("/")[1] != "fp32")):  # fp32 first: fp16 serves against it
-        target, precision = key.split("/")
-        started = time.perf_counter()
-        graph = graph_dir / f"rn50_{precision}.onnx"
-        built = build(graph, work / f"engine-{target}-{precision}", planned[key]["build_engine"], precision, device)
-        engines[key] = work / f"engine-{target}-{precision}"
-        serve_params = json.loads(json.dumps(planned[key]["serve_engine"]))
+    for target in targets:
+        records = timed_engines(planned, target, graph_dir, work, images, device, seconds)
+        print(json.dumps(records), flush=True)
+        serve_params = json.loads(json.dumps(planned[f"{target}/fp16"]["serve_engine"]))
         if run_length_ms:
             serve_params["serving"]["min_duration_ms"] = run_length_ms
-        inputs = {"engine": engines[key], "data": data}
-        if precision != "fp32":
-            inputs["fp32_engine"] = engines[f"{target}/fp32"]
-        serve_out = work / f"serve-{target}-{precision}"
+        serve_out = work / f"serve-{target}"
         serve_out.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        inputs = {"engine": work / f"engine-{target}-fp16", "fp32_engine": work / f"engine-{target}-fp32", "data": data}
         serve_engine.run(serve_params, inputs, serve_out)
+        serve_seconds = round(time.perf_counter() - started, 1)
         served = json.loads((serve_out / "metrics.json").read_text())
         ratio = server_ratio_at(served.get("server_ratio"), 0.95)
-        fused = (built.get("conv_bias_fusion") or {}).get("kept", False)
-        record = {
-            "job": job,
-            "target": target,
-            "precision": precision,
-            "device": built.get("device_name"),
-            "onnxruntime": installed_version("onnxruntime"),
-            "settings_for": serve_params.get("settings_for"),
-            "engine_settings": built.get("cuda_settings"),
-            "engine_b128": engine_rate(engines[key], images, 128, seconds),
-            "plain_b128": plain_rate(graph, 128, seconds, device, fused),
-            **figures(served, "engine"),
-            "server_ratio": {k: (ratio or {}).get(k) for k in ("median", "low", "high", "pairs", "per_pair", "why")}
-            if ratio
-            else None,
-            "run_length_s": serve_params["serving"]["min_duration_ms"] / 1000,
-            "server_max_batch": served["results"]["engine"].get("server_max_batch"),
-            "engine_call_ms": served["results"]["engine"].get("engine_call_ms"),
-            "chosen_search": (served["results"]["engine"].get("Server") or {}).get("chosen"),
-            "repeats": (served["results"]["engine"].get("Server") or {}).get("repeats"),
-            "job_seconds": round(time.perf_counter() - started, 1),
-        }
-        for ratio_name, numerator, denominator in (
-            ("engine_over_plain", "engine_b128", "plain_b128"),
-            ("offline_over_engine", "offline", "engine_b128"),
-        ):
-            top, bottom = record[numerator], record[denominator]
-            record[ratio_name] = round(top / bottom, 3) if top and bottom else None
-        (out / job).mkdir(parents=True, exist_ok=True)
-        (out / job / f"{target}-{precision}.json").write_text(json.dumps(record, indent=1) + "\n")
-        print(json.dumps(record), flush=True)
+        for precision, side in (("fp16", "engine"), ("fp32", "fp32")):
+            found = served["results"].get(side) or {}
+            record = {
+                "job": job,
+                **records[precision],
+                "served_as": f"side '{side}' of the fp16-vs-fp32 serve job",
+                "settings_for": serve_params.get("settings_for"),
+                **figures(served, side),
+                "server_ratio_fp16_over_fp32": {k: ratio.get(k) for k in ("median", "low", "high", "pairs", "per_pair", "why")}
+                if ratio
+                else None,
+                "run_length_s": serve_params["serving"]["min_duration_ms"] / 1000,
+                "server_max_batch": found.get("server_max_batch"),
+                "engine_call_ms": found.get("engine_call_ms"),
+                "longest_call_ms_per_run": call_maxima({k: v for k, v in found.items() if k != "engine_call_ms"}),
+                "chosen_search": (found.get("Server") or {}).get("chosen"),
+                "searches": [repeat.get("rate") for repeat in (found.get("Server") or {}).get("repeats", [])],
+                "serve_seconds_both_sides": serve_seconds,
+            }
+            for ratio_name, numerator, denominator in (
+                ("engine_over_plain", "engine_b128", "plain_b128"),
+                ("offline_over_engine", "offline", "engine_b128"),
+            ):
+                top, bottom = record[numerator], record[denominator]
+                record[ratio_name] = round(top / bottom, 3) if top and bottom else None
+            (out / job).mkdir(parents=True, exist_ok=True)
+            (out / job / f"{target}-{precision}.json").write_text(json.dumps(record, indent=1) + "\n")
+            print(json.dumps(record), flush=True)
 
 
 def main() -> None:
@@ -228,11 +261,12 @@ def main() -> None:
     running.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     running.add_argument("--run-length-ms", type=int, default=0, help="serving runs of this length (0: the plan's)")
     running.add_argument("--seconds", type=float, default=3.0, help="each b128 timing window")
+    running.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS)
     args = parser.parse_args()
     if args.step == "plan":
         plan(args.out)
     else:
-        run(args.params, args.graph_dir, args.out, args.job, args.device, args.run_length_ms, args.seconds)
+        run(args.params, args.graph_dir, args.out, args.job, args.device, args.run_length_ms, args.seconds, args.targets)
 
 
 if __name__ == "__main__":
