@@ -40,7 +40,9 @@ def test_an_undeclared_edge_is_refused_naming_both_ends():
 def test_the_snakefile_makes_its_rules_from_the_table():
     from pathlib import Path
 
-    workflow = Path(PACKAGE) / "workflow"
+    from precisionflow.assets import snakefile
+
+    workflow = snakefile().parent
     assert sorted(path.name for path in (workflow / "rules").glob("*.smk")) == ["common.smk", "report.smk"]
     assert "for each in FLOW.STAGES:" in (workflow / "Snakefile").read_text()
 

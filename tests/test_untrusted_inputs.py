@@ -16,9 +16,7 @@ from precisionflow.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "src" / "precisionflow").rglob("*.py"))
-RULE_FILES = sorted((ROOT / "src" / "precisionflow" / "workflow" / "rules").glob("*.smk")) + [
-    ROOT / "src" / "precisionflow" / "workflow" / "Snakefile"
-]
+RULE_FILES = sorted((ROOT / "workflow" / "rules").glob("*.smk")) + [ROOT / "workflow" / "Snakefile", ROOT / "Snakefile"]
 
 
 def calls():

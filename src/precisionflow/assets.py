@@ -1,10 +1,11 @@
-"""Where the files that travel inside the package live: the Hydra configuration (conf/), the
-Snakemake workflow (workflow/Snakefile and its rules) and the executor profiles (profiles/).
+"""Where the files the program runs from live: the Hydra configuration (conf/), the Snakemake
+workflow (workflow/Snakefile and its rules) and the executor profiles (profiles/).
 
-They are package data, found next to this module whether precisionflow runs from a checkout
-(src/precisionflow/...) or from an installed wheel (site-packages/precisionflow/...): nothing is
-looked up relative to the current folder or the repository root. A user's own configuration
-folder (`--config-dir`, or PRECISIONFLOW_CONFIG_DIR) is searched before the built-in one."""
+In a checkout, conf/ and workflow/ stand at the repository's top level, where Hydra and Snakemake
+users look for them; the wheel maps them into the package at build time (setup.py), so an installed
+precisionflow finds them next to this module. One source of truth, two places it is read from:
+never the current folder. A user's own configuration folder (`--config-dir`, or
+PRECISIONFLOW_CONFIG_DIR) is searched before the built-in one."""
 
 import os
 from importlib import resources
@@ -16,15 +17,20 @@ from precisionflow.errors import ConfigError
 USER_CONFIG_ENV = "PRECISIONFLOW_CONFIG_DIR"
 
 
+CHECKOUT_ROOT = Path(__file__).resolve().parents[2]  # src/precisionflow/assets.py -> the repository
+
+
 def _packaged(name: str) -> Path:
-    path = Path(str(resources.files("precisionflow") / name))
-    if not path.exists():
-        raise ConfigError(
-            f"Expected precisionflow's packaged {name}/ at {path}, found nothing there: the installation "
-            "is incomplete. Reinstall the package (pip install precisionflow-*.whl, or pip install -e . "
-            "in a checkout)."
-        )
-    return path
+    """`name` inside the installed package (a wheel), else at the top of the checkout this module runs from."""
+    packaged = Path(str(resources.files("precisionflow") / name))
+    for path in (packaged, CHECKOUT_ROOT / name):
+        if path.exists():
+            return path
+    raise ConfigError(
+        f"Expected precisionflow's {name}/ in the package ({packaged}) or at the top of its checkout "
+        f"({CHECKOUT_ROOT / name}), found neither: the installation is incomplete. Reinstall the package "
+        "(pip install precisionflow-*.whl, or pip install -e . in a checkout)."
+    )
 
 
 def builtin_conf_dir() -> Path:
