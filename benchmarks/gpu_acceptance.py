@@ -193,7 +193,9 @@ def timed_engines(planned: dict, target: str, graph_dir: Path, work: Path, image
     return found
 
 
-def run(params_file: Path, graph_dir: Path, out: Path, job: str, device: str, run_length_ms: int, seconds: float, targets) -> None:
+def run(
+    params_file: Path, graph_dir: Path, out: Path, job: str, device: str, run_length_ms: int, seconds: float, targets
+) -> None:
     """Per target: both engines built and timed, then one serve job -- fp16 beside its fp32 engine,
     their searches in turns, as the workflow's serve node runs it -- whose two sides give the fp16 and
     the fp32 record (serving fp32 alone first would only repeat its side at twice the GPU time)."""
