@@ -38,7 +38,6 @@ def test_an_undeclared_edge_is_refused_naming_both_ends():
 
 
 def test_the_snakefile_makes_its_rules_from_the_table():
-    from pathlib import Path
 
     from precisionflow.assets import snakefile
 
