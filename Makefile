@@ -35,7 +35,7 @@ test-fast: setup
 	$(BIN)/python -m pytest $(ARGS)
 
 # ruff: the formatter's check and the linter (pycodestyle, pyflakes, bugbear, bandit; pyproject.toml).
-LINTED := src tests benchmarks tools
+LINTED := src tests benchmarks tools setup.py
 lint: setup
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/ruff check $(LINTED)

@@ -6,7 +6,7 @@ stores the weights in bfloat16 and rounds every compute op's operands to bfloat1
 fp32 -- what a bf16 model computes with fp32 accumulation, minus the speed; its label says "ran
 fp32". On a GPU placement every op whose ONNX schema (at the graph's opset) takes bfloat16 runs in
 it; the others (Conv before opset 22) stay fp32 with the same rounding, and the label counts each.
-Measured on the H200 (onnxruntime-gpu 1.31.1, docs/results.md "Third H200 session"): the CUDA
+Measured on the H200 (onnxruntime-gpu 1.31.1, CHANGELOG.md history, "Third H200 session"): the CUDA
 provider fuses or runs nearly everything in fp32 ("ran fp32 53 + bf16 1"), 0.23-0.80x fp32's
 speed, and refuses a bfloat16 Conv outright at opset 22 -- so planning says so.
 """
@@ -115,7 +115,7 @@ def gpu_warning(params, split_sizes):
     return (
         "precisionflow: warning: bf16 on a GPU through ONNX Runtime: its CUDA provider has no bfloat16 "
         "convolution (onnxruntime-gpu 1.31.1 on the H200 ran 'fp32 53 + bf16 1' at 0.23-0.80x fp32's speed, "
-        "docs/results.md), so the row will say it ran fp32 and be slower than fp32. fp16 is the GPU's "
+        "CHANGELOG.md), so the row will say it ran fp32 and be slower than fp32. fp16 is the GPU's "
         "half precision here."
     )
 
