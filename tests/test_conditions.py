@@ -173,10 +173,10 @@ def test_each_engine_gets_a_gallery_of_its_most_damaged_conditions_images(tmp_pa
 
     from PIL import Image
 
-    from precisionflow.stages import report
+    from precisionflow.reporting import report_galleries
 
     figures = {tag: {"drop": drop} for tag, drop in {"a": 5.0, "b": 0.0, "c": 9.0, "d": 1.0, "e": 2.0}.items()}
-    assert report.most_damaged(figures) == ["c", "a", "e"]
+    assert report_galleries.most_damaged(figures) == ["c", "a", "e"]
     data = tagged_node(tmp_path / "prepare_dataset" / "d")
     test_tags = [["dusk"] if i % 4 == 0 else ["noon"] for i in range(40)]
     conditions.save(data, "test", test_tags)
@@ -186,10 +186,10 @@ def test_each_engine_gets_a_gallery_of_its_most_damaged_conditions_images(tmp_pa
     rows = ["test_index,label,fp32_prediction,fp32_confidence,engine_prediction,engine_confidence,right"]
     rows += [f"{i},{i % 4},{i % 4},0.9,{(i + 1) % 4},0.6,fp32" for i in (0, 4, 5)]  # two dusk images, one noon
     (engine / "flipped.csv").write_text("\n".join(rows) + "\n")
-    (tmp_path / "out" / report.FIGURES).mkdir(parents=True)
+    (tmp_path / "out" / report_galleries.FIGURES).mkdir(parents=True)
     found = [{"node": "evaluate_engine/e", "per_condition": {"dusk": {"drop": 20.0}, "noon": {"drop": 0.0}}}]
-    pictures = report.condition_galleries(found, [engine], tmp_path / "out", {})
-    assert pictures == [f"{report.FIGURES}/condition-dusk-e.png"]
+    pictures = report_galleries.condition_galleries(found, [engine], tmp_path / "out", {})
+    assert pictures == [f"{report_galleries.FIGURES}/condition-dusk-e.png"]
     grid = Image.open(tmp_path / "out" / pictures[0])
     import numpy as np
 

@@ -81,7 +81,7 @@ def test_per_class_changes_draws_one_row_per_engine(tmp_path):
 def test_an_engine_with_inf_or_nan_outputs_is_named_under_the_table():
     from pathlib import Path
 
-    from precisionflow.stages.report import non_finite_notes
+    from precisionflow.reporting.report_notes import non_finite_notes
 
     metrics = {
         Path("evaluate_engine/fp16-local-1"): {"non_finite_outputs": 1540, "top1": 0.09},

@@ -15,15 +15,14 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from precisionflow import precisions
-from precisionflow.datasets import conditions
-from precisionflow import stats
-from precisionflow.reporting import verdict_rules
-from precisionflow.reporting.verdict_rules import judged, overall, share_check
-from precisionflow.reporting.compare import differences_of, task_of, variant, with_differences
+from precisionflow import precisions, stats
 from precisionflow.budgets import BUDGET_KEYS, budget_for  # noqa: F401 (read from here by the planner and tests)
+from precisionflow.datasets import conditions
 from precisionflow.errors import StageError
 from precisionflow.nodeio import NODE_FILE, declined, named_lineage, read_json
+from precisionflow.reporting import verdict_rules
+from precisionflow.reporting.compare import differences_of, task_of, variant, with_differences
+from precisionflow.reporting.verdict_rules import judged, overall, share_check
 
 TWIN = "fp32_twin"  # the evaluation of int8_qat's fine-tune run in fp32: its fair reference
 

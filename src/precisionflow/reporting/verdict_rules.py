@@ -30,9 +30,8 @@ or malformed inputs (None, NaN, a record without its median) are UNDECIDED with 
 an exception: the exit code of `precisionflow check` gates releases.
 """
 
-from typing import Any, Dict, List, Optional, Sequence
-
 import math
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 

@@ -11,16 +11,15 @@ What a row claims is what it measured:
 """
 
 import csv
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from precisionflow import precisions
-from precisionflow.stats import wilson
+from precisionflow.errors import StageError
+from precisionflow.nodeio import named_lineage, read_json, read_node, write_json_atomic
+from precisionflow.reporting import report_pages
 from precisionflow.reporting.compare import (
-    declined_evaluations,
     differences_of,
     engine_key,
     ratio_values,
@@ -31,15 +30,24 @@ from precisionflow.reporting.compare import (
     variant,
     with_differences,
 )
-from precisionflow.errors import PrecisionflowError, StageError
-from precisionflow.nodeio import lineage, named_lineage, node_key, read_json, read_node, write_json_atomic
-from precisionflow.reporting import report_pages
+from precisionflow.reporting.report_galleries import (
+    FIGURES,
+    GALLERY_CONDITIONS,
+    class_changes,
+    condition_changes,
+    condition_galleries,
+    draw_flipped,
+    draw_worst_boxes,
+    engine_label,
+    sensitivity_maps,
+    serving_curves,
+)
+from precisionflow.reporting.report_notes import NOISY_MARK, not_built, notes
 
 # Reads every evaluation: a declined one is listed as not built, not carried (pipeline/runner.py).
 AGGREGATES = True
 
 PACKAGES = ("matplotlib", "numpy")
-NOISY_MARK = "*"
 # Accuracy columns by task: a classifier's rows fill top1..flipped, a detector's map50..shadow_100;
 # the printed and HTML tables leave out columns no row fills.
 DETECTION_COLUMNS = ["map50", "map", "box_agreement", "spurious_100", "lost_100", "shadow_100"]
@@ -219,7 +227,6 @@ SPEED_COLUMNS = [
     "noisy",
     "loaded",
 ]
-FIGURES = "figures"  # pictures live in one folder of the node: Snakemake's report collects it
 
 
 def reads(budgets: Dict[str, Any]) -> Dict[str, Any]:
@@ -385,12 +392,6 @@ def displayed(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return shown
 
 
-def engine_label(eval_dir: Path, precision: str) -> str:
-    """An engine as the figures name it: precision, variant (TRT-sim for a simulation) and the
-    end of its node id -- two int8 rows are never told apart by a hash alone."""
-    return f"{precision} {variant(named_lineage(eval_dir))}".strip() + f" [{eval_dir.name[-6:]}]"
-
-
 def engine_row(
     eval_dir: Path, metrics: Dict[str, Any], ratios: Dict[str, Dict[str, Any]], served=None, differs: str = ""
 ) -> Dict[str, Any]:
@@ -480,234 +481,6 @@ def framework_row(framework_dir: Path) -> Dict[str, Any]:
     return row
 
 
-def test_split_of(eval_dir: Path, data_cache: Dict[str, Any]):
-    """The test split an evaluation scored (one Split per data node; images are read one by one,
-    only those drawn)."""
-    from precisionflow.datasets.store import Split
-
-    data_dir = eval_dir.parent.parent / read_node(eval_dir)["inputs"]["data"]
-    if str(data_dir) not in data_cache:
-        data_cache[str(data_dir)] = Split(data_dir, "test")
-    return data_cache[str(data_dir)]
-
-
-def draw_flipped(eval_dir: Path, out: Path, data_cache: Dict[str, Any]) -> str:
-    """A picture grid of the samples this engine decides differently from fp32; returns its file name."""
-    images = test_split_of(eval_dir, data_cache)
-    classes = images.classes
-    with open(eval_dir / "flipped.csv") as handle:
-        flipped = list(csv.DictReader(handle))
-    name = f"{FIGURES}/flipped-{eval_dir.name}.png"
-    report_pages.flipped_grid(images, flipped, classes, eval_dir.name, out / name)
-    return name
-
-
-def draw_worst_boxes(eval_dir: Path, out: Path, data_cache: Dict[str, Any]) -> str:
-    """A picture grid of the test images where this engine's boxes differ most from fp32's, each
-    captioned with its conditions (where the data set has them): which condition the loss lives in."""
-    from precisionflow.reporting.budget import test_tags
-
-    test = test_split_of(eval_dir, data_cache)
-    classes = test.classes
-    tags = test_tags(eval_dir.parent.parent, f"{eval_dir.parent.name}/{eval_dir.name}")
-    name = f"{FIGURES}/boxes-{eval_dir.name}.png"
-    report_pages.boxes_grid(test, read_json(eval_dir / "worst_boxes.json"), classes, eval_dir.name, out / name, tags=tags)
-    return name
-
-
-GALLERY_CONDITIONS = 3  # per engine: its most damaged conditions get a gallery each
-
-
-def condition_galleries(found: List[Dict[str, Any]], evals: List[Path], out: Path, data_cache: Dict[str, Any]) -> List[str]:
-    """Per engine, a gallery for each of its most damaged conditions (largest top-1 drop, or most
-    spurious boxes per image): the flipped samples, or the worst boxes, among that condition's
-    images alone -- what the loss the heat map shows looks like there."""
-    from precisionflow.reporting.budget import test_tags
-
-    by_node = {f"{path.parent.name}/{path.name}": path for path in evals}
-    pictures = []
-    for entry in found:
-        path = by_node.get(entry["node"])
-        figures = entry.get("per_condition") or {}
-        if path is None or not figures:
-            continue
-        damaged = most_damaged(figures)
-        tags = test_tags(path.parent.parent, entry["node"]) if damaged else None
-        for tag in damaged:
-            picture = condition_gallery(path, tag, tags, out, data_cache)
-            if picture:
-                pictures.append(picture)
-    return pictures
-
-
-def most_damaged(figures: Dict[str, Dict[str, Any]]) -> List[str]:
-    """The conditions with a loss (a top-1 drop, or spurious boxes), largest first, at most GALLERY_CONDITIONS."""
-    loss = {tag: each.get("drop", each.get("spurious_per_image", 0.0)) for tag, each in figures.items()}
-    return [tag for tag in sorted(loss, key=lambda tag: (-loss[tag], tag)) if loss[tag] > 0][:GALLERY_CONDITIONS]
-
-
-def condition_gallery(eval_dir: Path, tag: str, tags, out: Path, data_cache: Dict[str, Any]) -> Optional[str]:
-    """One engine's gallery on one condition's images, or None where nothing there changed."""
-    test = test_split_of(eval_dir, data_cache)
-    name = f"{FIGURES}/condition-{tag}-{eval_dir.name}.png"
-    title = f"{eval_dir.name} on '{tag}' images"
-    if (eval_dir / "worst_boxes_by_condition.json").is_file():
-        worst = read_json(eval_dir / "worst_boxes_by_condition.json").get(tag)
-        if not worst:
-            return None
-        report_pages.boxes_grid(test, worst, test.classes, title, out / name, tags=tags)
-        return name
-    if not (eval_dir / "flipped.csv").is_file():
-        return None
-    with open(eval_dir / "flipped.csv") as handle:
-        flipped = [row for row in csv.DictReader(handle) if tag in tags[int(row["test_index"])]]
-    if not flipped:
-        return None
-    report_pages.flipped_grid(test, flipped, test.classes, title, out / name)
-    return name
-
-
-def serving_curves(served: Dict[str, Any], metrics, evals: List[Path], out: Path) -> List[str]:
-    """One picture per target: each engine's Server runs, p99 latency against the offered rate,
-    valid runs filled, with the bound as a line."""
-    by_target: Dict[str, Dict[str, Any]] = {}
-    for path in evals:
-        entry = served.get(engine_key(path))
-        if entry:
-            by_target.setdefault(metrics[path]["target"], {})[engine_label(path, metrics[path]["precision"])] = entry
-    pictures = []
-    for target, engines in sorted(by_target.items()):
-        pictures.append(f"{FIGURES}/serving-{target}.png")
-        report_pages.serving_plot(engines, target, out / pictures[-1])
-    return pictures
-
-
-def condition_changes(found: List[Dict[str, Any]], out: Path, labels: Dict[str, str]) -> List[str]:
-    """per_condition.csv (every engine, every condition: its figure with the interval, and the
-    calibration sample's images of that condition) and one condition x engine heat map per target."""
-    rows, by_target = [], {}
-    for entry in found:
-        for tag, figures in (entry.get("per_condition") or {}).items():
-            rows.append(
-                {
-                    "engine": entry["node"],
-                    "precision": entry["precision"],
-                    "target": entry["target"],
-                    "condition": tag,
-                    "measure": entry["condition_figure"],
-                    **figures,
-                    "calibration_images": (entry.get("calibration_coverage") or {}).get(tag, ""),
-                }
-            )
-            # loss reads red: a top-1 change (points), or spurious boxes per 100 images as a negative
-            shown = -figures["drop"] if "drop" in figures else -100 * figures["spurious_per_image"]
-            label = labels.get(entry["node"], f"{entry['precision']} [{entry['node'][-6:]}]")
-            by_target.setdefault(entry["target"], {}).setdefault(label, {})[tag] = round(shown, 2)
-    if not rows:
-        return []
-    fields = [
-        "engine",
-        "precision",
-        "target",
-        "condition",
-        "measure",
-        "drop",
-        "spurious_per_image",
-        "low",
-        "high",
-        "lost_per_image",
-        "shadow_per_image",
-        "map50",
-        "map50_fp32",
-        "agreement",
-        "agreement_low",
-        "agreement_high",
-        "images",
-        "p_value",
-        "calibration_images",
-    ]
-    with open(out / "per_condition.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    pictures = []
-    for target, changes in sorted(by_target.items()):
-        tags = sorted({tag for engine in changes.values() for tag in engine})
-        pictures.append(f"{FIGURES}/per-condition-{target}.png")
-        what = "top-1 change vs fp32 (points)" if "drop" in rows[0] else "spurious boxes per 100 images (negated)"
-        report_pages.per_class_changes(changes, tags, f"{what} per condition -- target {target}", out / pictures[-1])
-    return pictures
-
-
-SENSITIVITY_OPS = 20  # rows of a heat map: the ops that cost any condition most
-
-
-def sensitivity_maps(inputs: Dict[str, Path], out: Path) -> List[str]:
-    """One heat map per int8_mixed search in the sweep (built or declined: the table answers "which
-    ops lose the dim images" either way): ops x (all images, each condition), worst first, with the
-    table copied beside the report as sensitivity-<graph id>.csv."""
-    from precisionflow.quant import sensitivity
-
-    pictures, seen = [], set()
-    for role, path in sorted(inputs.items()):
-        if not role.startswith("eval"):
-            continue
-        graph = named_lineage(path)["quantize_onnx"]
-        folder = path.parent.parent / node_key(graph)
-        table = folder / "sensitivity.csv"
-        if folder in seen or not table.is_file():
-            continue
-        seen.add(folder)
-        shutil.copyfile(table, out / f"sensitivity-{graph['id']}.csv")
-        rows = sensitivity.read_csv(table)
-        ops = sensitivity.worst_ops(rows, SENSITIVITY_OPS)
-        # worse is lower in both: the top-1 change, or minus the spurious boxes per image
-        changes = {op: {row["condition"]: -sensitivity.value(row) for row in rows if row["op"] == op} for op in ops}
-        subsets = list(dict.fromkeys(row["condition"] for row in rows))
-        pictures.append(f"{FIGURES}/sensitivity-{graph['id']}.png")
-        placement = (graph["params"].get("int8") or {}).get("placement", "?")
-        shown = "top-1 change" if "top1_drop_points" in rows[0] else "minus spurious boxes per image"
-        title = f"int8_mixed graph {graph['id'][-6:]} ({placement} placement): {shown}, only that op in int8"
-        unit, floor = ("points", 1.0) if "top1_drop_points" in rows[0] else ("spurious boxes per image", 0.1)
-        report_pages.per_class_changes(changes, subsets, title, out / pictures[-1], unit, floor)
-    return pictures
-
-
-def class_changes(eval_dirs: List[Path], out: Path) -> List[str]:
-    """per_class.csv (every engine, every class: top-1 -- AP for a detector -- against fp32) and
-    one picture per target."""
-    from precisionflow.reporting.budget import verdict_inputs
-
-    rows, pictures, by_target, measure = [], [], {}, "top-1"
-    for eval_dir, metrics, fp32 in verdict_inputs(eval_dirs):
-        key, measure = ("per_class_ap", "AP") if metrics.get("task") == "detection" else ("per_class_top1", "top-1")
-        label = engine_label(eval_dir, metrics["precision"])
-        changes = {name: round(100 * (value - fp32[key][name]), 2) for name, value in metrics[key].items() if name in fp32[key]}
-        by_target.setdefault(metrics["target"], {})[label] = changes
-        rows += [
-            {
-                "engine": eval_dir.name,
-                "class": name,
-                "measure": measure,
-                "fp32": fp32[key][name],
-                "engine_value": metrics[key][name],
-                "change_points": change,
-            }
-            for name, change in changes.items()
-        ]
-    with open(out / "per_class.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["engine", "class", "measure", "fp32", "engine_value", "change_points"])
-        writer.writeheader()
-        writer.writerows(rows)
-    for target, changes in sorted(by_target.items()):
-        classes = sorted({name for engine in changes.values() for name in engine}, key=lambda c: (len(c), c))
-        pictures.append(f"{FIGURES}/per-class-{target}.png")
-        report_pages.per_class_changes(
-            changes, classes, f"{measure} change per class vs fp32 (points) -- target {target}", out / pictures[-1]
-        )
-    return pictures
-
-
 def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED, headers: Dict[str, str] = HEADERS) -> str:
     """tabulate's plain table; every cell printed as the report wrote it (no number re-formatting)."""
     from tabulate import tabulate
@@ -752,147 +525,6 @@ def printed_table(rows: List[Dict[str, Any]]) -> str:
     ]
     tail = [f"(more columns in summary.csv and report.html: {', '.join(left_out)})"] if left_out else []
     return "\n".join(blocks[:-1] + tail)
-
-
-def serving_notes(rows: List[Dict[str, Any]]) -> List[str]:
-    """Once per table: how long the LoadGen runs were (MLPerf's minimum is 600 s) and which
-    scenarios were INVALID, so no cell is read as an MLPerf result it is not."""
-    served = [row for row in rows if row.get("serving_note") or row.get("qps_server") not in (None, "")]
-    if not served:
-        return []
-    lines = sorted({row["serving_note"] for row in served if row.get("serving_note")})
-    invalid = [
-        f"{row['precision']} ({', '.join(name for name, key in (('SingleStream', 'p50_ms_single'), ('Offline', 'qps_offline')) if row.get(key) == 'INVALID')})"
-        for row in served
-        if "INVALID" in (row.get("p50_ms_single"), row.get("qps_offline"))
-    ]
-    if invalid:
-        lines.append(
-            f"LoadGen runs INVALID (no figure shown): {'; '.join(invalid)} -- their summaries are in each serve_engine node's loadgen/ folder."
-        )
-    return [f"Serving: {line}" for line in lines]
-
-
-def load_notes(rows: List[Dict[str, Any]]) -> List[str]:
-    """Once per table: the rows timed while the machine was shared (their figures are not marked one by one)."""
-    shared = [row for row in rows if row.get("loaded")]
-    if not shared:
-        return []
-    used = sorted(float(row["others"]) for row in shared if row.get("others", "") not in ("", -1, -1.0))
-    span = f"other processes used {used[0]}-{used[-1]} of its {os.cpu_count()} cores" if used else "1-min load above its cores"
-    return [
-        f"(!) {len(shared)} of {len(rows)} rows were timed while the machine was shared ({span}): every figure of "
-        f"theirs is noisy, so none carries {NOISY_MARK}; time again on an idle machine."
-    ]
-
-
-def non_finite_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
-    """Engines whose outputs held inf/NaN: their accuracy columns measure an overflow, not a precision loss."""
-    return [
-        f"(!) {eval_dir.name}: {found['non_finite_outputs']} non-finite outputs (inf/NaN) on the test split -- its "
-        "accuracy columns measure an overflow (values beyond fp16's range) or a broken graph, not rounding."
-        for eval_dir, found in metrics.items()
-        if found.get("non_finite_outputs")
-    ]
-
-
-def chance_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
-    """Trainings that learned nothing or kept weights below their own best epoch, once each (their
-    engines' rows compare noise, or a weaker reference than the model can be)."""
-    from precisionflow.modeling.training import reference_message
-
-    found = {}
-    for eval_dir in metrics:
-        for record in lineage(eval_dir).values():
-            if record["stage"] in ("train_model", "finetune_model") and reference_message(record["summary"]):
-                found[node_key(record)] = reference_message(record["summary"])
-    return [f"(!) {key}: {message}." for key, message in sorted(found.items())]
-
-
-def not_built(inputs: Dict[str, Path]) -> List[str]:
-    """One line per engine the workflow declined to build, with the reason its graph stage gave."""
-    return [f"NOT BUILT {path.name.rsplit('-', 1)[0]}: {why}" for path, why in declined_evaluations(inputs)]
-
-
-QAT_FIDELITY = 0.995  # deployed == trained: int8_qat's engine should agree with its QAT model on 99.5%
-
-
-def cpu_weight_bits_of(eval_dir: Path) -> Optional[int]:
-    """The bits of the CPU placement's GEMM weights, as its quantize_onnx node recorded them (None
-    where the lineage cannot be read or an older node did not record them)."""
-    try:
-        found = named_lineage(eval_dir)
-    except (OSError, PrecisionflowError):
-        return None
-    for name, node in found.items():
-        if name.endswith("quantize_onnx"):
-            bits = (node.get("summary") or {}).get("cpu_weight_bits")
-            if bits:
-                return bits
-    return None
-
-
-def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
-    """An int8_qat engine whose agreement with its QAT model is below 99.5% says by how much, and the
-    known cause where its placement has one (measured: benchmarks/results/qat_unseen_data.json)."""
-    lines = []
-    for eval_dir, found in metrics.items():
-        qat = found.get("qat", {}).get("vs_qat_model")
-        if not qat or qat["agreement"] >= QAT_FIDELITY:
-            continue
-        n = found["test_images"]
-        agreeing = round(qat["agreement"] * n)
-        low, high = wilson(agreeing, n)
-        cpu = "-ortcpu-" in eval_dir.name
-        bits = (found.get("cpu_weight_bits") or cpu_weight_bits_of(eval_dir)) if cpu else None
-        if cpu and bits == 7:
-            why = (
-                "on the CPU placement convolution weights are stored in 7 bits (this CPU has no VNNI or dot product: "
-                "its integer kernels saturate with 8, quant/qdq.py) where QAT trained 8-bit grids, and outputs are "
-                "requantized in integers"
-            )
-        elif cpu:
-            why = "the CPU placement requantizes outputs in integers where QAT rounded in float"
-        else:
-            why = "the graph rounds where QAT rounded; what is left is the runtime's arithmetic order"
-        lines.append(
-            f"(qat) {eval_dir.name}: agrees with its QAT model on {agreeing} of {n} test images "
-            f"({100 * qat['agreement']:.2f}% [{100 * low:.2f}, {100 * high:.2f}]), below {100 * QAT_FIDELITY:.1f}%: {why}."
-        )
-    return lines
-
-
-def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
-    """What a reader must know to read the table right."""
-    lines = [
-        f"{NOISY_MARK} = uncertain above its flag threshold (timed windows: CV > 5%; ratios: standard error of the "
-        "median of the rounds > 5%): read the figure as noisy (summary.csv: the `noisy` column names them).",
-        "x_fp32_* / x_tf_* = throughput ratios measured side by side in one job per engine (alternating rounds, "
-        "median of the rounds); absolute figures are each engine's own timing job (timed = start of the workflow run it ran in, load = 1-min load average).",
-    ]
-    for eval_dir, found in metrics.items():
-        executed = found["engine"].get("executed", {})
-        if read_node(eval_dir)["params"].get("simulates") == "tensorrt":
-            lines.append(
-                f"(sim) {eval_dir.name}: TensorRT's Q/DQ placement run on this CPU ({executed.get('label', '')}): "
-                "its accuracy is what TensorRT's int8 computes; it is not timed (a CPU says nothing of TensorRT's speed)."
-            )
-        elif not executed.get("as_requested", True) or "--" in executed.get("label", ""):
-            lines.append(
-                f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision."
-            )
-    lines += qat_fidelity_notes(metrics)
-    lines += load_notes(rows)
-    lines += serving_notes(rows)
-    lines += non_finite_notes(metrics)
-    lines += chance_notes(metrics)
-    runs = sorted({row["timed"] for row in rows if row["timed"]})
-    if len(runs) > 1:
-        lines.append(
-            f"Absolute figures come from {len(runs)} workflow runs (timed = the run's start: {', '.join(runs)}); "
-            "machine load differs between runs: compare engines through the x_* columns, which never mix jobs."
-        )
-    return lines
 
 
 def trade_offs(found: List[Dict[str, Any]]) -> List[str]:
