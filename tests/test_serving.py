@@ -188,7 +188,7 @@ def test_a_side_with_no_valid_rate_gives_no_ratio_and_an_undecided_row():
     served_rows = {"settings": {"latency_bound_ms": 33}, "results": results, "server_ratio": None}
     assert verdict_rules.server_check(served_rows, 1.0, True, 0.95)["verdict"] == stats.UNDECIDED
     # the table's cell is never a bare blank: it names the side and the bound
-    from precisionflow.stages.report import serving_columns
+    from precisionflow.reporting.report_rows import serving_columns
 
     cell = serving_columns(served_rows)["x_server_95"]
     assert cell == "none: the fp32 side found no valid rate within 33 ms", cell
@@ -477,7 +477,7 @@ def test_the_bound_follows_the_one_gpu_rule_for_any_target(monkeypatch):
 
 
 def test_a_server_ratio_without_an_interval_says_why_in_its_cell():
-    from precisionflow.stages.report import interval_missing
+    from precisionflow.reporting.report_rows import interval_missing
 
     assert (
         interval_missing({"pairs": 1, "why": "1 paired search(es), fewer than the 2 an interval needs"}) == "no interval: 1 pair"

@@ -89,7 +89,7 @@ def test_cuda_provider_options_come_from_the_engine_settings():
 
 
 def test_the_table_names_the_cuda_options_an_engine_ran_with():
-    from precisionflow.stages.report import engine_options
+    from precisionflow.reporting.report_rows import engine_options
 
     options = {"use_tf32": "0", "prefer_nhwc": "1", "enable_cuda_graph": "0"}
     assert (
