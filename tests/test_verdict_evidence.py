@@ -6,7 +6,7 @@ import math
 import pytest
 
 from precisionflow import stats
-from precisionflow.reporting import budget, verdict_rules
+from precisionflow.reporting import budget, verdict_lines, verdict_rules
 
 
 def test_a_map_drop_needs_its_minimum_resamples():
@@ -62,7 +62,7 @@ def test_a_qat_budget_on_a_row_without_qat_is_named_and_never_passes_alone():
     found = budget.checks(metrics, metrics, limits, {}, None)
     assert found == [verdict_rules.not_applied("min_qat_agreement", "this engine was not built from a QAT model")]
     assert verdict_rules.overall(found) == verdict_rules.NO_BUDGET  # once: PASS with no QAT check at all
-    assert "min_qat_agreement not applied" in budget.format_verdicts(
+    assert "min_qat_agreement not applied" in verdict_lines.format_verdicts(
         [
             {
                 "verdict": "no budget",
@@ -137,7 +137,7 @@ def test_verdict_lines_name_what_sets_a_row_apart():
         }
         for method in ("entropy", "minmax")
     ]
-    text = budget.format_verdicts(rows)
+    text = verdict_lines.format_verdicts(rows)
     assert "int8 [entropy]" in text and "int8 [minmax]" in text
     # the report's verdict table names them the same way
     from precisionflow.reporting.report_pages import verdict_rows
@@ -162,4 +162,4 @@ def test_an_engine_slower_than_fp32_is_never_called_best():
     }
     line = report.ranking_line({"winner": {**entry["speed"], "entry": entry}})
     assert "slower than fp32" in line and "best" not in line
-    assert "SLOWER than fp32" in budget.speed_text({**entry, "timed": True})
+    assert "SLOWER than fp32" in verdict_lines.speed_text({**entry, "timed": True})

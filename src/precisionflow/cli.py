@@ -338,7 +338,8 @@ def earlier_runs(results: Path, most: int = 3) -> List[str]:
 
 def print_verdicts(plan: Dict) -> int:
     """Each engine's verdict against its budget; 1 when any engine breaks it (so CI can gate on it)."""
-    from precisionflow.reporting.budget import format_verdicts, gate_fails, verdicts
+    from precisionflow.reporting.budget import gate_fails, verdicts
+    from precisionflow.reporting.verdict_lines import format_verdicts
 
     found = verdicts(plan)
     if not found:

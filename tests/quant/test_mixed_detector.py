@@ -152,7 +152,7 @@ def test_the_map_drop_is_judged_over_every_image_as_the_verdict_bootstraps_it():
 
 
 def test_a_detectors_lines_say_spurious_boxes_not_points():
-    from precisionflow.reporting.budget import costly_text, figure_text
+    from precisionflow.reporting.verdict_lines import costly_text, figure_text
 
     detector = {"task": "detection"}
     assert costly_text(detector, [["b0_add", 0.034]]) == "b0_add 0.034 spurious boxes per image"
@@ -196,13 +196,13 @@ def test_the_verdict_judges_a_detectors_map50_drop_per_condition():
     assert passed[0]["verdict"] == "PASS" and "the worst of 1 conditions" in passed[0]["text"]
     few = verdict_rules.group_resampled_checks({"day": (1.0, held[:10])}, 5.0, 0.95, "mAP@.5", "conditions")
     assert few[0]["verdict"] == "UNDECIDED"  # ten resamples are no interval
-    from precisionflow.reporting import budget
+    from precisionflow.reporting import detection_checks
 
     metrics = {"map50_by_condition": {"shadow": {"map50": 0.5, "reference_map50": 0.9, "images": 40, "drop_resamples": lost}}}
     limits = {"max_condition_drop": 5.0, "confidence": 0.95}
-    found = budget.detection_condition_checks(metrics, limits)
+    found = detection_checks.detection_condition_checks(metrics, limits)
     assert [entry["verdict"] for entry in found] == ["FAIL"] and "mAP@.5 on 'shadow' +40.00" in found[0]["text"]
-    assert budget.detection_condition_checks(metrics, {"max_condition_drop": None, "confidence": 0.95}) == []
+    assert detection_checks.detection_condition_checks(metrics, {"max_condition_drop": None, "confidence": 0.95}) == []
 
 
 def tiny_detector(path):

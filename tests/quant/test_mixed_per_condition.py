@@ -176,7 +176,7 @@ def test_the_console_puts_each_condition_beside_test_and_names_the_ops_that_cost
     """The verdict lines of an int8_mixed row: each budgeted condition as the search held it on the
     selection split beside test's figure; and for a row that FAILed a condition, the ops that cost
     that condition most (from the search's sensitivity table)."""
-    from precisionflow.reporting import budget
+    from precisionflow.reporting import budget, verdict_lines
 
     breach = "condition 'dim' top-1 drop +9.00 points [+4.10, +14.2] (95% interval; 9 image(s) lost, 0 gained; max 5.0)"
     entry = {
@@ -202,7 +202,7 @@ def test_the_console_puts_each_condition_beside_test_and_names_the_ops_that_cost
     }
     assert budget.condition_breaches([breach, "top-1 drop +1.0 points"]) == ["dim"]
     entry["validation_unjudged"] = ["night: not held by the search, no val image of it"]
-    text = budget.format_verdicts([entry])
+    text = verdict_lines.format_verdicts([entry])
     assert "night: not held by the search, no val image of it" in text
     assert "dim: chosen on val -2.00 [-4.50, +1.00] on 144 images (limit 5.0); test -9.00 [-14.20, -4.10] on 100 images" in text
     assert "ops that cost 'dim' most" in text and "conv_3 -12.50, conv_1 -4.00 points" in text
@@ -217,7 +217,7 @@ def test_the_console_puts_each_condition_beside_test_and_names_the_ops_that_cost
 
 
 def test_an_int8_row_failing_a_condition_with_no_search_beside_it_says_how_to_rank_the_ops():
-    from precisionflow.reporting import budget
+    from precisionflow.reporting import verdict_lines
 
     entry = {
         "verdict": "FAIL", "precision": "int8", "variant": "entropy", "target": "local", "ran": "int8 9/10",
@@ -226,7 +226,7 @@ def test_an_int8_row_failing_a_condition_with_no_search_beside_it_says_how_to_ra
         "breaches": ["condition 'dim' top-1 drop +9.00 points [+4.10, +14.2] (95% interval; max 5.0)"],
         "costly_ops_hint": "no int8_mixed search ranked the ops for 'dim': add int8_mixed to precisions",
     }  # fmt: skip
-    assert "no int8_mixed search ranked the ops for 'dim'" in budget.format_verdicts([entry])
+    assert "no int8_mixed search ranked the ops for 'dim'" in verdict_lines.format_verdicts([entry])
 
 
 def test_the_heat_map_rows_are_the_ops_worst_on_any_condition():

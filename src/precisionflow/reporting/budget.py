@@ -22,6 +22,8 @@ from precisionflow.errors import StageError
 from precisionflow.nodeio import NODE_FILE, declined, named_lineage, read_json
 from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.compare import differences_of, task_of, variant, with_differences
+from precisionflow.reporting.detection_checks import boxes_by_condition, detection_checks, map50_figures, spurious_by_condition
+from precisionflow.reporting.verdict_lines import headline
 from precisionflow.reporting.verdict_rules import judged, overall, share_check
 
 TWIN = "fp32_twin"  # the evaluation of int8_qat's fine-tune run in fp32: its fair reference
@@ -237,75 +239,6 @@ def breaches(
     return [entry["text"] for entry in checks(metrics, fp32, budget, ratios, pairs) if entry["verdict"] == stats.FAIL]
 
 
-def detection_checks(metrics: Dict[str, Any], fp32: Dict[str, Any], budget: Dict[str, Any]) -> List[Dict[str, str]]:
-    found = []
-    drop = 100 * (fp32["map"] - metrics["map"])
-    if budget["max_map_drop"] is not None:
-        subject = f"mAP {100 * metrics['map']:.2f} (fp32 {100 * fp32['map']:.2f}):"
-        found.append(
-            verdict_rules.map_drop_check(
-                drop, metrics.get("map_drop_resamples") or [], budget["max_map_drop"], budget["confidence"], subject
-            )
-        )
-    if budget["max_spurious_per_image"] is not None:
-        subject = (
-            f"spurious boxes per image (matching neither a true object nor an fp32 box; {metrics['shadow']} of "
-            f"{metrics['spurious']} on shadows)"
-        )
-        found.append(
-            verdict_rules.mean_check(
-                metrics.get("spurious_by_image") or [],
-                metrics["spurious_per_image"],
-                budget["max_spurious_per_image"],
-                budget["confidence"],
-                subject,
-            )
-        )
-    found += detection_condition_checks(metrics, budget)
-    return found
-
-
-def detection_condition_checks(metrics: Dict[str, Any], budget: Dict[str, Any]) -> List[Dict[str, str]]:
-    """Spurious boxes per image on each condition's images (metrics["spurious_by_condition"]), and
-    the mAP@.5 drop on each condition's images alone (max_condition_drop: the task's accuracy)."""
-    by_condition = metrics.get("spurious_by_condition") or {}
-    found = []
-    scored = metrics.get("map50_by_condition") or {}
-    if budget.get("max_condition_drop") is not None and not scored:
-        found.append(
-            judged(
-                stats.UNDECIDED,
-                f"max_condition_drop {budget['max_condition_drop']} set, but this evaluation has no per-condition "
-                "mAP@.5 (the data set names no conditions): nothing to judge it on",
-            )
-        )
-    if budget.get("max_condition_drop") is not None and scored:
-        groups = {
-            tag: (100 * (figures["reference_map50"] - figures["map50"]), figures.get("drop_resamples") or [])
-            for tag, figures in scored.items()
-        }
-        found += verdict_rules.group_resampled_checks(
-            groups, budget["max_condition_drop"], budget["confidence"], "mAP@.5", "conditions"
-        )
-    if budget.get("max_condition_spurious_per_image") is not None and by_condition:
-        found += verdict_rules.group_mean_checks(
-            by_condition,
-            budget["max_condition_spurious_per_image"],
-            budget["confidence"],
-            "spurious boxes per image",
-            "conditions",
-        )
-    for tag, limit in (budget.get("condition_limits") or {}).items():
-        if tag in by_condition:
-            values = by_condition[tag]
-            found.append(
-                verdict_rules.mean_check(
-                    values, sum(values) / max(len(values), 1), limit, budget["confidence"], f"spurious boxes per image on '{tag}'"
-                )
-            )
-    return found
-
-
 def classification_checks(
     metrics: Dict[str, Any], budget: Dict[str, Any], pairs: Optional[Dict[str, Any]]
 ) -> List[Dict[str, str]]:
@@ -360,31 +293,6 @@ def worst_class(metrics: Dict[str, Any], fp32: Dict[str, Any], pairs: Optional[D
         if name in fp32.get(key, {}) and value >= 0 and fp32[key][name] >= 0
     ]
     return max(drops, key=lambda item: item[1]) if drops else None
-
-
-BOX_COUNTS = ("spurious", "lost", "shadow")  # box_changes.csv's per-image counts
-
-
-def boxes_by_condition(eval_dir: Path, tags: List[List[str]]) -> Dict[str, Dict[str, List[float]]]:
-    """{count: {tag: that count for each test image carrying the tag}} for the spurious, lost and
-    shadow boxes of a detection evaluation's box_changes.csv (read once)."""
-    import csv
-
-    path = eval_dir / "box_changes.csv"
-    if not path.is_file():
-        return {count: {} for count in BOX_COUNTS}
-    with open(path, newline="") as handle:
-        rows = {int(row["test_index"]): row for row in csv.DictReader(handle)}
-    groups = conditions.groups(tags).items()
-    return {
-        count: {tag: [float(rows[int(i)][count]) if int(i) in rows else 0.0 for i in members] for tag, members in groups}
-        for count in BOX_COUNTS
-    }
-
-
-def spurious_by_condition(eval_dir: Path, tags: List[List[str]]) -> Dict[str, List[float]]:
-    """{tag: spurious boxes of each test image carrying it}: what per-condition spurious budgets judge."""
-    return boxes_by_condition(eval_dir, tags)["spurious"]
 
 
 def test_tags(results: Path, key: str) -> Optional[List[List[str]]]:
@@ -548,20 +456,6 @@ def agreement_figures(same: int, images: int, confidence: float) -> Dict[str, fl
     return {"agreement": round(same / max(images, 1), 4), "agreement_low": round(low, 4), "agreement_high": round(high, 4)}
 
 
-def map50_figures(metrics: Dict[str, Any], tag: str, confidence: float = 0.95) -> Dict[str, float]:
-    """Detection: mAP@.5 of the engine and of fp32 on one condition's images (pycocotools on that
-    subset, computed by the evaluation), and the change's paired bootstrap interval in points
-    (fp32 minus the engine) where the evaluation resampled it."""
-    found = (metrics.get("map50_by_condition") or {}).get(tag)
-    if not found:
-        return {}
-    figures = {"map50": found["map50"], "map50_fp32": found["reference_map50"]}
-    if found.get("drop_resamples"):
-        low, high = stats.percentile_interval(found["drop_resamples"], confidence)
-        figures.update({"map50_drop_low": round(low, 2), "map50_drop_high": round(high, 2)})
-    return figures
-
-
 def condition_figures(
     pairs: Optional[Dict[str, Any]], eval_dir: Path, tags, confidence: float = 0.95, metrics: Optional[Dict[str, Any]] = None
 ) -> Dict[str, Any]:
@@ -696,157 +590,6 @@ def verdicts(plan: Dict[str, Any]) -> List[Dict[str, Any]]:
     for entry in found:
         entry["variant"] = with_differences(entry["variant"], differs[entry["node"].split("/", 1)[1]])
     return found
-
-
-def headline(metrics: Dict[str, Any], fp32: Dict[str, Any]) -> Dict[str, Any]:
-    """The accuracy a verdict line shows: top-1 (classification) or mAP (detection), its change
-    against fp32 in points, and agreement with fp32 (per sample, or per fp32 box)."""
-    if task_of(metrics) == "detection":
-        return {
-            "task": "detection",
-            "accuracy_name": "mAP",
-            "accuracy": metrics["map"],
-            "drop_points": round(100 * (fp32["map"] - metrics["map"]), 2),
-            "agreement": metrics["box_agreement"],
-            "extra": f"spurious {metrics['spurious_per_100']}/100 images ({metrics['shadow_per_100']} on shadows), "
-            f"lost {metrics['lost_per_100']}/100",
-        }
-    return {
-        "task": "classification",
-        "accuracy_name": "top-1",
-        "accuracy": metrics["top1"],
-        "drop_points": round(100 * (fp32["top1"] - metrics["top1"]), 2),
-        "agreement": metrics["agreement"],
-        "extra": "",
-    }
-
-
-def interval_text(drop: Optional[Dict[str, Any]]) -> str:
-    return f" [{0.0 - drop['high']:+.2f}, {0.0 - drop['low']:+.2f}]" if drop else ""
-
-
-def speed_text(entry: Dict[str, Any]) -> str:
-    """The speed part of a verdict line: the side-by-side ratio with its interval, or why there is none."""
-    if not entry.get("timed", True):
-        return ", not timed (a simulation)"
-    speed = entry.get("speed")
-    kernels = ", ran fp32's kernels (no speed-up of its own)" if entry.get("ran_reference_kernels") else ""
-    if not speed:
-        return kernels
-    return f"{kernels}, {ratio_text(speed)} fp32's throughput at {entry['speedup_at']}{slower_text(speed)}"
-
-
-def ratio_text(speed: Dict[str, Any]) -> str:
-    """'1.62x [1.54, 1.65]', or '1.62x (no interval: 1 round)' -- never a bare point as if certain."""
-    if speed.get("low") is None or speed.get("high") is None:
-        return f"{speed['median']}x (no interval: {speed.get('rounds', 0)} round(s))"
-    return f"{speed['median']}x [{speed['low']}, {speed['high']}]"
-
-
-def slower_text(speed: Dict[str, Any]) -> str:
-    """A row far slower than fp32 says so: ' -- SLOWER than fp32' when its whole interval is below 1."""
-    high = speed.get("high")
-    return f" -- SLOWER than fp32 ({speed['median']}x)" if high is not None and high < 1.0 else ""
-
-
-def format_verdicts(found: List[Dict[str, Any]]) -> str:
-    lines = []
-    for entry in found:
-        speed = speed_text(entry)
-        against = "vs its fp32 twin" if entry.get("vs_base_fp32") else "vs fp32"
-        named = entry["precision"] + (f" [{entry['variant']}]" if entry.get("variant") else "")
-        head = (
-            f"{entry['verdict']:<9} {named:<10} {entry['target']:<6} (ran {entry['ran']}) "
-            f"{entry['accuracy_name']} {100 * entry['accuracy']:.2f} ({0.0 - entry['drop_points']:+.2f}"
-            f"{interval_text(entry['drop'])} {against}), agreement with {'base ' if entry.get('vs_base_fp32') else ''}fp32 "
-            f"{entry['agreement']:.4f}" + (f", {entry['extra']}" if entry["extra"] else "") + speed
-        )
-        lines.append(head + f"  [{entry['node']}, from {entry['model']}]")
-        base = entry.get("vs_base_fp32")
-        if base:
-            lines.append(
-                f"      vs base fp32: {0.0 - base['drop_points']:+.2f}{interval_text(base['drop'])} points "
-                "(the fine-tune's extra training, not precision: the budget reads the twin)"
-            )
-        if entry.get("worst_condition"):
-            lines.append("      " + worst_condition_text(entry))
-        for check in entry.get("checks", []):  # a budget that cannot judge this row is named, not dropped
-            if check["verdict"] == verdict_rules.NOT_APPLIED:
-                lines.append("      " + check["text"])
-        if entry.get("validation"):
-            tested = (
-                f"mAP {0.0 - entry['drop_points']:+.2f}{interval_text(entry['map_drop'])}"
-                if entry.get("map_drop")
-                else (f"{0.0 - entry['drop_points']:+.2f}{interval_text(entry['drop'])}")
-            )
-            lines.append(f"      int8_mixed {entry['validation']}; test: {tested}")
-        lines += ["      " + text for text in condition_side_by_side(entry)]
-        if entry.get("costly_ops_hint"):
-            lines.append("      " + entry["costly_ops_hint"])
-        for tag, ops in (entry.get("costly_ops") or {}).items():
-            lines.append(
-                f"      ops that cost '{tag}' most, each alone in int8 on the selection split (int8_mixed's sensitivity.csv): "
-                + costly_text(entry, ops)
-            )
-        lines += [f"      broke: {reason}" for reason in entry["breaches"]]
-        lines += [f"      cannot tell: {reason}" for reason in entry["undecided"]]
-    return "\n".join(lines)
-
-
-def condition_side_by_side(entry: Dict[str, Any]) -> List[str]:
-    """int8_mixed: each budgeted condition as the search held it (selection split) beside the test split's figure."""
-    lines = list(entry.get("validation_unjudged") or [])
-    for tag, chosen in (entry.get("validation_conditions") or {}).items():
-        test = (entry.get("per_condition") or {}).get(tag) or {}
-        tested = f"test {figure_text(test)} on {test['images']} images" if test.get("images") else "test: no images of it"
-        lines.append(
-            f"{tag}: chosen on {chosen['split']} {figure_text(chosen)} on {chosen['images']} images (limit {chosen['limit']}); {tested}"
-        )
-    for tag, chosen in (entry.get("validation_map50") or {}).items():  # a detector's mAP@.5, condition by condition
-        test = (entry.get("per_condition") or {}).get(tag) or {}
-        tested = (
-            f"test {100 * (test['map50'] - test['map50_fp32']):+.2f} [{0.0 - test['map50_drop_high']:+.2f}, "
-            f"{0.0 - test['map50_drop_low']:+.2f}] on {test['images']} images"
-            if "map50_drop_high" in test
-            else "test: no images of it"
-        )
-        lines.append(
-            f"{tag} mAP@.5: chosen on {chosen['split']} {0.0 - chosen['drop']:+.2f} [{0.0 - chosen['high']:+.2f}, "
-            f"{0.0 - chosen['low']:+.2f}] on {chosen['images']} images (limit {chosen['limit']}); {tested}"
-        )
-    return lines
-
-
-def figure_text(figures: Dict[str, Any]) -> str:
-    """A condition's figure with its interval: a top-1 change in points, or spurious boxes per image."""
-    if "drop" in figures:
-        return f"{0.0 - figures['drop']:+.2f} [{0.0 - figures['high']:+.2f}, {0.0 - figures['low']:+.2f}]"
-    return f"{figures['spurious_per_image']:.3f} [{figures['low']:.3f}, {figures['high']:.3f}] spurious boxes per image"
-
-
-def costly_text(entry: Dict[str, Any], ops: List) -> str:
-    """'conv3 -4.17, conv1 -2.08 points' (each op alone in int8: the top-1 change) or, for a
-    detector, 'conv3 0.250, ... spurious boxes per image'."""
-    if entry.get("task") == "detection":
-        return ", ".join(f"{op} {value:.3f}" for op, value in ops) + " spurious boxes per image"
-    return ", ".join(f"{op} {0.0 - value:+.2f}" for op, value in ops) + " points"
-
-
-def worst_condition_text(entry: Dict[str, Any]) -> str:
-    """'worst condition: shadow_long -4.20 [-9.1, -0.3] points on 48 images (calibration held 0)'."""
-    tag, _ = entry["worst_condition"]
-    figures = entry["per_condition"][tag]
-    held = (entry.get("calibration_coverage") or {}).get(tag)
-    coverage = f" (calibration held {held})" if held is not None else ""
-    if "drop" in figures:
-        return (
-            f"worst condition: {tag} {0.0 - figures['drop']:+.2f} [{0.0 - figures['high']:+.2f}, {0.0 - figures['low']:+.2f}] "
-            f"points on {figures['images']} images{coverage}"
-        )
-    return (
-        f"worst condition: {tag} {figures['spurious_per_image']:.3f} spurious boxes per image "
-        f"[{figures['low']:.3f}, {figures['high']:.3f}] on {figures['images']} images{coverage}"
-    )
 
 
 def gate_fails(entry: Dict[str, Any]) -> bool:

@@ -268,7 +268,7 @@ CHECK_SCRIPT = (
 
 def accuracy_change(entry: Dict[str, Any]) -> str:
     """ "top-1 -0.44 [-1.8, +0.9] vs its fp32 twin; +27.1 [..] vs base fp32" and int8_mixed's validation."""
-    from precisionflow.reporting.budget import interval_text
+    from precisionflow.reporting.verdict_lines import interval_text
 
     against = "vs its fp32 twin" if entry.get("vs_base_fp32") else "vs fp32"
     text = f"{entry['accuracy_name']} {0.0 - entry['drop_points']:+.2f}{interval_text(entry.get('drop'))} points {against}"
@@ -277,7 +277,7 @@ def accuracy_change(entry: Dict[str, Any]) -> str:
         text += f"; {0.0 - base['drop_points']:+.2f}{interval_text(base['drop'])} vs base fp32 (the fine-tune's extra training)"
     if entry.get("validation"):
         text += f"; {entry['validation']}"
-    from precisionflow.reporting.budget import condition_side_by_side
+    from precisionflow.reporting.verdict_lines import condition_side_by_side
 
     for line in condition_side_by_side(entry):  # int8_mixed: each budgeted condition, selection beside test
         text += f"; {line}"
@@ -286,7 +286,7 @@ def accuracy_change(entry: Dict[str, Any]) -> str:
 
 def costly_ops_text(entry: Dict[str, Any]) -> List[str]:
     """For a condition the row FAILed: the ops that cost it most, from int8_mixed's sensitivity table."""
-    from precisionflow.reporting.budget import costly_text
+    from precisionflow.reporting.verdict_lines import costly_text
 
     return [
         f"ops that cost '{tag}' most (each alone in int8): " + costly_text(entry, ops)
@@ -296,7 +296,7 @@ def costly_ops_text(entry: Dict[str, Any]) -> List[str]:
 
 def verdict_rows(verdicts: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The verdict table's cells, as text (the template escapes them)."""
-    from precisionflow.reporting.budget import speed_text
+    from precisionflow.reporting.verdict_lines import speed_text
 
     rows = []
     for entry in verdicts:

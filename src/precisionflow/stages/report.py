@@ -216,7 +216,7 @@ def trade_offs(found: List[Dict[str, Any]]) -> List[str]:
 
 def speed_cost(entry: Dict[str, Any]) -> str:
     """'int8 (int8), 2.04x [1.80, 2.30] fp32's throughput at bmax, for top-1 -0.12 [...] points vs fp32'."""
-    from precisionflow.reporting.budget import interval_text, ratio_text
+    from precisionflow.reporting.verdict_lines import interval_text, ratio_text
 
     speed = entry["speed"]
     against = "its fp32 twin" if entry.get("vs_base_fp32") else "fp32"
