@@ -176,7 +176,7 @@ def test_the_console_puts_each_condition_beside_test_and_names_the_ops_that_cost
     """The verdict lines of an int8_mixed row: each budgeted condition as the search held it on the
     selection split beside test's figure; and for a row that FAILed a condition, the ops that cost
     that condition most (from the search's sensitivity table)."""
-    from precisionflow.reporting import budget, verdict_lines
+    from precisionflow.reporting import condition_context, verdict_lines
 
     breach = "condition 'dim' top-1 drop +9.00 points [+4.10, +14.2] (95% interval; 9 image(s) lost, 0 gained; max 5.0)"
     entry = {
@@ -200,7 +200,7 @@ def test_the_console_puts_each_condition_beside_test_and_names_the_ops_that_cost
         "validation_conditions": {"dim": {"drop": 2.0, "low": -1.0, "high": 4.5, "images": 144, "limit": 5.0, "split": "val"}},
         "costly_ops": {"dim": [["conv_3", 12.5], ["conv_1", 4.0]]},
     }
-    assert budget.condition_breaches([breach, "top-1 drop +1.0 points"]) == ["dim"]
+    assert condition_context.condition_breaches([breach, "top-1 drop +1.0 points"]) == ["dim"]
     entry["validation_unjudged"] = ["night: not held by the search, no val image of it"]
     text = verdict_lines.format_verdicts([entry])
     assert "night: not held by the search, no val image of it" in text

@@ -11,7 +11,6 @@ those are in its graph's params too -- precisions/int8_mixed.condition_budgets, 
 merge, budgets.budget_for.)
 """
 
-import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -22,7 +21,8 @@ from precisionflow.errors import StageError
 from precisionflow.nodeio import NODE_FILE, declined, named_lineage, read_json
 from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.compare import differences_of, task_of, variant, with_differences
-from precisionflow.reporting.detection_checks import boxes_by_condition, detection_checks, map50_figures, spurious_by_condition
+from precisionflow.reporting.condition_context import add_condition_context, condition_figures
+from precisionflow.reporting.detection_checks import detection_checks, spurious_by_condition
 from precisionflow.reporting.verdict_lines import headline
 from precisionflow.reporting.verdict_rules import judged, overall, share_check
 
@@ -371,25 +371,15 @@ def judge_entry(
     engine_ratios = ratios.get(spec["inputs"]["engine"], {})
     classes = class_names(results, key) if task_of(metrics) == "classification" else []
     tags = test_tags(results, key)
-    against_base = judge(results, key, fp32_key, metrics, fp32, budget, engine_ratios, classes, timed, tags)
-    judged_by, reference = against_base, fp32
-    twin_key_found = baselines.get(("twin",) + twin_key(spec)) if twin_key(spec) else None
-    twin = _finished(results, twin_key_found) if twin_key_found else None
-    if twin is not None:  # int8_qat: the budget reads the delta against its fp32 twin
-        judged_by = judge(results, key, twin_key_found, metrics, twin, budget, engine_ratios, classes, timed, tags)
-        reference = twin
-    elif twin_key(spec):  # judged against base fp32 alone, the fine-tune's training would read as precision
-        missing = verdict_rules.judged(
-            stats.UNDECIDED,
-            f"its fp32 twin's evaluation ({twin_key_found or 'not planned'}) is missing: against base fp32 the drop mixes "
-            "the fine-tune's extra training with precision; rerun with the twin (precisionflow run)",
-        )
-        judged_by = {**against_base, "checks": against_base["checks"] + [missing]}
-        judged_by["verdict"] = overall(judged_by["checks"])
+    judge_against = lambda other_key, other: judge(  # noqa: E731
+        results, key, other_key, metrics, other, budget, engine_ratios, classes, timed, tags
+    )
+    against_base = judge_against(fp32_key, fp32)
+    judged_by, reference, twin = against_twin(spec, baselines, results, against_base, judge_against)
+    reference = reference or fp32
     served_answers = served_against_evaluated(results / key, engine_ratios.get("served") if timed else None)
     if served_answers:
-        judged_by = {**judged_by, "checks": judged_by["checks"] + [served_answers]}
-        judged_by["verdict"] = overall(judged_by["checks"])
+        judged_by = with_check(judged_by, served_answers)
     ran = metrics["engine"].get("executed", {}).get("executed_precision", "unknown")
     entry = {
         "node": key,
@@ -422,24 +412,7 @@ def judge_entry(
     if served and served.get("server_ratio"):
         ratio = verdict_rules.server_ratio_at(served["server_ratio"], budget["confidence"])
         entry["server"] = {**ratio, "bound_ms": served["settings"]["latency_bound_ms"]}
-    if tags:  # what the calibration sample held of each condition, to read beside its loss
-        calibrate = next((node for name, node in named_lineage(results / key).items() if name.endswith("calibrate")), None)
-        entry["calibration_coverage"] = (calibrate or {}).get("summary", {}).get("sample_per_condition")
-    entry.update(mixed_validation(results / key))
-    if entry.get("validation") and metrics.get("map_drop_resamples"):  # a detector's test figure, as its verdict reads it
-        low, high = stats.percentile_interval(metrics["map_drop_resamples"], budget["confidence"])
-        entry["map_drop"] = {"drop": entry["drop_points"], "low": low, "high": high}
-    failed_conditions = [tag for tag in condition_breaches(entry["breaches"]) if tag in (entry.get("per_condition") or {})]
-    if failed_conditions:  # which ops cost those images most, where a search measured it
-        costly = costly_ops(plan, results, key)
-        entry["costly_ops"] = {tag: costly[tag] for tag in failed_conditions if costly.get(tag)}
-        unranked = [tag for tag in failed_conditions if tag not in entry["costly_ops"]]
-        if unranked and getattr(precisions.find(entry["precision"]), "calibration", None) == "ptq":
-            entry["costly_ops_hint"] = (
-                f"no int8_mixed search ranked the ops for {', '.join(repr(tag) for tag in unranked)}: add int8_mixed to "
-                f"precisions (with evaluate.budget.{'max_condition_spurious_per_image' if entry.get('task') == 'detection' else 'max_condition_drop'}) "
-                "for the ops that cost it most and the fastest mix that holds it"
-            )
+    add_condition_context(entry, tags, plan, results, key, metrics, budget["confidence"])
     if twin is not None:
         entry["vs_base_fp32"] = {
             "drop": against_base["drop"],
@@ -450,130 +423,28 @@ def judge_entry(
     return entry
 
 
-def agreement_figures(same: int, images: int, confidence: float) -> Dict[str, float]:
-    """The share of a condition's images where the engine predicts fp32's class, with its Wilson interval."""
-    low, high = stats.wilson(same, images, confidence)
-    return {"agreement": round(same / max(images, 1), 4), "agreement_low": round(low, 4), "agreement_high": round(high, 4)}
+def with_check(judged: Dict[str, Any], check: Dict[str, Any]) -> Dict[str, Any]:
+    """A judgement with one more check, its overall verdict recomputed."""
+    checks = judged["checks"] + [check]
+    return {**judged, "checks": checks, "verdict": overall(checks)}
 
 
-def condition_figures(
-    pairs: Optional[Dict[str, Any]], eval_dir: Path, tags, confidence: float = 0.95, metrics: Optional[Dict[str, Any]] = None
-) -> Dict[str, Any]:
-    """Per condition, for the table, the report and MLflow: the paired top-1 drop with its interval
-    and the agreement with fp32 (classification) or spurious boxes per image with lost and shadow
-    boxes and mAP@.5 (detection), and the worst condition."""
-    if not tags:
-        return {}
-    if pairs:
-        per_condition = {
-            tag: {
-                "drop": round(d.drop, 2),
-                "low": round(d.low, 2),
-                "high": round(d.high, 2),
-                "images": d.n,
-                "p_value": d.p_value,
-                **agreement_figures(*pairs["agreement_per_condition"][tag], confidence),
-            }
-            for tag, d in pairs["per_condition"].items()
-        }
-        worst = verdict_rules.worst_group(pairs["per_condition"])
-        return {"per_condition": per_condition, "worst_condition": worst, "condition_figure": "top-1 drop (points)"}
-    counts = boxes_by_condition(eval_dir, tags)
-    spurious, lost, shadow = counts["spurious"], counts["lost"], counts["shadow"]
-    per_condition = {}
-    for tag, values in spurious.items():
-        # the verdict's interval (a bootstrap of all-zero counts is [0, 0]: 128 images with no box bound nothing)
-        low, high = stats.count_interval(values, confidence) or (0.0, 0.0)
-        per_condition[tag] = {
-            "spurious_per_image": round(sum(values) / max(len(values), 1), 3),
-            "low": round(low, 3),
-            "high": round(high, 3),
-            "images": len(values),
-            # beside the judged figure: boxes fp32 found that the engine lost, and spurious boxes on a shadow
-            "lost_per_image": round(sum(lost.get(tag, [])) / max(len(values), 1), 3),
-            "shadow_per_image": round(sum(shadow.get(tag, [])) / max(len(values), 1), 3),
-            **map50_figures(metrics or {}, tag, confidence),
-        }
-    worst = max(per_condition.items(), key=lambda item: item[1]["spurious_per_image"], default=None)
-    return {
-        "per_condition": per_condition,
-        "worst_condition": (worst[0], worst[1]["spurious_per_image"]) if worst else None,
-        "condition_figure": "spurious boxes per image",
-    }
-
-
-def mixed_validation(eval_dir: Path) -> Dict[str, Any]:
-    """int8_mixed: what its search decided on (the selection split), overall and per budgeted
-    condition, to print beside what the test split says."""
-    search = named_lineage(eval_dir)["quantize_onnx"]["summary"].get("mixed_search")
-    if not search or not ("drop_interval" in search or "interval" in search):
-        return {}
-    met = "met" if search["budget_met"] else "NOT met by its interval"
-    if "drop_interval" in search:  # a classifier: top-1 points
-        low, high = search["drop_interval"]
-        chosen = (
-            f"{0.0 - search['drop_points']:+.2f} [{0.0 - high:+.2f}, {0.0 - low:+.2f}], budget {search['max_drop_points']} {met}"
-        )
-    else:  # a detector: spurious boxes per image, overall budget possibly unset (per condition only)
-        low, high = search["interval"]
-        budget = search.get("max_spurious_per_image")
-        chosen = f"{search['spurious_per_image']:.3f} [{low:.3f}, {high:.3f}] spurious boxes per image" + (
-            f" (budget {budget})" if budget is not None else " (no overall budget)"
-        )
-        if search.get("map_drop"):
-            drop = search["map_drop"]
-            chosen += f", mAP {0.0 - drop['drop']:+.2f} [{0.0 - drop['high']:+.2f}, {0.0 - drop['low']:+.2f}] (budget {search['max_map_drop']})"
-        chosen += f"; budgets {met}"
-    return {
-        "validation": f"chosen on {search['split']} ({search['images']} images): {chosen}",
-        "validation_conditions": {
-            tag: {**figures, "limit": search["condition_limits"][tag], "split": search["split"]}
-            for tag, figures in (search.get("conditions") or {}).items()
-        },
-        # a detector's mAP@.5 per condition, as the search held it
-        "validation_map50": {
-            tag: {**figures, "limit": search["map50_limits"][tag], "split": search["split"]}
-            for tag, figures in (search.get("map50_drop_by_condition") or {}).items()
-        },
-        # a named condition the selection split has no image of: the search could not hold it (said, not dropped)
-        "validation_unjudged": [
-            f"{tag}: not held by the search, no {search['split']} image of it"
-            for tag in search.get("conditions_not_in_split") or []
-        ],
-    }
-
-
-CONDITION_CHECK = re.compile(r"condition '([^']+)'")  # verdict_rules' text for a condition's check
-
-
-def condition_breaches(breaches: List[str]) -> List[str]:
-    """The conditions named by the checks an engine FAILed, in order, once each."""
-    return list(dict.fromkeys(match.group(1) for text in breaches for match in CONDITION_CHECK.finditer(text)))
-
-
-def costly_ops(plan: Dict[str, Any], results: Path, key: str) -> Dict[str, List]:
-    """{condition: [[op, top-1 drop with only that op in int8], ...]}: the ops that cost each
-    condition most, from an int8_mixed search's sensitivity table -- the row's own (int8_mixed) or
-    one over the same calibration and placement (an int8 row beside an int8_mixed one). {} when no
-    search measured it."""
-    graph = named_lineage(results / key)["quantize_onnx"]
-    own = (graph["summary"].get("mixed_search") or {}).get("costliest")
-    if own:
-        return own
-    calibration, placement = graph["inputs"].get("calibration"), (graph["params"].get("int8") or {}).get("placement")
-    for other, spec in sorted(plan["nodes"].items()):
-        if (
-            spec["stage"] == "quantize_onnx"
-            and spec["params"]["precision"] == "int8_mixed"
-            and calibration is not None
-            and spec["inputs"].get("calibration") == calibration
-            and (spec["params"].get("int8") or {}).get("placement") == placement
-            and (results / other / NODE_FILE).is_file()
-        ):
-            found = ((read_json(results / other / NODE_FILE).get("summary") or {}).get("mixed_search") or {}).get("costliest")
-            if found:
-                return found
-    return {}
+def against_twin(spec, baselines, results: Path, against_base: Dict[str, Any], judge_against):
+    """(the judgement the budget reads, its reference's metrics or None for base fp32, the twin's
+    metrics or None). int8_qat is judged against its fp32 twin: against base fp32 alone, the
+    fine-tune's extra training would read as precision -- a missing twin is UNDECIDED, saying so."""
+    if not twin_key(spec):
+        return against_base, None, None
+    twin_key_found = baselines.get(("twin",) + twin_key(spec))
+    twin = _finished(results, twin_key_found) if twin_key_found else None
+    if twin is not None:
+        return judge_against(twin_key_found, twin), twin, twin
+    missing = verdict_rules.judged(
+        stats.UNDECIDED,
+        f"its fp32 twin's evaluation ({twin_key_found or 'not planned'}) is missing: against base fp32 the drop mixes "
+        "the fine-tune's extra training with precision; rerun with the twin (precisionflow run)",
+    )
+    return with_check(against_base, missing), None, None
 
 
 def verdicts(plan: Dict[str, Any]) -> List[Dict[str, Any]]:

@@ -5,7 +5,6 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from precisionflow import stats
-from precisionflow.budgets import BUDGET_KEYS, budget_for  # noqa: F401 (read from here by the planner and tests)
 from precisionflow.datasets import conditions
 from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.verdict_rules import judged

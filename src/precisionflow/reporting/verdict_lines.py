@@ -4,7 +4,6 @@ cost), the headline over all engines, and each condition side by side."""
 
 from typing import Any, Dict, List, Optional
 
-from precisionflow.budgets import BUDGET_KEYS, budget_for  # noqa: F401 (read from here by the planner and tests)
 from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.compare import task_of
 
