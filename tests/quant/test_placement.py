@@ -4,7 +4,7 @@ import onnx
 import pytest
 
 from precisionflow.backends import get_backend
-from precisionflow.quant import qdq
+from precisionflow.quant import qdq, qdq_check
 from tests.quant.test_qdq_and_calibration import _calibrate, _quantize, data_dir, export_dir  # noqa: F401 (fixtures)
 
 ORT_CPU = {"backend": "onnxruntime", "optimization_level": "all", "intra_op_threads": 1}
@@ -25,7 +25,7 @@ def test_the_cpu_placement_runs_integer_convolutions_and_the_tensorrt_one_stays_
     trt_graph, trt = _quantize(tmp_path, export_dir, data_dir, calibration, placement="tensorrt")
     assert cpu["placement"] == "onnxruntime_cpu" and trt["placement"] == "tensorrt"
     assert cpu["quantized_nodes"] == trt["quantized_nodes"] == 1  # the same op quantized; the classifier stays float
-    assert qdq.check_qdq(onnx.load(str(trt_graph / "model.onnx"))) == []  # TensorRT's stays TensorRT-legal
+    assert qdq_check.check_qdq(onnx.load(str(trt_graph / "model.onnx"))) == []  # TensorRT's stays TensorRT-legal
     (tmp_path / "cpu-engine").mkdir()
     (tmp_path / "trt-engine").mkdir()
     cpu_ops, cpu_label = engine_ops(cpu_graph, tmp_path / "cpu-engine")
@@ -296,7 +296,7 @@ def test_a_qat_tensor_only_a_pooling_reads_is_rounded_on_qats_grid_in_the_tensor
     learned = {"image": (-1.0, 1.0), "relu": (-1.5, 1.5), "squeezed": (-2.0, 2.0)}
     qdq.quantize_int8(fp32, tmp_path / "int8.onnx", learned, ["conv"], "tensorrt")
     assert qdq.fake_quantize_tensors(tmp_path / "int8.onnx", learned) == ["relu"]
-    assert qdq.check_qdq(onnx.load(str(tmp_path / "int8.onnx")), output_layer_float=False) == []
+    assert qdq_check.check_qdq(onnx.load(str(tmp_path / "int8.onnx")), output_layer_float=False) == []
     assert qdq.fake_quantize_tensors(tmp_path / "int8.onnx", learned) == []  # rounded once, not twice
 
     model = onnx.load(str(tmp_path / "int8.onnx"))

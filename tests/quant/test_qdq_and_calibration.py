@@ -6,7 +6,7 @@ import pytest
 
 from precisionflow.datasets.store import Split, write_arrays
 from precisionflow.hashing import file_hash
-from precisionflow.quant import cache, qdq
+from precisionflow.quant import cache, qdq, qdq_check
 from precisionflow.stages import calibrate, quantize_onnx
 from precisionflow.precisions.static_int8 import read_rows
 from tests.conftest import make_tiny_cnn
@@ -112,7 +112,7 @@ def _quantize(tmp_path, export_dir, data_dir, calib, precision="int8", extra_inp
 def test_int8_graph_is_trt_legal_and_keeps_the_output_layer_float(tmp_path, export_dir, data_dir):
     out, summary = _quantize(tmp_path, export_dir, data_dir, _calibrate(tmp_path, export_dir, data_dir))
     model = onnx.load(str(out / "model.onnx"))
-    assert qdq.check_qdq(model) == []
+    assert qdq_check.check_qdq(model) == []
     assert summary["quantized_nodes"] == 1  # the conv; the Gemm is the output layer
     producers = {o: n for n in model.graph.node for o in n.output}
     logits = next(n for n in model.graph.node if n.name == "logits")
@@ -135,7 +135,7 @@ def test_int8_mixed_leaves_the_worst_op_in_float(tmp_path, export_dir, data_dir)
     out, summary = _quantize(tmp_path, export_dir, data_dir, calib, "int8_mixed", {"int8": int8_dir}, keep_output_layer=False)
     assert full["quantized_nodes"] == 2 and summary["quantized_nodes"] == 1 and len(summary["kept_float"]) == 1
     assert summary["quantized_fraction"] == 0.5
-    assert qdq.check_qdq(onnx.load(str(out / "model.onnx")), output_layer_float=False) == []  # checked on mixed graphs too
+    assert qdq_check.check_qdq(onnx.load(str(out / "model.onnx")), output_layer_float=False) == []  # checked on mixed graphs too
 
 
 def test_a_graph_with_nothing_quantized_is_never_called_int8(tmp_path, export_dir, data_dir):
@@ -176,7 +176,7 @@ def test_checker_rejects_asymmetric_uint8_graphs(tmp_path, export_dir, data_dir)
         per_channel=False,
         calibrate_method=CalibrationMethod.MinMax,
     )
-    problems = qdq.check_qdq(onnx.load(str(target)))
+    problems = qdq_check.check_qdq(onnx.load(str(target)))
     text = " ".join(problems)
     assert "expected int8" in text
     assert "per tensor" in text

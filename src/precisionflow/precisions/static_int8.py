@@ -36,7 +36,7 @@ def to_int8(
     per-tensor error report. `choose_float`: the ops a precision keeps in float (int8_mixed)."""
     import onnx
 
-    from precisionflow.quant import cache, layer_error, qdq
+    from precisionflow.quant import cache, layer_error, qdq, qdq_check
     from precisionflow.datasets.store import Split
 
     ranges, lineage = cache.load_cache(inputs["calibration"], file_hash(source))
@@ -75,7 +75,7 @@ def to_int8(
         # changed 0.2% of predictions against the QAT model.
         placed["qat_rounded_outside_int8_ops"] = qdq.fake_quantize_tensors(target, learned)
     if trt:
-        qdq.assert_trt_legal(target, int8["keep_output_layer"])
+        qdq_check.assert_trt_legal(target, int8["keep_output_layer"])
     # The per-tensor report ranks ops for int8_mixed: a decision, so it never sees the test split.
     images, drawn = report_sample(Split(inputs["data"], int8["report_split"]), int8)
     rows = layer_error.per_tensor_error(source, target, images)

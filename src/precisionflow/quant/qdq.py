@@ -18,8 +18,6 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from precisionflow.errors import StageError
-
 COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
 # Ops walked through when looking for the layer that produces a graph output (bias add, reshapes).
 PASS_THROUGH = (
@@ -36,14 +34,14 @@ PASS_THROUGH = (
 )
 
 
-def _initializers(model) -> Set[str]:
+def initializers_of(model) -> Set[str]:
     return {init.name for init in model.graph.initializer}
 
 
 def output_layer_nodes(model) -> Set[str]:
     """Names of the nodes forming the final layer: from each graph output back to its Conv/MatMul/Gemm."""
     producers = {out: node for node in model.graph.node for out in node.output}
-    constants = _initializers(model)
+    constants = initializers_of(model)
     found, pending = set(), [out.name for out in model.graph.output]
     while pending:
         node = producers.get(pending.pop())
@@ -60,7 +58,7 @@ def is_residual_add(node, constants: Set[str]) -> bool:
 
 
 def quantizable_nodes(model, exclude: Iterable[str] = (), keep_output_layer: bool = True) -> List[str]:
-    constants = _initializers(model)
+    constants = initializers_of(model)
     skip = set(exclude) | (output_layer_nodes(model) if keep_output_layer else set())
     return [
         node.name
@@ -76,7 +74,7 @@ def float_neighbourhood(model, int8_nodes: Set[str]) -> List[str]:
     all the same: int8_mixed's "61 op(s) fp" engine ran Q/DQ around the Pads between float
     convolutions and a QLinearGlobalAveragePool before its float head. They stay float now."""
     producers = {out: node for node in model.graph.node for out in node.output}
-    readers, constants = _readers(model), _initializers(model)
+    readers, constants = _readers(model), initializers_of(model)
 
     def is_compute(node) -> bool:
         return node.op_type in COMPUTE_OPS or is_residual_add(node, constants)
@@ -281,7 +279,7 @@ def clip_bounds(model, node) -> Tuple[float, float]:
     low, high = -np.inf, np.inf
     for position, attribute in ((1, "min"), (2, "max")):
         if len(node.input) > position and node.input[position]:
-            value = _constant(model, node.input[position])
+            value = constant_of(model, node.input[position])
             bound = float(np.asarray(value).reshape(-1)[0]) if value is not None else None
         else:
             bound = next((a.f for a in node.attribute if a.name == attribute), None)
@@ -328,60 +326,13 @@ def placement_for(backend: str, on_gpu: bool) -> str:
     return "onnxruntime_cpu" if backend == "onnxruntime" and not on_gpu else "tensorrt"
 
 
-def _constant(model, name: str):
+def constant_of(model, name: str):
     from onnx import numpy_helper
 
     for init in model.graph.initializer:
         if init.name == name:
             return numpy_helper.to_array(init)
     return None
-
-
-def check_qdq(model, output_layer_float: bool = True) -> List[str]:
-    """Problems that would stop TensorRT from building (or running as trained) this int8 graph."""
-    import onnx
-
-    problems = []
-    producers = {out: node for node in model.graph.node for out in node.output}
-    for node in model.graph.node:
-        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
-            problems += _check_qdq_node(model, node, onnx)
-    constants = _initializers(model)
-    for name in output_layer_nodes(model) if output_layer_float else ():
-        node = next(n for n in model.graph.node if n.name == name)
-        weights = [producers.get(i) for i in node.input[1:]]
-        if node.op_type in COMPUTE_OPS and any(
-            getattr(w, "op_type", "") == "DequantizeLinear" and w.input[0] in constants for w in weights
-        ):
-            problems.append(f"output layer {name} has quantized weights; expected it left in floating point")
-    if not any(node.op_type == "QuantizeLinear" for node in model.graph.node):
-        problems.append("no QuantizeLinear node: the graph is not quantized")
-    return problems
-
-
-def _check_qdq_node(model, node, onnx) -> List[str]:
-    problems = []
-    zero_point = _constant(model, node.input[2]) if len(node.input) > 2 else None
-    if zero_point is None:
-        return [f"{node.name}: zero point missing; expected an int8 zero point of 0"]
-    if zero_point.dtype != np.int8:
-        problems.append(f"{node.name}: zero point type {zero_point.dtype}, expected int8 (TensorRT has no uint8 Q/DQ)")
-    if np.any(zero_point != 0):
-        problems.append(f"{node.name}: zero point {zero_point.flatten()[:4]} is not 0 (asymmetric); TensorRT needs symmetric")
-    weight = _constant(model, node.input[0])
-    if weight is not None and weight.dtype == np.int32:
-        problems.append(f"{node.name}: dequantizes an int32 bias; expected the bias left in float")
-    elif weight is not None and weight.ndim == 4 and np.size(_constant(model, node.input[1])) == 1:
-        problems.append(f"{node.name}: conv weight quantized per tensor; expected per output channel")
-    return problems
-
-
-def assert_trt_legal(path: Path, output_layer_float: bool = True) -> None:
-    import onnx
-
-    problems = check_qdq(onnx.load(str(path)), output_layer_float)
-    if problems:
-        raise StageError(f"The int8 graph {path} is not TensorRT-legal: " + "; ".join(problems))
 
 
 # Ops whose output holds the same values as their input, rearranged (or a zero pad / a max):
@@ -403,7 +354,7 @@ def through_layout_ops(model, ranges: Dict[str, Tuple[float, float]], trained: I
         if node.op_type in RANGE_PRESERVING and node.input and node.input[0] in trained and node.input[0] in ranges:
             ranges[node.output[0]] = ranges[node.input[0]]
             trained.add(node.output[0])
-    constants = _initializers(model)
+    constants = initializers_of(model)
     for node in reversed(model.graph.node):
         source = node.input[0] if node.input else None
         if node.op_type in RANGE_PRESERVING and node.output[0] in trained and source not in trained and source not in constants:
@@ -420,7 +371,7 @@ def drop_untrained_qdq(path: Path, trained: Iterable[str]) -> List[str]:
     from onnx import helper
 
     model = onnx.load(str(path))
-    constants, trained = _initializers(model), set(trained)
+    constants, trained = initializers_of(model), set(trained)
     untrained = {
         node.output[0]: node.input[0]
         for node in model.graph.node
@@ -444,7 +395,7 @@ def drop_untrained_qdq(path: Path, trained: Iterable[str]) -> List[str]:
 
 def activation_inputs(model, nodes: Sequence[str]) -> Dict[str, str]:
     """{activation tensor that gets a Q/DQ: the node it feeds} for the nodes to quantize."""
-    constants = _initializers(model)
+    constants = initializers_of(model)
     wanted = set(nodes)
     found = {}
     for node in model.graph.node:
@@ -559,7 +510,7 @@ def float_output_layer_reads_float(path: Path, fp32_model) -> List[str]:
     model = onnx.load(str(path))
     producers = {out: node for node in model.graph.node for out in node.output}
     readers = _readers(model)
-    constants, final_layer = _initializers(model), output_layer_nodes(fp32_model)
+    constants, final_layer = initializers_of(model), output_layer_nodes(fp32_model)
     output_layer = {  # its compute ops, where they kept float weights (int8.keep_output_layer)
         n.name for n in model.graph.node if n.name in final_layer and n.op_type in COMPUTE_OPS and n.input[1] in constants
     }
@@ -592,7 +543,7 @@ def _restore_dropped_activation(model, fp32_model, tensor: str, producers, sourc
         return
     before = f"{tensor}_before_{original.op_type.lower()}"
     producers[tensor].output[:] = [before if name == tensor else name for name in producers[tensor].output]
-    constants = _initializers(model)
+    constants = initializers_of(model)
     model.graph.initializer.extend(
         init for init in fp32_model.graph.initializer if init.name in original.input[1:] and init.name not in constants
     )
