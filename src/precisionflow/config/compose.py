@@ -473,6 +473,26 @@ def validate(cfg: Dict[str, Any]) -> None:
             f"targets: {unknown} not defined; known targets: {sorted(cfg['target_defs'])}. "
             "Define one under target_defs in conf/ or pick a known one."
         )
+    check_sizes(cfg)
+    check_finetune(cfg)
+    if cfg["model"]["name"] == "keras_file":  # before pruning reads the file's layer graph
+        from precisionflow.modeling.models import check_user_model_file
+
+        check_user_model_file(cfg["model"])
+    check_pruning(cfg)
+    check_data_and_engine(cfg)
+    check_splits_and_rounds(cfg)
+    check_serving(cfg)
+    from precisionflow.reporting.budget import check_config
+
+    check_config(cfg["evaluate"])
+    fractions = cfg["dataset"]["val_fraction"] + cfg["dataset"]["test_fraction"]
+    if not 0 < fractions < 1:
+        raise ConfigError(f"dataset.val_fraction + test_fraction: expected between 0 and 1, found {fractions}.")
+
+
+def check_sizes(cfg: Dict[str, Any]) -> None:
+    """Counts and batch sizes a run cannot do without."""
     for key, minimum in (
         ("train.epochs", 1),
         ("train.batch_size", 1),
@@ -484,12 +504,10 @@ def validate(cfg: Dict[str, Any]) -> None:
         section, leaf = key.split(".")
         if cfg[section][leaf] < minimum:
             raise ConfigError(f"{key}: expected an integer >= {minimum}, found {cfg[section][leaf]}.")
-    check_finetune(cfg)
-    if cfg["model"]["name"] == "keras_file":  # before pruning reads the file's layer graph
-        from precisionflow.modeling.models import check_user_model_file
 
-        check_user_model_file(cfg["model"])
-    check_pruning(cfg)
+
+def check_data_and_engine(cfg: Dict[str, Any]) -> None:
+    """The data set's folder and channels, the timing batches, and TensorRT's largest batch."""
     if any(b < 1 for b in cfg["evaluate"]["timing_batch_sizes"]):
         raise ConfigError(f"evaluate.timing_batch_sizes: expected positive sizes, found {cfg['evaluate']['timing_batch_sizes']}.")
     if cfg["dataset"]["name"] in ("image_folder", "coco_folder") and not cfg["dataset"]["path"]:
@@ -508,6 +526,10 @@ def validate(cfg: Dict[str, Any]) -> None:
                 f"engine.max_batch={engine['max_batch']} but evaluation runs batches of {largest}; "
                 "raise engine.max_batch or lower the evaluate batch sizes."
             )
+
+
+def check_splits_and_rounds(cfg: Dict[str, Any]) -> None:
+    """Decisions never read the test split; a side-by-side ratio needs rounds to stand on."""
     for key in ("calibration.split", "int8.report_split"):
         section, leaf = key.split(".")
         if cfg[section][leaf] not in DECISION_SPLITS:
@@ -520,13 +542,6 @@ def validate(cfg: Dict[str, Any]) -> None:
             f"evaluate.ratio_rounds / ratio_window_s: expected at least 2 rounds of a positive window, "
             f"found {cfg['evaluate']['ratio_rounds']} / {cfg['evaluate']['ratio_window_s']}."
         )
-    check_serving(cfg)
-    from precisionflow.reporting.budget import check_config
-
-    check_config(cfg["evaluate"])
-    fractions = cfg["dataset"]["val_fraction"] + cfg["dataset"]["test_fraction"]
-    if not 0 < fractions < 1:
-        raise ConfigError(f"dataset.val_fraction + test_fraction: expected between 0 and 1, found {fractions}.")
 
 
 def check_pruning(cfg: Dict[str, Any]) -> None:

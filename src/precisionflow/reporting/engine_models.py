@@ -156,10 +156,38 @@ def model_params(lineage: Dict[str, Any], metrics: Dict[str, Any], differs: str)
     return {key: value[:500] for key, value in params.items() if value}
 
 
+def model_metrics(model_id: str, speed: Dict[str, float], by_data_set: Dict[str, Dict[str, float]], sets) -> list:
+    """The model's figures as MLflow metrics: speed without a data set, every other figure against
+    the data set it was measured on (sets: {name: MLflow data set}; a set not logged is skipped)."""
+    from mlflow.entities import Metric
+
+    # MLflow keys a model's metric by (name, timestamp, step), not by data set: the same name on two
+    # data sets needs two timestamps, one millisecond apart per data set
+    now = int(time.time() * 1000)
+    logged = [Metric(PREFIX + key, float(value), now, 0, model_id=model_id) for key, value in speed.items()]
+    for offset, (set_name, values) in enumerate(by_data_set.items(), 1):
+        data_set = sets.get(set_name)
+        if data_set is None:
+            continue
+        logged += [
+            Metric(
+                PREFIX + key,
+                float(value),
+                now + offset,
+                0,
+                model_id=model_id,
+                dataset_name=data_set.name,
+                dataset_digest=data_set.digest,
+            )
+            for key, value in values.items()
+        ]
+    return logged
+
+
 def log_model(client, context: Dict[str, Any], run_id: str, lineage: Dict[str, Any], metrics: Dict[str, Any], name: str) -> str:
     """The engine's logged model (created once; found again by ENGINE_TAG), its data sets linked
     to the run, and its figures logged against the model and each data set. Returns the model id."""
-    from mlflow.entities import DatasetInput, InputTag, LoggedModelInput, Metric
+    from mlflow.entities import DatasetInput, InputTag, LoggedModelInput
 
     from precisionflow.nodeio import node_key
 
@@ -196,28 +224,7 @@ def log_model(client, context: Dict[str, Any], run_id: str, lineage: Dict[str, A
     sets = data_sets(
         results / node_key(lineage["prepare_dataset"]), lineage["prepare_dataset"]["id"], (search or {}).get("split")
     )
-    # MLflow keys a model's metric by (name, timestamp, step), not by data set: the same name on two
-    # data sets needs two timestamps, one millisecond apart per data set
-    now = int(time.time() * 1000)
-    logged = [
-        Metric(PREFIX + key, float(value), now, 0, model_id=model.model_id) for key, value in speed_figures(verdict).items()
-    ]
-    for offset, (set_name, values) in enumerate(figures_by_data_set(metrics, verdict, search).items(), 1):
-        data_set = sets.get(set_name)
-        if data_set is None:
-            continue
-        logged += [
-            Metric(
-                PREFIX + key,
-                float(value),
-                now + offset,
-                0,
-                model_id=model.model_id,
-                dataset_name=data_set.name,
-                dataset_digest=data_set.digest,
-            )
-            for key, value in values.items()
-        ]
+    logged = model_metrics(model.model_id, speed_figures(verdict), figures_by_data_set(metrics, verdict, search), sets)
     for start in range(0, len(logged), 900):  # MLflow takes at most 1,000 metrics per batch
         client.log_batch(run_id, metrics=logged[start : start + 900])
     inputs = [

@@ -325,13 +325,29 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     reading_notes = not_built(inputs) + trade_offs(found) + notes(rows, metrics)
     table = "\n".join([printed_table(rows), ""] + reading_notes)
     (out / "summary.txt").write_text(table + "\n")
+    plots = pictures(rows, found, metrics, served, inputs, evals, out)
+    write_json_atomic(out / "verdicts.json", found)
+    (out / "report.html").write_text(
+        report_pages.html_page(displayed(rows), every_filled(HTML_COLUMNS, rows), plots, reading_notes, found)
+    )
+    print(table)
+    return {
+        "engines": len(evals),
+        "ratio_jobs": len(speeds),
+        "frameworks": len(frameworks),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def pictures(rows, found, metrics, served, inputs, evals: List[Path], out: Path) -> Dict[str, List[str]]:
+    """Every picture of the page, under the heading it is shown with (report_galleries draws them)."""
     pareto = []
     for target in sorted({row["target"] for row in rows}):
         pareto.append(f"{FIGURES}/pareto-{target}.png")
         report_pages.pareto_plot(rows, target, out / pareto[-1], headline_setting(found))
     data_cache: Dict[str, Any] = {}
     detection = [path for path in evals if metrics[path].get("task") == "detection"]
-    plots = {
+    return {
         f"Pareto plots (accuracy vs speed-up over fp32 at {headline_setting(found)}, measured side by side; bars: its interval)": pareto,
         "Per-class change against fp32 (top-1, or AP for a detector)": class_changes(evals, out),
         "Per condition (images the data set tags; red = loss)": condition_changes(
@@ -352,15 +368,4 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "Which ops lose which conditions (int8_mixed's search: each op alone in int8, top-1 change on the selection split)": (
             sensitivity_maps(inputs, out)
         ),
-    }
-    write_json_atomic(out / "verdicts.json", found)
-    (out / "report.html").write_text(
-        report_pages.html_page(displayed(rows), every_filled(HTML_COLUMNS, rows), plots, reading_notes, found)
-    )
-    print(table)
-    return {
-        "engines": len(evals),
-        "ratio_jobs": len(speeds),
-        "frameworks": len(frameworks),
-        "seconds": round(time.perf_counter() - started, 3),
     }
