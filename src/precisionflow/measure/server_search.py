@@ -79,6 +79,21 @@ def _brief(searched: Dict[str, Any]) -> Dict[str, Any]:
     return {"rate": searched["rate"], "bracket": searched["bracket"], "runs": len(runs)}
 
 
+# what a Server run keeps in the search's curve
+CURVE_KEYS = (
+    "target_qps",
+    "valid",
+    "p50_ns",
+    "p90_ns",
+    "p99_ns",
+    "max_ns",
+    "overloaded",
+    "early_stopping",
+    "batches",
+    "where_time_went",
+)
+
+
 def server_search(
     run, single: Dict[str, Any], settings: Dict[str, Any], start: float = None, ceiling: float = None
 ) -> Dict[str, Any]:
@@ -106,23 +121,7 @@ def server_search(
 
     def valid_at(rate: float, duration_ms: int = None) -> bool:
         result = run("Server", rate, duration_ms=duration_ms or probe_ms)
-        curve.append(
-            {
-                k: result.get(k)
-                for k in (
-                    "target_qps",
-                    "valid",
-                    "p50_ns",
-                    "p90_ns",
-                    "p99_ns",
-                    "max_ns",
-                    "overloaded",
-                    "early_stopping",
-                    "batches",
-                    "where_time_went",
-                )
-            }
-        )
+        curve.append({key: result.get(key) for key in CURVE_KEYS})
         curve[-1]["duration_ms"] = duration_ms or probe_ms
         curve[-1]["asked_qps"] = rate  # the rate as asked: LoadGen's own record rounds it
         return bool(result["valid"])

@@ -11,6 +11,8 @@ provider fuses or runs nearly everything in fp32 ("ran fp32 53 + bf16 1"), 0.23-
 speed, and refuses a bfloat16 Conv outright at opset 22 -- so planning says so.
 """
 
+from typing import Dict
+
 from precisionflow.precisions.spec import PrecisionSpec
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
@@ -32,9 +34,29 @@ def takes_bf16(op_type: str, opset: int) -> bool:
     return any("tensor(bfloat16)" in constraint.allowed_type_strs for constraint in schema.type_constraints)
 
 
+def store_weights_in_bf16(model, stored: Dict[str, str], nodes: list) -> None:
+    """The graph with `nodes` as its nodes, each weight in `stored` ({fp32 name: bf16 name}) added
+    in bfloat16 and its fp32 original dropped where no node reads it any more."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    for init in list(model.graph.initializer):
+        if init.name in stored:
+            values = numpy_helper.to_array(init)
+            bits = float32_bits_to_bf16(values).tobytes()
+            bf16 = helper.make_tensor(stored[init.name], TensorProto.BFLOAT16, values.shape, bits, raw=True)
+            model.graph.initializer.append(bf16)
+    still_read = {name for node in nodes for name in node.input}
+    kept = [init for init in model.graph.initializer if init.name in still_read or init.name not in stored]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    del model.graph.value_info[:]  # shapes stay, types changed: let the runtime infer them again
+
+
 def to_bf16(source, target, params, inputs, out):
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     model = onnx.load(str(source))
     opset = next(entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx"))
@@ -81,19 +103,7 @@ def to_bf16(source, target, params, inputs, out):
             counts["fp32_ops_with_bf16_operands"] += 1
         else:
             nodes.append(node)
-    for init in list(model.graph.initializer):
-        if init.name in stored:
-            values = numpy_helper.to_array(init)
-            bits = float32_bits_to_bf16(values).tobytes()
-            bf16 = helper.make_tensor(stored[init.name], TensorProto.BFLOAT16, values.shape, bits, raw=True)
-            model.graph.initializer.append(bf16)
-    still_read = {name for node in nodes for name in node.input}
-    kept = [init for init in model.graph.initializer if init.name in still_read or init.name not in stored]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    del model.graph.value_info[:]  # shapes stay, types changed: let the runtime infer them again
+    store_weights_in_bf16(model, stored, nodes)
     onnx.checker.check_model(model)
     onnx.save(model, str(target))
     return {**counts, "weights_in_bf16": len(stored), "placement": params["bf16"]["placement"], "opset": opset}
