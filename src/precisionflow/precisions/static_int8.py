@@ -50,7 +50,39 @@ def to_int8(
         return {"declined": search["declined"], "placement": placement, "mixed_search": search}
     nodes = [name for name in nodes if name not in kept_float]
     refuse_empty(params, nodes, candidates, kept_float)
-    placed = {}  # what the placement did beyond the ranges: QAT coverage, tensors left float or rounded
+    placed = quantize_placed(source, target, fp32_model, nodes, ranges, lineage, int8)
+    trt = placement == "tensorrt"
+    if trt:
+        qdq_check.assert_trt_legal(target, int8["keep_output_layer"])
+    # The per-tensor report ranks ops for int8_mixed: a decision, so it never sees the test split.
+    images, drawn = report_sample(Split(inputs["data"], int8["report_split"]), int8)
+    rows = layer_error.per_tensor_error(source, target, images)
+    layer_error.write_report(rows, out)
+    return {
+        "quantized_nodes": len(nodes),
+        "quantizable_ops": len(candidates),
+        "quantized_fraction": round(len(nodes) / len(candidates), 4),
+        "kept_float": kept_float,
+        "calibration_source": lineage["source"],
+        "calibration_method": lineage["method"],
+        "placement": placement,
+        "report_split": int8["report_split"],
+        "report_sample_per_class": drawn.get("per_class"),
+        "calibration_split": lineage["settings"].get("split"),
+        **placed,
+        **({"mixed_search": search} if search else {}),
+        "worst_tensor": rows[0]["tensor"] if rows else None,
+        "worst_sqnr_db": rows[0]["sqnr_vs_fp32_db"] if rows else None,
+    }
+
+
+def quantize_placed(source: Path, target: Path, fp32_model, nodes, ranges, lineage, int8: Dict[str, Any]) -> Dict[str, Any]:
+    """Write the Q/DQ graph placed for int8's runtime; returns what the placement did beyond the
+    ranges (QAT coverage, tensors left float or rounded, the CPU's weight bits)."""
+    from precisionflow.quant import qdq
+
+    placement = int8["placement"]
+    placed = {}
     trt = placement == "tensorrt"
     if lineage["source"] == "qat" and trt:
         learned = {name: ranges[name] for name in lineage["ranges"]["learned_tensors"]}
@@ -74,28 +106,7 @@ def to_int8(
         # is rounded and clipped on QAT's grid all the same: on ResNet-50, leaving it unrounded
         # changed 0.2% of predictions against the QAT model.
         placed["qat_rounded_outside_int8_ops"] = qdq.fake_quantize_tensors(target, learned)
-    if trt:
-        qdq_check.assert_trt_legal(target, int8["keep_output_layer"])
-    # The per-tensor report ranks ops for int8_mixed: a decision, so it never sees the test split.
-    images, drawn = report_sample(Split(inputs["data"], int8["report_split"]), int8)
-    rows = layer_error.per_tensor_error(source, target, images)
-    layer_error.write_report(rows, out)
-    return {
-        "quantized_nodes": len(nodes),
-        "quantizable_ops": len(candidates),
-        "quantized_fraction": round(len(nodes) / len(candidates), 4),
-        "kept_float": kept_float,
-        "calibration_source": lineage["source"],
-        "calibration_method": lineage["method"],
-        "placement": placement,
-        "report_split": int8["report_split"],
-        "report_sample_per_class": drawn.get("per_class"),
-        "calibration_split": lineage["settings"].get("split"),
-        **placed,
-        **({"mixed_search": search} if search else {}),
-        "worst_tensor": rows[0]["tensor"] if rows else None,
-        "worst_sqnr_db": rows[0]["sqnr_vs_fp32_db"] if rows else None,
-    }
+    return placed
 
 
 def report_sample(split, int8: Dict[str, Any]):

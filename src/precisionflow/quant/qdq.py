@@ -105,6 +105,33 @@ def float_neighbourhood(model, int8_nodes: Set[str]) -> List[str]:
 PLACEMENTS = ("tensorrt", "onnxruntime_cpu")
 
 
+def cpu_placement(model, ranges, nodes: Sequence[str], trained, weight_bits: Optional[int]):
+    """(quantize_static's options, the ranges, the trained tensors) for ONNX Runtime's CPU placement:
+    every op it can fuse is quantized, less the compute ops that stay float and what must stay float
+    around them; ranges within the activations' own, on symmetric steps."""
+    from onnxruntime.quantization import QuantType
+
+    left_float = [name for name in quantizable_nodes(model, keep_output_layer=False) if name not in set(nodes)]
+    # A float output layer is float to the graph's output: its bias Add (tf2onnx's Dense is
+    # MatMul -> Add) would otherwise run as a QLinearAdd and hand out int8 logits, with
+    # ties fp32 never has (2 of 180 test images on photo patches).
+    head = output_layer_nodes(model)
+    if not head & set(nodes):
+        left_float += sorted(head - set(left_float))
+    left_float += [name for name in float_neighbourhood(model, set(nodes)) if name not in set(left_float)]
+    ranges = ranges_within_activations(model, ranges)
+    if trained is not None:
+        ranges, trained = through_layout_ops(model, ranges, trained)
+    ranges = symmetric_steps_in_uint8(ranges)
+    options = dict(
+        nodes_to_exclude=left_float,
+        activation_type=QuantType.QUInt8,
+        reduce_range=(weight_bits or local_cpu_weight_bits()) == 7,
+        extra_options={**ORT_CPU_PLACEMENT, "TensorQuantOverrides": depthwise_weights_in_8_bits(model)},
+    )
+    return options, ranges, trained
+
+
 def quantize_int8(
     fp32_path: Path,
     out_path: Path,
@@ -138,25 +165,7 @@ def quantize_int8(
                 extra_options=TRT_PLACEMENT,
             )
         else:  # every op ONNX Runtime can fuse, less the compute ops that stay float
-            model = onnx.load(str(source))
-            left_float = [name for name in quantizable_nodes(model, keep_output_layer=False) if name not in set(nodes)]
-            # A float output layer is float to the graph's output: its bias Add (tf2onnx's Dense is
-            # MatMul -> Add) would otherwise run as a QLinearAdd and hand out int8 logits, with
-            # ties fp32 never has (2 of 180 test images on photo patches).
-            head = output_layer_nodes(model)
-            if not head & set(nodes):
-                left_float += sorted(head - set(left_float))
-            left_float += [name for name in float_neighbourhood(model, set(nodes)) if name not in set(left_float)]
-            ranges = ranges_within_activations(model, ranges)
-            if trained is not None:
-                ranges, trained = through_layout_ops(model, ranges, trained)
-            ranges = symmetric_steps_in_uint8(ranges)
-            options = dict(
-                nodes_to_exclude=left_float,
-                activation_type=QuantType.QUInt8,
-                reduce_range=(weight_bits or local_cpu_weight_bits()) == 7,
-                extra_options={**ORT_CPU_PLACEMENT, "TensorQuantOverrides": depthwise_weights_in_8_bits(model)},
-            )
+            options, ranges, trained = cpu_placement(onnx.load(str(source)), ranges, nodes, trained, weight_bits)
         quantize_static(
             str(source),
             str(out_path),
