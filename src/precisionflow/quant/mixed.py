@@ -57,6 +57,19 @@ def _quantized_outputs(
     return _outputs(_trial_graph(source, ranges, nodes, scratch, placement), images, exact_fake_quant=placement == "tensorrt")
 
 
+def choose_in_order(order: List[str], rows, figures, limits: Dict[str, float], judge, confidence: float):
+    """(the order searched, how many of its first ops stay float, the record) by choose_by -- and,
+    where the ranked order found no mix because its all-but-one trial left in int8 an op that breaks
+    a budget by itself (its own row in the table), again with every such op float first."""
+    chosen, record = choose_by(len(order), figures, limits, judge, confidence)
+    must_float = ops_that_break_alone(rows, limits, order)
+    if not record["budget_met"] and must_float and len(must_float) < len(order) and order[: len(must_float)] != must_float:
+        first_order, order = order, must_float + [op for op in order if op not in must_float]
+        chosen, record = choose_by(len(order), figures, limits, judge, confidence)
+        record["first_order"] = {"order": first_order, "why_reordered": f"{len(must_float)} op(s) break a budget alone"}
+    return order, chosen, record
+
+
 def search(
     source: Path,
     ranges,
@@ -98,15 +111,7 @@ def search(
         def figures(kept: int):  # the selection split through the graph with `kept` ops in float
             return judge.figures(int8_itself_outputs if kept == 0 else outputs_with(order[kept:]), judged_on)
 
-        chosen, record = choose_by(len(order), figures, limits, judge, confidence)
-        must_float = ops_that_break_alone(rows, limits, order)
-        if not record["budget_met"] and must_float and len(must_float) < len(order) and order[: len(must_float)] != must_float:
-            # The all-but-one trial left in int8 an op that breaks a budget by itself (its own row in
-            # the table): no prefix of that order could pass. Every op that breaks a budget alone goes
-            # float first, then the order as ranked, and the search runs again on that order.
-            first_order, order = order, must_float + [op for op in order if op not in must_float]
-            chosen, record = choose_by(len(order), figures, limits, judge, confidence)
-            record["first_order"] = {"order": first_order, "why_reordered": f"{len(must_float)} op(s) break a budget alone"}
+        order, chosen, record = choose_in_order(order, rows, figures, limits, judge, confidence)
         kept = order[:chosen]
         record.update(
             {
@@ -461,6 +466,41 @@ def choose(
     return choose_by(ops, lambda kept: judge.figures(predictions(kept), judged_on), limits, judge, confidence)
 
 
+def headline_figures(overall, chosen_record: Dict[str, Any], limits: Dict[str, float], judge) -> Dict[str, Any]:
+    """The chosen trial's headline figures as the report and console read them: a classifier's drop
+    in points with its interval and one image's worth; a detector's figure, its mAP drop and each
+    condition's mAP@.5 drop where budgeted."""
+    from precisionflow.quant.judges import MAP, map50_tag
+    from precisionflow.quant.sensitivity import OVERALL
+
+    found: Dict[str, Any] = {}
+    if judge.key == "drop":  # a classifier's record, as the report and console read it
+        found.update(
+            {
+                "max_drop_points": limits[OVERALL],
+                "drop_points": round(overall.value, 3),
+                "drop_interval": [round(overall.low, 3), round(overall.high, 3)],
+                "one_image_points": round(overall.one_image, 3),
+            }
+        )
+    else:
+        found.update(
+            {
+                "max_" + judge.key: limits.get(OVERALL),
+                judge.key: round(overall.value, 3),
+                "interval": [round(overall.low, 3), round(overall.high, 3)],
+            }
+        )
+        if MAP in limits:
+            found["max_map_drop"] = limits[MAP]
+            found["map_drop"] = chosen_record["map_drop"]
+        map50_limits = {map50_tag(name): limit for name, limit in limits.items() if map50_tag(name)}
+        if map50_limits:
+            found["map50_limits"] = map50_limits
+            found["map50_drop_by_condition"] = chosen_record["map50_drop_by_condition"]
+    return found
+
+
 def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[str, float], judge, confidence: float):
     """How many of the first ops of the order to keep in float: the fewest whose figures against
     fp32 on the selection split (`figures(kept)`: {subset: judges.Figure}) are within every budget
@@ -503,30 +543,7 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
         "images": overall.n,
         "trials": {str(k): trial_record(v, judge) for k, v in sorted(trials.items())},
     }
-    if judge.key == "drop":  # a classifier's record, as the report and console read it
-        record.update(
-            {
-                "max_drop_points": limits[OVERALL],
-                "drop_points": round(overall.value, 3),
-                "drop_interval": [round(overall.low, 3), round(overall.high, 3)],
-                "one_image_points": round(overall.one_image, 3),
-            }
-        )
-    else:
-        record.update(
-            {
-                "max_" + judge.key: limits.get(OVERALL),
-                judge.key: round(overall.value, 3),
-                "interval": [round(overall.low, 3), round(overall.high, 3)],
-            }
-        )
-        if MAP in limits:
-            record["max_map_drop"] = limits[MAP]
-            record["map_drop"] = chosen_record["map_drop"]
-        map50_limits = {map50_tag(name): limit for name, limit in limits.items() if map50_tag(name)}
-        if map50_limits:
-            record["map50_limits"] = map50_limits
-            record["map50_drop_by_condition"] = chosen_record["map50_drop_by_condition"]
+    record.update(headline_figures(overall, chosen_record, limits, judge))
     if record["condition_limits"]:
         record["conditions"] = chosen_record.get("conditions", {})
     if not met:
