@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from precisionflow import stats
-from precisionflow.quant import judges, mixed, sensitivity
+from precisionflow.quant import judges, mixed, mixed_reasons, sensitivity
 
 IMAGES, GRID, CLASSES = 400, 4, 1  # one class: car
 SETTINGS = {"min_score": 0.01, "top_k": 10, "nms_iou": 0.5, "score_threshold": 0.3, "match_iou": 0.5}
@@ -94,7 +94,7 @@ def test_a_budget_the_shadow_images_cannot_resolve_is_said_not_met(judge):
     )
     assert not record["budget_met"] and "condition 'shadow'" in record["why_not_met"]
     assert "the smallest budget 40 images can ever pass is 0.09" in record["why_not_met"]
-    assert record["max_spurious_per_image"] is None and "no overall budget" not in mixed.budgets_text(record)
+    assert record["max_spurious_per_image"] is None and "no overall budget" not in mixed_reasons.budgets_text(record)
 
 
 def test_the_detector_budgets_are_in_int8_mixeds_params_and_a_detector_without_one_is_refused():
@@ -144,7 +144,7 @@ def test_the_map_drop_is_judged_over_every_image_as_the_verdict_bootstraps_it():
     _, record = mixed.choose_by(1, lambda kept: judge.figures(trial, where), {judges.MAP: 2.0}, judge, 0.95)
     assert not record["budget_met"] and "the mAP drop on 400 images" in record["why_not_met"]
     assert record["max_map_drop"] == 2.0 and record["map_drop"]["low"] > 2.0
-    assert "mAP drop 2.0 points" in mixed.budgets_text(record)
+    assert "mAP drop 2.0 points" in mixed_reasons.budgets_text(record)
     # int8 holding its spurious boxes while breaking mAP says so (it once said "within the budget 0.1")
     both = {sensitivity.OVERALL: 0.1, judges.MAP: 2.0}
     _, record = mixed.choose_by(1, lambda kept: judge.figures(trial, where), both, judge, 0.95)

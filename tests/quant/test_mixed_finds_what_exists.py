@@ -4,7 +4,7 @@ first for the condition it makes undecidable, the search tries the order that im
 BUILT names the trial that failed by how much -- blaming the split only when the budget is finer
 than its images can resolve."""
 
-from precisionflow.quant import judges, mixed, sensitivity
+from precisionflow.quant import judges, mixed, mixed_reasons, sensitivity
 from precisionflow.quant.judges import Figure
 
 OPS = ["conv_a", "conv_b", "conv_c", "block_1_project"]
@@ -74,7 +74,7 @@ def test_the_reordered_search_builds_the_mix_the_net_order_missed():
 def test_the_split_is_blamed_only_when_the_budget_is_finer_than_its_images():
     judge = judges.TopOne.__new__(judges.TopOne)
     figures = {sensitivity.OVERALL: Figure(0.0, -1.0, 6.0, 64, 5.66, 1.56)}
-    text, unresolvable = mixed.why_not_met(figures, {sensitivity.OVERALL: 4.0}, judge)
+    text, unresolvable = mixed_reasons.why_not_met(figures, {sensitivity.OVERALL: 4.0}, judge)
     assert unresolvable and "cannot resolve" in text
-    text, unresolvable = mixed.why_not_met(figures, {sensitivity.OVERALL: 5.9}, judge)
+    text, unresolvable = mixed_reasons.why_not_met(figures, {sensitivity.OVERALL: 5.9}, judge)
     assert not unresolvable and "0.10 beyond it" in text
