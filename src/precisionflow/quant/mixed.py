@@ -71,6 +71,18 @@ def choose_in_order(order: List[str], rows, figures, limits: Dict[str, float], j
     return order, chosen, record
 
 
+def selection_split(data_dir: Path, split: str):
+    """(the split, its images in memory -- each trial graph runs all of them, bounded by
+    int8.report_split's size -- and its subsets: overall and per condition)."""
+    from precisionflow.datasets import conditions
+    from precisionflow.datasets.store import Split
+    from precisionflow.quant import sensitivity
+
+    decision = Split(data_dir, split)
+    images = decision.array()
+    return decision, images, sensitivity.subsets(len(images), conditions.groups(conditions.load(data_dir, split)))
+
+
 def search(
     source: Path,
     ranges,
@@ -82,16 +94,11 @@ def search(
 ) -> Tuple[List[str], Dict[str, Any]]:
     """(ops to keep in float, the search's record: per-op sensitivity overall and per condition, the
     order, trials with intervals per budgeted condition, what it reached)."""
-    from precisionflow.datasets import conditions
-    from precisionflow.datasets.store import Split
     from precisionflow.quant import sensitivity
     from precisionflow.quant.judges import MAP, map50_tag
 
-    # The selection split in memory: each trial graph runs all of it (bounded by int8.report_split's size).
     split = int8["report_split"]
-    decision = Split(data_dir, split)
-    images = decision.array()
-    where = sensitivity.subsets(len(images), conditions.groups(conditions.load(data_dir, split)))
+    decision, images, where = selection_split(data_dir, split)
     reference = _outputs(source, images)
     judge = judge_for(int8, reference, decision, confidence)
     limits, unjudged = condition_limits(int8, where, judge)

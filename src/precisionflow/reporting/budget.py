@@ -355,6 +355,18 @@ def speed_of(ratio: Optional[Dict[str, Any]], confidence: float) -> Optional[Dic
     }
 
 
+def speed_figures(engine_ratios: Optional[Dict[str, Any]], budget: Dict[str, Any]) -> Dict[str, Any]:
+    """The speed-up over fp32 at the budget's setting and the Server ratio, each with its interval at
+    the budget's confidence; none for an engine that is not timed (engine_ratios None)."""
+    speed = speed_of(engine_ratios.get(f"x_fp32_{budget['speedup_at']}"), budget["confidence"]) if engine_ratios else None
+    found = {"speed": speed, "speedup_at": budget["speedup_at"], "speedup_vs_fp32": speed["median"] if speed else None}
+    served = (engine_ratios or {}).get("served")
+    if served and served.get("server_ratio"):
+        ratio = verdict_rules.server_ratio_at(served["server_ratio"], budget["confidence"])
+        found["server"] = {**ratio, "bound_ms": served["settings"]["latency_bound_ms"]}
+    return found
+
+
 def judge_entry(
     results: Path, key: str, spec: Dict[str, Any], plan: Dict[str, Any], baselines, ratios
 ) -> Optional[Dict[str, Any]]:
@@ -397,8 +409,7 @@ def judge_entry(
         # an fp16 or int8 graph whose backend ran fp32 kernels buys no speed of its own: no speed-up to claim
         "ran_reference_kernels": spec["params"]["precision"] not in (precisions.reference().name, TWIN)
         and ran == precisions.reference().runs_in,
-        "speed": speed_of(engine_ratios.get(f"x_fp32_{budget['speedup_at']}"), budget["confidence"]) if timed else None,
-        "speedup_at": budget["speedup_at"],
+        **speed_figures(engine_ratios if timed else None, budget),
         "verdict": judged_by["verdict"],
         "checks": judged_by["checks"],
         "drop": judged_by["drop"],
@@ -407,11 +418,6 @@ def judge_entry(
         "breaches": [c["text"] for c in judged_by["checks"] if c["verdict"] == stats.FAIL],
         "undecided": [c["text"] for c in judged_by["checks"] if c["verdict"] == stats.UNDECIDED],
     }
-    entry["speedup_vs_fp32"] = entry["speed"]["median"] if entry["speed"] else None
-    served = engine_ratios.get("served") if timed else None
-    if served and served.get("server_ratio"):
-        ratio = verdict_rules.server_ratio_at(served["server_ratio"], budget["confidence"])
-        entry["server"] = {**ratio, "bound_ms": served["settings"]["latency_bound_ms"]}
     add_condition_context(entry, tags, plan, results, key, metrics, budget["confidence"])
     if twin is not None:
         entry["vs_base_fp32"] = {
