@@ -236,10 +236,8 @@ FUSION_ORDER = (True, False, False, True, True, False)  # three rounds, each sid
 
 def kept_conv_bias_fusion(attempt, cuda, rate: Callable[[Dict[str, Any]], float], batch: int = 128):
     """(CUDA settings kept, what the search measured or None): cuDNN's fused Conv+bias kernels are
-    asked for, but kept only where this engine runs faster with them beyond doubt. On the H200 they
-    took ResNet-50 fp16 from 12,792 to 18,499 images/s at b128 and MobileNetV2 fp32 (TF32) from
-    16,085 down to 6,561 (benchmarks/results/h200/engine_vs_plain_2026-12-02): a fixed setting would
-    have been wrong for one of them.
+    asked for, but kept only where this engine runs faster with them beyond doubt: they speed some
+    graphs up and slow others down on the same GPU (a fixed setting is wrong for one of them).
 
     Timed at `batch` (the engine's largest, where that evidence is) in three rounds per side in
     alternating order (FUSION_ORDER); kept only when the interval of the per-round ratio

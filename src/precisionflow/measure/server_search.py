@@ -152,9 +152,8 @@ def confirm(probe, start: float, ceiling: float, valid_at_full_length, climb_run
     that fails steps down (`descend`), each in at most `climb_runs` full-length runs; then the
     probes, and their answer at full length. The first that holds is the rate, its bracket's top the
     lowest rate that failed at full length (the Offline rate when nothing above was tried); none
-    holding is no rate. Short runs fail on rare stalls that a full-length p99 absorbs: on the H200
-    the probes ended at 0.10-0.26x Offline under starts that held, and cost a minute per search
-    (benchmarks/results/h200/workflow_side_fixed_2026-12-03/), so they no longer run first."""
+    holding is no rate. Short runs fail on rare stalls that a full-length p99 absorbs, so they never
+    run first and never decide a rate by themselves."""
 
     def answer(searched, rate, top):
         return {
@@ -196,9 +195,8 @@ CLIMB_STEP = 0.05  # of the Offline rate: MLPerf's GPU submissions sit at 0.83-0
 
 def climb(rate: float, ceiling: float, valid_at_full_length, runs: int):
     """(the highest rate that held, the lowest that failed or the ceiling), climbing from a confirmed
-    `rate` by CLIMB_STEP x ceiling in at most `runs` full-length runs; the first failure stops it.
-    On the H200 the stage's ResNet-50 engines held 0.90x Offline in 60-s runs, not 0.95x
-    (benchmarks/results/h200/ceiling_and_bf16_2026-12-03/): a search that stops at 0.80x undersells."""
+    `rate` by CLIMB_STEP x ceiling in at most `runs` full-length runs; the first failure stops it
+    (a search that stops at its start undersells an engine that holds more)."""
     for _ in range(runs):
         higher = rate + CLIMB_STEP * ceiling
         if higher >= ceiling:

@@ -199,9 +199,8 @@ def late_allowance(rate: float, settings: Dict[str, Any]) -> int:
     """How many queries a Server run may answer late and still be VALID: (1 - percentile) of what it
     schedules. A backlog beyond what the workers serve within the bound is that many late queries at
     least, so only a backlog larger than this allowance proves the run INVALID; a smaller one is a
-    stall the percentile absorbs. On the H200 a queue limit without it cut 60-s runs whose p99 was
-    10-12 ms against a 15-ms bound (one ~20-ms engine stall at 11-16k queries/s filled the queue:
-    benchmarks/results/h200/workflow_side_2026-12-03/), and their INVALID set the Server rate."""
+    stall the percentile absorbs (a queue limit without it cut runs whose p99 held the bound, when
+    one engine stall at a high rate filled the queue)."""
     scheduled = rate * settings["min_duration_ms"] / 1000
     return math.floor(round((1 - float(settings["percentile"])) * scheduled, 6))
 

@@ -6,9 +6,8 @@ stores the weights in bfloat16 and rounds every compute op's operands to bfloat1
 fp32 -- what a bf16 model computes with fp32 accumulation, minus the speed; its label says "ran
 fp32". On a GPU placement every op whose ONNX schema (at the graph's opset) takes bfloat16 runs in
 it; the others (Conv before opset 22) stay fp32 with the same rounding, and the label counts each.
-Measured on the H200 (onnxruntime-gpu 1.31.1, CHANGELOG.md history, "Third H200 session"): the CUDA
-provider fuses or runs nearly everything in fp32 ("ran fp32 53 + bf16 1"), 0.23-0.80x fp32's
-speed, and refuses a bfloat16 Conv outright at opset 22 -- so planning says so.
+ONNX Runtime's CUDA provider has no bfloat16 convolution: it runs such a graph almost entirely in
+fp32, slower than fp32, and refuses a bfloat16 Conv outright at opset 22 -- so planning says so.
 """
 
 from typing import Dict

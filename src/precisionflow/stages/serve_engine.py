@@ -105,11 +105,9 @@ SERVER_HEADROOM = 0.9  # of the bound: the p99 sits above 2 x call + wait once t
 def server_max_batch(service_s: Dict[int, float], bound_s: float, max_wait_s: float) -> int:
     """The largest batch the Server scenario may form: a query that arrives just after a batch
     started waits for that batch, then rides its own, so 2 x its call + the wait must fit the
-    bound, with SERVER_HEADROOM. On the H200 ResNet-50 fp16 takes ~10 ms at b128 unfused: batches
-    of 128 made a 15-ms p99 impossible at any rate (benchmarks/results/h200/engine_vs_plain_2026-12-02/
-    sut_crossed_with_probe.jsonl). Fused it takes 6.98-7.03 ms, 2 x 7.0 + 1 = 15.0: without the
-    headroom the choice flipped on noise, and with 128 the p99 was 14.8 ms at 0.80x Offline where
-    batches of 64 held 0.85x at 8-10 ms (benchmarks/results/h200/workflow_side_fixed_2026-12-03/)."""
+    bound, with SERVER_HEADROOM: a batch whose call sits on the bound's edge flips in and out of the
+    choice on noise, and its p99 sits on the bound at rates a smaller batch holds well within it.
+    The smallest size when none fits (the search then finds whether any rate holds)."""
     fitting = [size for size, seconds in service_s.items() if 2 * seconds + max_wait_s <= SERVER_HEADROOM * bound_s]
     return max(fitting) if fitting else min(service_s)
 
