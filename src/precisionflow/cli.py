@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="list built engines and which are stale for the installed runtime")
     status.add_argument("--results", type=Path, default=Path("results"))
     commands.add_parser(
-        "flow", help="the stage graph: each stage, what it does, which stages feed it (src/precisionflow/flow.py)"
+        "flow", help="the stage graph: each stage, what it does, which stages feed it (src/precisionflow/pipeline/flow.py)"
     )
     init = commands.add_parser("init", help="write a starter configuration folder (a data set, a model, an experiment preset)")
     init.add_argument("folder", type=Path, help="a new folder, e.g. precisionflow-config")
