@@ -13,9 +13,10 @@ Two steps, because the GPU machine has only numpy, onnx, onnxruntime-gpu and Loa
 `plan` composes the configuration and plans it with the project's own code; for `local` it plans
 as the GPU machine would (devices.has_nvidia_gpu true), so the parameters are exactly what a user's
 run there takes. `run` builds each engine with backends/onnxruntime_backend.build, times it at b128
-as evaluate_engine does, times the plain loop, serves it with stages/serve_engine.run unchanged
-(the fp16 job against the fp32 engine of its target) and writes one JSON per (target, precision)
-under OUT_DIR/<job>/. GRAPH_DIR holds rn50_fp32.onnx and rn50_fp16.onnx (ResNet-50 224 with a bias
+as evaluate_engine does, times the plain loop, then serves each target's fp16 engine beside its
+fp32 engine with stages/serve_engine.run unchanged (one serve job, the two sides' searches in
+turns, as the workflow's serve node runs them) and writes one JSON per (target, precision) under
+OUT_DIR/<job>/. `table FOLDER` prints docs/hardware.md's table from those JSONs. GRAPH_DIR holds rn50_fp32.onnx and rn50_fp16.onnx (ResNet-50 224 with a bias
 on every Conv: ../shared/probes/serving/randw_bias.py, then fp16 with float inputs and outputs).
 `--run-length-ms` shortens the serving runs where the time on the machine cannot hold the
 target's own (the JSON records the length used); `--device cpu` smoke-runs it on a CPU.
@@ -250,6 +251,28 @@ def run(
             print(json.dumps(record), flush=True)
 
 
+def table(folder: Path) -> str:
+    """The docs' table from every job's records under `folder` (<job>/<target>-<precision>.json)."""
+    head = (
+        "| job | target | precision | engine b128 /s (x plain loop) | Offline /s (x engine b128) | Server /s | Server / Offline "
+        "| fp16/fp32 Server ratio [95%] | run length | longest call per run, ms |\n|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for path in sorted(folder.glob("*/*-*.json")):
+        r = json.loads(path.read_text())
+        ratio = r.get("server_ratio_fp16_over_fp32") or {}
+        interval = (
+            f"{ratio['median']} [{ratio['low']}, {ratio['high']}]" if ratio.get("low") is not None else (ratio.get("why") or "--")
+        )
+        calls = r.get("longest_call_ms_per_run") or []
+        lines.append(
+            f"| {r['job']} | {r['target']} | {r['precision']} | {r['engine_b128']:,} ({r['engine_over_plain']}) "
+            f"| {r['offline'] or '--'} ({r['offline_over_engine']}) | {r['server'] or '--'} | {r['server_over_offline'] or '--'} "
+            f"| {interval} | {r['run_length_s']:g} s | {max(calls) if calls else '--'} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     steps = parser.add_subparsers(dest="step", required=True)
@@ -264,9 +287,13 @@ def main() -> None:
     running.add_argument("--run-length-ms", type=int, default=0, help="serving runs of this length (0: the plan's)")
     running.add_argument("--seconds", type=float, default=3.0, help="each b128 timing window")
     running.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS)
+    tabling = steps.add_parser("table")
+    tabling.add_argument("folder", type=Path)
     args = parser.parse_args()
     if args.step == "plan":
         plan(args.out)
+    elif args.step == "table":
+        print(table(args.folder))
     else:
         run(args.params, args.graph_dir, args.out, args.job, args.device, args.run_length_ms, args.seconds, args.targets)
 
