@@ -29,3 +29,63 @@ def test_an_unknown_key_is_named_too_and_content_hashes_are_not():
 def test_short_labels():
     assert short_label("calibrate.num_samples", 64) == "n64" and short_label("calibrate.method", "minmax") == "minmax"
     assert short_label("train_model.train.keep_best_epoch", False) == "no-keep_best_epoch"
+
+
+def test_check_groups_the_verdicts_of_several_models_under_each_model():
+    from precisionflow.reporting import verdict_lines
+
+    def entry(model, precision):
+        return {
+            "verdict": "PASS",
+            "precision": precision,
+            "variant": "",
+            "target": "local",
+            "ran": precision,
+            "accuracy_name": "top-1",
+            "accuracy": 0.99,
+            "drop_points": 0.0,
+            "drop": None,
+            "agreement": 1.0,
+            "extra": "",
+            "node": f"evaluate_engine/{precision}-{model}",
+            "model": model,
+            "checks": [],
+            "breaches": [],
+            "undecided": [],
+        }
+
+    found = [entry("m-e2", "fp16"), entry("m-e4", "fp16"), entry("m-e2", "int8")]
+    lines = verdict_lines.format_verdicts(found).splitlines()
+    assert lines[0] == "model m-e2:" and lines[3] == "model m-e4:"
+    assert "fp16-m-e2" in lines[1] and "int8-m-e2" in lines[2] and "fp16-m-e4" in lines[4]
+    one_model = verdict_lines.format_verdicts(found[:1])
+    assert not one_model.startswith("model ")  # one model: no heading
+
+
+def test_the_reports_verdict_table_has_a_model_column_where_several_models_are_judged():
+    from precisionflow.reporting.report_pages import html_page
+
+    def entry(model):
+        return {
+            "verdict": "PASS",
+            "precision": "fp16",
+            "target": "local",
+            "ran": "fp16",
+            "accuracy_name": "top-1",
+            "accuracy": 0.99,
+            "drop_points": 0.0,
+            "drop": None,
+            "agreement": 1.0,
+            "node": f"evaluate_engine/fp16-{model}",
+            "model": f"{model}-0123456789ab",
+            "worst_class": None,
+            "speed": None,
+            "timed": False,
+            "breaches": [],
+            "undecided": [],
+        }
+
+    two = html_page([], [], {}, [], [entry("resnet_mini-fp32-e2"), entry("resnet_mini-fp32-e4")])
+    assert "<th>model</th>" in two and "<td>resnet_mini-fp32-e2</td>" in two and "<td>resnet_mini-fp32-e4</td>" in two
+    one = html_page([], [], {}, [], [entry("resnet_mini-fp32-e2")])
+    assert "<th>model</th>" not in one

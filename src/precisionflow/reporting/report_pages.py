@@ -306,6 +306,7 @@ def verdict_rows(verdicts: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 "failed": bool(entry["breaches"]),
                 "verdict": entry["verdict"],
                 "tip": f"{entry['node']} from {entry['model']}",
+                "model": str(entry["model"]).rsplit("-", 1)[0],  # as the comparison table shows it: the hash is the tip
                 # named as the console names it: two int8 rows of a calibration sweep told apart
                 "precision": entry["precision"] + (f" [{entry['variant']}]" if entry.get("variant") else ""),
                 "target": entry["target"],
@@ -357,6 +358,7 @@ def html_page(
         style=STYLE,
         check_script=CHECK_SCRIPT,
         verdicts=verdict_rows(list(verdicts)),
+        verdict_models=len({entry["model"] for entry in verdicts}) > 1,  # a model column where several are judged
         notes=list(notes),
         rows=table_rows(rows, columns, failed),
         plots=plots,

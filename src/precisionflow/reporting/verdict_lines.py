@@ -60,47 +60,60 @@ def slower_text(speed: Dict[str, Any]) -> str:
 
 
 def format_verdicts(found: List[Dict[str, Any]]) -> str:
+    """One verdict per engine with what a reader needs beneath it; where the verdicts are of several
+    models (a sweep over training), grouped under each model, in the order the models first appear."""
+    models = list(dict.fromkeys(entry["model"] for entry in found))
+    if len(models) < 2:
+        return "\n".join(line for entry in found for line in entry_lines(entry))
     lines = []
-    for entry in found:
-        speed = speed_text(entry)
-        against = "vs its fp32 twin" if entry.get("vs_base_fp32") else "vs fp32"
-        named = entry["precision"] + (f" [{entry['variant']}]" if entry.get("variant") else "")
-        head = (
-            f"{entry['verdict']:<9} {named:<10} {entry['target']:<6} (ran {entry['ran']}) "
-            f"{entry['accuracy_name']} {100 * entry['accuracy']:.2f} ({0.0 - entry['drop_points']:+.2f}"
-            f"{interval_text(entry['drop'])} {against}), agreement with {'base ' if entry.get('vs_base_fp32') else ''}fp32 "
-            f"{entry['agreement']:.4f}" + (f", {entry['extra']}" if entry["extra"] else "") + speed
-        )
-        lines.append(head + f"  [{entry['node']}, from {entry['model']}]")
-        base = entry.get("vs_base_fp32")
-        if base:
-            lines.append(
-                f"      vs base fp32: {0.0 - base['drop_points']:+.2f}{interval_text(base['drop'])} points "
-                "(the fine-tune's extra training, not precision: the budget reads the twin)"
-            )
-        if entry.get("worst_condition"):
-            lines.append("      " + worst_condition_text(entry))
-        for check in entry.get("checks", []):  # a budget that cannot judge this row is named, not dropped
-            if check["verdict"] == verdict_rules.NOT_APPLIED:
-                lines.append("      " + check["text"])
-        if entry.get("validation"):
-            tested = (
-                f"mAP {0.0 - entry['drop_points']:+.2f}{interval_text(entry['map_drop'])}"
-                if entry.get("map_drop")
-                else (f"{0.0 - entry['drop_points']:+.2f}{interval_text(entry['drop'])}")
-            )
-            lines.append(f"      int8_mixed {entry['validation']}; test: {tested}")
-        lines += ["      " + text for text in condition_side_by_side(entry)]
-        if entry.get("costly_ops_hint"):
-            lines.append("      " + entry["costly_ops_hint"])
-        for tag, ops in (entry.get("costly_ops") or {}).items():
-            lines.append(
-                f"      ops that cost '{tag}' most, each alone in int8 on the selection split (int8_mixed's sensitivity.csv): "
-                + costly_text(entry, ops)
-            )
-        lines += [f"      broke: {reason}" for reason in entry["breaches"]]
-        lines += [f"      cannot tell: {reason}" for reason in entry["undecided"]]
+    for model in models:
+        lines.append(f"model {model}:")
+        lines += [line for entry in found if entry["model"] == model for line in entry_lines(entry)]
     return "\n".join(lines)
+
+
+def entry_lines(entry: Dict[str, Any]) -> List[str]:
+    """One engine's verdict line, then its notes, indented."""
+    lines = []
+    speed = speed_text(entry)
+    against = "vs its fp32 twin" if entry.get("vs_base_fp32") else "vs fp32"
+    named = entry["precision"] + (f" [{entry['variant']}]" if entry.get("variant") else "")
+    head = (
+        f"{entry['verdict']:<9} {named:<10} {entry['target']:<6} (ran {entry['ran']}) "
+        f"{entry['accuracy_name']} {100 * entry['accuracy']:.2f} ({0.0 - entry['drop_points']:+.2f}"
+        f"{interval_text(entry['drop'])} {against}), agreement with {'base ' if entry.get('vs_base_fp32') else ''}fp32 "
+        f"{entry['agreement']:.4f}" + (f", {entry['extra']}" if entry["extra"] else "") + speed
+    )
+    lines.append(head + f"  [{entry['node']}, from {entry['model']}]")
+    base = entry.get("vs_base_fp32")
+    if base:
+        lines.append(
+            f"      vs base fp32: {0.0 - base['drop_points']:+.2f}{interval_text(base['drop'])} points "
+            "(the fine-tune's extra training, not precision: the budget reads the twin)"
+        )
+    if entry.get("worst_condition"):
+        lines.append("      " + worst_condition_text(entry))
+    for check in entry.get("checks", []):  # a budget that cannot judge this row is named, not dropped
+        if check["verdict"] == verdict_rules.NOT_APPLIED:
+            lines.append("      " + check["text"])
+    if entry.get("validation"):
+        tested = (
+            f"mAP {0.0 - entry['drop_points']:+.2f}{interval_text(entry['map_drop'])}"
+            if entry.get("map_drop")
+            else (f"{0.0 - entry['drop_points']:+.2f}{interval_text(entry['drop'])}")
+        )
+        lines.append(f"      int8_mixed {entry['validation']}; test: {tested}")
+    lines += ["      " + text for text in condition_side_by_side(entry)]
+    if entry.get("costly_ops_hint"):
+        lines.append("      " + entry["costly_ops_hint"])
+    for tag, ops in (entry.get("costly_ops") or {}).items():
+        lines.append(
+            f"      ops that cost '{tag}' most, each alone in int8 on the selection split (int8_mixed's sensitivity.csv): "
+            + costly_text(entry, ops)
+        )
+    lines += [f"      broke: {reason}" for reason in entry["breaches"]]
+    lines += [f"      cannot tell: {reason}" for reason in entry["undecided"]]
+    return lines
 
 
 def condition_side_by_side(entry: Dict[str, Any]) -> List[str]:
