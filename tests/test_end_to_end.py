@@ -271,6 +271,15 @@ def test_report_page_renders_in_a_real_browser(first_run, tmp_path):
     assert shot.stat().st_size > 10_000
 
 
+def logged_model_names(tracking_uri: str) -> list:
+    """The names of every logged model the server holds (the engines' models)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return sorted({model.name for model in client.search_logged_models(experiment_ids=experiments)})
+
+
 def chromium_flags(tmp_path, budget_ms: int, width: int = 1600):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -339,6 +348,15 @@ def test_the_printed_mlflow_links_open_the_trade_off_columns_and_chart(first_run
             if 'class="g-ytitle"' in chart:
                 break
         subprocess.run(flags + [f"--screenshot={artifacts / 'mlflow-chart.png'}", chart_link], capture_output=True, timeout=180)
+        # the Models tab (issue 63): one logged model per engine, as MLflow 3 lists them
+        models_link = re.sub(r"(#/experiments/\d+).*", r"\1/models", link)
+        models = logged_model_names(f"http://127.0.0.1:{port}")
+        for budget_ms in (25000, 60000, 120000):
+            flags = chromium_flags(tmp_path, budget_ms, width=1400)
+            models_dom = subprocess.run(flags + ["--dump-dom", models_link], capture_output=True, text=True, timeout=240).stdout
+            if models and all(name in models_dom for name in models):
+                break
+        subprocess.run(flags + [f"--screenshot={artifacts / 'mlflow-models.png'}", models_link], capture_output=True, timeout=180)
     finally:
         os.killpg(server.pid, 15)
         server.wait(30)
@@ -354,6 +372,7 @@ def test_the_printed_mlflow_links_open_the_trade_off_columns_and_chart(first_run
     assert engines and all(name in dom for name in engines), engines
     assert others and not any(name in dom for name in others), others
     # the chart view: precisionflow's section first, its scatter's axes drawn (plotly's axis titles)
+    assert models and all(name in models_dom for name in models), (models, models_dom[-2000:])
     assert "precisionflow: accuracy change" in chart
     assert 'class="g-xtitle"' in chart and 'class="g-ytitle"' in chart
     xtitle = re.search(r'class="g-xtitle".*?data-unformatted="([^"]+)"', chart).group(1)
