@@ -30,8 +30,10 @@ def installed(tmp_path_factory):
     """(the fresh environment's python, its precisionflow command) with the wheel installed."""
     work = tmp_path_factory.mktemp("wheel")
     source = work / "source"  # built from a copy: a build leaves build/ and *.egg-info where it runs
-    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copy(ROOT / "pyproject.toml", source / "pyproject.toml")
+    for folder in ("src", "conf", "workflow"):  # conf/ and workflow/ are mapped into the package (setup.py)
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "setup.py"):
+        shutil.copy(ROOT / name, source / name)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"), str(source)],
         check=True,
