@@ -349,7 +349,7 @@ def test_the_printed_mlflow_links_open_the_trade_off_columns_and_chart(first_run
                 break
         subprocess.run(flags + [f"--screenshot={artifacts / 'mlflow-chart.png'}", chart_link], capture_output=True, timeout=180)
         # the Models tab (issue 63): one logged model per engine, as MLflow 3 lists them
-        models_link = re.sub(r"(#/experiments/\d+).*", r"\1/models", link)
+        models_link = re.sub(r"(#/experiments/\d+).*", r"\1/models?workflowType=machine_learning", link)
         models = logged_model_names(f"http://127.0.0.1:{port}")
         for budget_ms in (25000, 60000, 120000):
             flags = chromium_flags(tmp_path, budget_ms, width=1400)
