@@ -63,11 +63,9 @@ def format_verdicts(found: List[Dict[str, Any]]) -> str:
     """One verdict per engine with what a reader needs beneath it; where the verdicts are of several
     models (a sweep over training), grouped under each model, in the order the models first appear."""
     models = list(dict.fromkeys(entry["model"] for entry in found))
-    if len(models) < 2:
-        return "\n".join(line for entry in found for line in entry_lines(entry))
     lines = []
     for model in models:
-        lines.append(f"model {model}:")
+        lines += [f"model {model}:"] if len(models) > 1 else []
         lines += [line for entry in found if entry["model"] == model for line in entry_lines(entry)]
     return "\n".join(lines)
 
