@@ -355,7 +355,7 @@ def speed_of(ratio: Optional[Dict[str, Any]], confidence: float) -> Optional[Dic
     }
 
 
-def speed_figures(engine_ratios: Optional[Dict[str, Any]], budget: Dict[str, Any]) -> Dict[str, Any]:
+def speed_and_serving(engine_ratios: Optional[Dict[str, Any]], budget: Dict[str, Any]) -> Dict[str, Any]:
     """The speed-up over fp32 at the budget's setting and the Server ratio, each with its interval at
     the budget's confidence; none for an engine that is not timed (engine_ratios None)."""
     speed = speed_of(engine_ratios.get(f"x_fp32_{budget['speedup_at']}"), budget["confidence"]) if engine_ratios else None
@@ -409,7 +409,7 @@ def judge_entry(
         # an fp16 or int8 graph whose backend ran fp32 kernels buys no speed of its own: no speed-up to claim
         "ran_reference_kernels": spec["params"]["precision"] not in (precisions.reference().name, TWIN)
         and ran == precisions.reference().runs_in,
-        **speed_figures(engine_ratios if timed else None, budget),
+        **speed_and_serving(engine_ratios if timed else None, budget),
         "verdict": judged_by["verdict"],
         "checks": judged_by["checks"],
         "drop": judged_by["drop"],
