@@ -259,6 +259,8 @@ def table(folder: Path) -> str:
     )
     lines = [head]
     for path in sorted(folder.glob("*/*-*.json")):
+        if path.name.endswith("_metrics.json"):  # the serve node's own metrics, kept beside the records
+            continue
         r = json.loads(path.read_text())
         ratio = r.get("server_ratio_fp16_over_fp32") or {}
         interval = (
