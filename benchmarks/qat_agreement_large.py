@@ -68,6 +68,7 @@ def cpu_graph_agreements(results: Path) -> dict:
 
     from precisionflow.datasets.store import Split
     from precisionflow.hashing import file_hash
+    from precisionflow.cpu_features import integer_dot_product
     from precisionflow.quant import cache, qdq
 
     newest = max(results.glob("quantize_onnx/int8_qat-ortcpu-*/node.json"), key=lambda path: path.stat().st_mtime)
@@ -79,6 +80,7 @@ def cpu_graph_agreements(results: Path) -> dict:
     export = json.loads((results / node["inputs"]["onnx"] / "node.json").read_text())
     qat = np.load(results / export["inputs"]["model"] / "qat_logits.npy").argmax(1)  # the QAT model behind it
     nodes = qdq.quantizable_nodes(onnx.load(str(source)), (), True)
+    here_bits = qdq.cpu_weight_bits(integer_dot_product())  # the graphs run on this machine's CPU
     workflow_ranges, workflow_steps, found = qdq.ranges_within_activations, qdq.symmetric_steps_in_uint8, {}
     WORKFLOW_RANGES[:] = [workflow_ranges]
     variants = {
@@ -91,7 +93,9 @@ def cpu_graph_agreements(results: Path) -> dict:
             graph = Path(folder) / "graph.onnx"
             qdq.ranges_within_activations, qdq.symmetric_steps_in_uint8 = adjust, steps
             try:
-                qdq.quantize_int8(source, graph, ranges, nodes, "onnxruntime_cpu", lineage["ranges"]["learned_tensors"])
+                qdq.quantize_int8(
+                    source, graph, ranges, nodes, "onnxruntime_cpu", lineage["ranges"]["learned_tensors"], here_bits
+                )
             finally:
                 qdq.ranges_within_activations, qdq.symmetric_steps_in_uint8 = workflow_ranges, workflow_steps
             engine = ort.InferenceSession(

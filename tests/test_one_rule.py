@@ -141,3 +141,54 @@ def test_the_version_recorded_is_that_of_the_module_imported(tmp_path, monkeypat
 def test_plan_json_of_a_gpu_default_is_plain_data(gpu_host):
     serve = params_of(planned(["precisions=[fp32,fp16]"]), "serve_engine")
     assert json.loads(json.dumps(serve)) == serve
+
+
+def graph_ids(nodes, precision="int8"):
+    return sorted(key for key in nodes if key.startswith(f"quantize_onnx/{precision}-ortcpu"))
+
+
+def test_a_cpu_targets_int8_graph_is_the_same_wherever_the_plan_is_made(cpu_host, monkeypatch):
+    """The CPU's integer dot product is the target's fact: declared (in the graph's id), else read
+    where the graph is made (recorded there) -- never the planning machine's flags."""
+    from precisionflow import cpu_features
+
+    overrides = ["precisions=[fp32,int8]", "targets=[cpu]"]
+    ids = []
+    for here in ("avx512_vnni", None):  # two planning machines, one with VNNI and one without
+        monkeypatch.setattr(cpu_features, "integer_dot_product", lambda here=here: here)
+        ids.append(graph_ids(planned(overrides)))
+    assert ids[0] == ids[1] and len(ids[0]) == 1
+    assert params_of(planned(overrides), "quantize_onnx", "int8")["cpu_dot_product"] == cpu_features.READ_WHERE_MADE
+    # Declared: in the id, and two CPU targets that declare different CPUs get a graph each.
+    declared = planned(overrides[:1] + ["targets=[local,cpu]", "target_defs.cpu.cpu_dot_product=avx512_vnni"])
+    assert len(graph_ids(declared)) == 2 and any(key.startswith("quantize_onnx/int8-ortcpu-avx512_vnni") for key in declared)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("target_defs.a100.device=auto", "target_defs.a100.device: auto would take the device of whichever machine"),
+        ("target_defs.cpu.cpu_dot_product=vnni", "target_defs.cpu.cpu_dot_product: expected one of avx512_vnni"),
+    ],
+)
+def test_a_named_target_declares_its_device_and_cpu(override, message):
+    target = override.split(".")[1].split("=")[0]
+    with pytest.raises(ConfigError, match=message):
+        expand([override, f"targets=[{target}]"])
+
+
+def test_an_8_bit_cpu_graph_is_refused_on_a_cpu_that_would_saturate_it(monkeypatch):
+    """A graph read-where-made on a VNNI machine, landed on one without (a results folder moved, a
+    cluster of mixed CPUs): refused with what to do, never measured as if it were the target's."""
+    from precisionflow import cpu_features
+    from precisionflow.errors import EngineMismatchError
+    from precisionflow.stages.build_engine import check_weight_bits
+
+    graph = {"cpu_weight_bits": 8, "cpu_dot_product": "avx512_vnni", "cpu_dot_product_from": "this machine"}
+    params = {"target": "cpu", "target_def": {"device": "cpu"}}
+    monkeypatch.setattr(cpu_features, "integer_dot_product", lambda: None)
+    with pytest.raises(EngineMismatchError, match="target_defs.cpu.cpu_dot_product=none"):
+        check_weight_bits(graph, params)
+    check_weight_bits(dict(graph, cpu_weight_bits=7), params)  # 7-bit weights cannot saturate anywhere
+    monkeypatch.setattr(cpu_features, "integer_dot_product", lambda: "avx_vnni")
+    check_weight_bits(graph, params)

@@ -35,15 +35,14 @@ class FixedVersions(planning.PlanBuilder):
 
 
 def plan_ids(overrides, multirun):
-    from precisionflow import cpu_features, identity
+    from precisionflow import identity
     from precisionflow import devices
 
-    # What `local` reads of the planning machine is held fixed here: the CPU placement's weight bits
-    # (VNNI or not), whether it has a GPU (the default target's engine settings), and the TensorFlow
-    # versions compare_speed's id names (absent where TensorFlow is not installed).
-    cpu_features.integer_dot_product.cache_clear()
+    # What `local` reads of the planning machine is held fixed here: whether it has a GPU (the
+    # default target's engine settings) and the TensorFlow versions compare_speed's id names (absent
+    # where TensorFlow is not installed). The CPU's dot product is not read at planning (the int8
+    # graph's maker reads it), so this machine's answer stands: the ids must not depend on it.
     fixed = {
-        (cpu_features, "integer_dot_product"): lambda: "avx512_vnni",
         (devices, "has_nvidia_gpu"): lambda: False,
         (identity, "package_versions"): lambda packages: {name: "fixed" for name in sorted(packages)},
     }

@@ -17,11 +17,12 @@ SCHEMA_FILES = [ROOT / "src" / "precisionflow" / name for name in ("schema.py", 
 PAGE = ROOT / "docs" / "reference" / "config.md"
 
 
-def comments() -> dict:
-    """{(class name, field name): the comment on the field's line or the lines just above it}."""
+def comments(extra_sources=()) -> dict:
+    """{(class name, field name): the comment on the field's line or the lines just above it}, from
+    the schema and from the files that define the precisions' own settings (`extra_sources`)."""
     found = {}
-    for source in SCHEMA_FILES:
-        found.update(file_comments(source.read_text()))
+    for source in [*SCHEMA_FILES, *extra_sources]:
+        found.update(file_comments(Path(source).read_text()))
     return found
 
 
@@ -65,21 +66,40 @@ def rows(schema, prefix: str, notes: dict):
         if dataclasses.is_dataclass(inner):
             yield from rows(inner, key + ".", notes)
             continue
-        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
-        default = default.value if isinstance(default, Enum) else default
-        shown = "null" if default is None else repr(default).replace("|", "\\|")
-        yield key, type_name(kind), shown, notes.get((schema.__name__, field.name), "").replace("|", "\\|")
+        values = typing.get_args(kind)[1] if typing.get_origin(kind) in (dict, typing.Dict) else None
+        if dataclasses.is_dataclass(values):  # a mapping of sections (target_defs): the mapping, then each key
+            yield key, type_name(kind), shown_default(field), notes.get((schema.__name__, field.name), "").replace("|", "\\|")
+            yield from rows(values, key + ".<name>.", notes)
+            continue
+        yield key, type_name(kind), shown_default(field), notes.get((schema.__name__, field.name), "").replace("|", "\\|")
+
+
+def shown_default(field) -> str:
+    if field.default_factory is not dataclasses.MISSING:
+        default = field.default_factory()
+        if isinstance(default, dict) and all(dataclasses.is_dataclass(v) for v in default.values()):
+            return "{" + ", ".join(f"{name}: ..." for name in default) + "}"  # each section's keys have rows
+    else:
+        default = field.default
+    default = default.value if isinstance(default, Enum) else default
+    return "null" if default is None else repr(default).replace("|", "\\|")
 
 
 def page() -> str:
-    sys.path.insert(0, str(ROOT / "src"))
-    from precisionflow.schema import Config
+    import inspect
 
-    notes = comments()
+    sys.path.insert(0, str(ROOT / "src"))
+    from precisionflow import precisions
+    from precisionflow.config.compose import with_precision_sections
+
+    Config = with_precision_sections()  # a precision's own settings are a section like any other
+    notes = comments(inspect.getsourcefile(spec.settings) for spec in precisions.with_settings())
     lines = [
         "# Configuration reference",
         "",
-        "Every key precisionflow reads, generated from `src/precisionflow/schema.py` by",
+        "Every key precisionflow reads, generated from `src/precisionflow/schema.py` and the settings each",
+        "precision declares (`PrecisionSpec.settings`; a plug-in's too: run the tool with",
+        "`PRECISIONFLOW_PRECISIONS` set) by",
         "`tools/config_reference.py` (`make docs`): the key, its type, the schema's default and its comment.",
         "The built-in groups (`conf/`) and presets set other values: `precisionflow config [overrides]`",
         "prints what a run would use. Unknown keys, wrong types and bad choices are refused before anything runs.",

@@ -8,6 +8,11 @@ from typing import Optional
 # CPU flags (Linux's /proc/cpuinfo names) of integer dot-product instructions that accumulate
 # u8 x s8 products in 32 bits: VNNI (AVX-512 and AVX) on x86, the dot product on ARM.
 INTEGER_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "asimddp")
+# What a target may declare as its CPU's (TargetConf.cpu_dot_product): a flag above, or none.
+DECLARABLE = INTEGER_DOT_FLAGS + ("none",)
+# An int8 graph for a CPU whose targets declare nothing: the machine that makes the graph reads its
+# own and records it, so the graph's id is the same wherever the plan is made.
+READ_WHERE_MADE = "read where the graph is made"
 
 
 @functools.lru_cache(maxsize=None)

@@ -271,7 +271,8 @@ class EngineConf:
 
 @dataclass
 class TargetConf:
-    # "auto": the engine runs where the backend finds an accelerator, else on the CPU.
+    # cuda | cpu | auto (`local` only: this machine's GPU where it has one, else its CPU; a named
+    # target declares its device, so a plan is the same wherever it is made).
     device: str = "auto"
     # Expected device name substring (e.g. "H100"); empty = accept whatever this machine has.
     expect_device: str = ""
@@ -287,6 +288,11 @@ class TargetConf:
     # Time TensorFlow there too (benchmark_framework, and the x_tf ratios)? false for GPU nodes
     # that carry no TensorFlow: their engines are compared with their fp32 engine only.
     framework: bool = True
+    # The integer dot product of the CPU its int8 engines run on (ONNX Runtime's CPU placement):
+    # avx512_vnni | avx_vnni | asimddp (products summed in 32 bits: 8-bit weights) | none (summed in
+    # 16 bits, which saturate: 7-bit weights). Declared, it is in the int8 graph's id; empty, it is
+    # read where the int8 graph is made and recorded there (never on the machine that plans).
+    cpu_dot_product: str = ""
 
 
 @dataclass

@@ -19,7 +19,7 @@ from precisionflow.precisions.spec import PrecisionSpec
 
 @dataclass
 class Fp16VariantSettings:
-    alpha: float = 1.0
+    alpha: float = 1.0  # how far the variant leans
 
 
 def copy_fp16_graph(source, target, params, inputs, out):
@@ -66,6 +66,25 @@ def test_a_plug_in_setting_is_typed_and_checked(tmp_path):
     assert done.returncode == 2 and "Did you mean" in done.stderr and "alpha" in done.stderr, done.stderr[-2000:]
     done = cli(tmp_path, "fp16_variant_precision", "plan", "precisions=[fp32,fp16_variant]", "fp16_variant.alpha=fast")
     assert done.returncode == 2 and "fp16_variant.alpha" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_plug_in_and_its_settings_appear_in_the_generated_references(tmp_path):
+    """The reference pages are generated from the registry and the schema with its precisions'
+    sections: a team's plug-in, loaded as every command loads it, is documented the same way."""
+    from pathlib import Path
+
+    (tmp_path / "fp16_variant_precision.py").write_text(PLUGIN)
+    tools = Path(__file__).resolve().parents[2] / "tools"
+    env = {**os.environ, "PRECISIONFLOW_PRECISIONS": "fp16_variant_precision", "PYTHONPATH": f"{tmp_path}{os.pathsep}{tools}"}
+    pages = {}
+    for tool in ("config_reference", "precision_reference"):
+        done = subprocess.run(
+            [sys.executable, "-c", f"import {tool}; print({tool}.page())"], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        pages[tool] = done.stdout
+    assert "| `fp16_variant.alpha` | float | `1.0` | how far the variant leans |" in pages["config_reference"]
+    assert "| `fp16_variant` | fp16's graph, with a setting of its own |" in pages["precision_reference"]
 
 
 @pytest.mark.slow

@@ -335,7 +335,7 @@ def test_joining_an_isolated_int8_op_rechecks_every_detector_budget(tmp_path):
         images,
         judge,
         tmp_path,
-        "tensorrt",
+        ("tensorrt", None),
         record,
         0.95,
         where=where,  # the conditions' own images: the mAP keys are derived

@@ -1,13 +1,18 @@
 """One calibration, two placements: int8 graphs for the runtime that runs them (quant/qdq.py)."""
 
+from pathlib import Path
+
 import onnx
 import pytest
 
 from precisionflow.backends import get_backend
+from precisionflow.cpu_features import integer_dot_product
 from precisionflow.quant import qdq, qdq_check
 from tests.quant.test_qdq_and_calibration import _calibrate, _quantize, data_dir, export_dir  # noqa: F401 (fixtures)
 
 ORT_CPU = {"backend": "onnxruntime", "optimization_level": "all", "intra_op_threads": 1}
+# the weights' bits for this machine's CPU: the graphs below run on it
+HERE_BITS = qdq.cpu_weight_bits(integer_dot_product())
 
 
 def engine_ops(graph_dir, out_dir):
@@ -21,7 +26,9 @@ def engine_ops(graph_dir, out_dir):
 
 def test_the_cpu_placement_runs_integer_convolutions_and_the_tensorrt_one_stays_legal(tmp_path, export_dir, data_dir):  # noqa: F811 -- fixtures
     calibration = _calibrate(tmp_path, export_dir, data_dir)
-    cpu_graph, cpu = _quantize(tmp_path, export_dir, data_dir, calibration, placement="onnxruntime_cpu", cpu_weight_bits=8)
+    cpu_graph, cpu = _quantize(
+        tmp_path, export_dir, data_dir, calibration, placement="onnxruntime_cpu", cpu_dot_product="avx512_vnni"
+    )
     trt_graph, trt = _quantize(tmp_path, export_dir, data_dir, calibration, placement="tensorrt")
     assert cpu["placement"] == "onnxruntime_cpu" and trt["placement"] == "tensorrt"
     assert cpu["quantized_nodes"] == trt["quantized_nodes"] == 1  # the same op quantized; the classifier stays float
@@ -92,7 +99,9 @@ def test_relu6_keeps_its_floor_in_the_cpu_placement_with_symmetric_qat_ranges(tm
     fp32 = conv_relu6_conv(tmp_path / "fp32.onnx")
     # QAT's symmetric ranges: [-6, 6] on the ReLU6 output, as tfmot learns them
     ranges = {"image": (-1.0, 1.0), "conv": (-8.0, 8.0), "relu6": (-6.0, 6.0), "out": (-6.0, 6.0)}
-    qdq.quantize_int8(fp32, tmp_path / "int8.onnx", ranges, ["conv1", "conv2"], placement="onnxruntime_cpu")
+    qdq.quantize_int8(
+        fp32, tmp_path / "int8.onnx", ranges, ["conv1", "conv2"], placement="onnxruntime_cpu", weight_bits=HERE_BITS
+    )
     images = np.random.default_rng(1).uniform(-1, 1, (8, 1, 6, 6)).astype(np.float32)
     outputs = {}
     for name in ("fp32", "int8"):
@@ -204,7 +213,9 @@ def test_ops_kept_in_float_run_in_float_in_the_cpu_engine(tmp_path, kept):
     ranges = {name: (0.0 if name.startswith("relu") else -4.0, 4.0) for name in names}
     quantized = [name for name in ("conv0", "conv1", "conv2") if name not in kept]
     (tmp_path / "graph").mkdir()
-    qdq.quantize_int8(fp32, tmp_path / "graph" / "model.onnx", ranges, quantized, placement="onnxruntime_cpu")
+    qdq.quantize_int8(
+        fp32, tmp_path / "graph" / "model.onnx", ranges, quantized, placement="onnxruntime_cpu", weight_bits=HERE_BITS
+    )
     (tmp_path / "engine").mkdir()
     ops, label = engine_ops(tmp_path / "graph", tmp_path / "engine")
     counts = Counter(ops)
@@ -242,7 +253,9 @@ def quantize_pooled_classifier_for_the_cpu(tmp_path):
     fp32 = pooled_classifier(tmp_path / "fp32.onnx")
     learned = {"image": (-1.0, 1.0), "relu": (-4.0, 4.0), "squeezed": (-2.0, 2.0)}
     measured = {"conv": (-3.0, 3.0), "pool": (0.0, 30000.0), "matmul": (-9000.0, 9000.0), "logits": (-9000.0, 9000.0)}
-    return qdq.quantize_int8(fp32, tmp_path / "int8.onnx", {**measured, **learned}, ["conv"], "onnxruntime_cpu", learned)
+    return qdq.quantize_int8(
+        fp32, tmp_path / "int8.onnx", {**measured, **learned}, ["conv"], "onnxruntime_cpu", learned, HERE_BITS
+    )
 
 
 def test_a_qat_graph_on_the_cpu_rounds_only_where_qat_trained(tmp_path):
@@ -322,7 +335,7 @@ def test_the_float_output_layer_reads_unclipped_features_in_the_cpu_placement(tm
 
     fp32 = conv_relu6_conv(tmp_path / "fp32.onnx")
     ranges = {"image": (-1.0, 1.0), "conv": (-8.0, 8.0), "relu6": (0.0, 2.0), "out": (0.0, 2.0)}  # 2.0: a clipping range
-    freed = qdq.quantize_int8(fp32, tmp_path / "int8.onnx", ranges, ["conv1"], placement="onnxruntime_cpu")
+    freed = qdq.quantize_int8(fp32, tmp_path / "int8.onnx", ranges, ["conv1"], placement="onnxruntime_cpu", weight_bits=HERE_BITS)
     assert freed == ["relu6"]
     images = np.random.default_rng(1).uniform(-1, 1, (8, 1, 6, 6)).astype(np.float32)
     outputs = fp32_and_int8_outputs(tmp_path, images)
@@ -350,7 +363,7 @@ def test_depthwise_weights_keep_8_bits_on_the_cpu_and_cannot_saturate(tmp_path):
 
     fp32 = depthwise_conv(tmp_path / "fp32.onnx")
     ranges = {"image": (-8.0, 8.0), "out": (-128.0, 128.0)}
-    qdq.quantize_int8(fp32, tmp_path / "int8.onnx", ranges, ["dw"], placement="onnxruntime_cpu")
+    qdq.quantize_int8(fp32, tmp_path / "int8.onnx", ranges, ["dw"], placement="onnxruntime_cpu", weight_bits=HERE_BITS)
     [weight] = [
         onnx.numpy_helper.to_array(init)
         for init in onnx.load(str(tmp_path / "int8.onnx")).graph.initializer
@@ -373,7 +386,7 @@ def test_a_float_output_layer_hands_out_float_logits_in_the_cpu_placement(tmp_pa
     fp32 = pooled_classifier(tmp_path / "fp32.onnx")
     ranges = {"image": (-1.0, 1.0), "conv": (-3.0, 3.0), "relu": (0.0, 3.0), "pool": (0.0, 3.0), "squeezed": (0.0, 3.0)}
     ranges.update({"matmul": (-4.0, 4.0), "logits": (-4.0, 4.0)})
-    qdq.quantize_int8(fp32, tmp_path / "int8.onnx", ranges, ["conv"], placement="onnxruntime_cpu")
+    qdq.quantize_int8(fp32, tmp_path / "int8.onnx", ranges, ["conv"], placement="onnxruntime_cpu", weight_bits=HERE_BITS)
     graph = onnx.load(str(tmp_path / "int8.onnx")).graph
     producers = {out: node for node in graph.node for out in node.output}
     head = [producers["logits"], producers[producers["logits"].input[0]]]
@@ -440,7 +453,9 @@ def test_ops_between_float_convolutions_get_no_qdq_in_the_cpu_placement(tmp_path
     tensors = ["image", "conv0", "relu0", "pad1", "conv1", "relu1", "pad2", "conv2", "relu2", "pool", "flat", "logits"]
     ranges = {name: (-4.0, 4.0) for name in tensors}
     (tmp_path / "graph").mkdir()
-    qdq.quantize_int8(fp32, tmp_path / "graph" / "model.onnx", ranges, ["conv0"], placement="onnxruntime_cpu")
+    qdq.quantize_int8(
+        fp32, tmp_path / "graph" / "model.onnx", ranges, ["conv0"], placement="onnxruntime_cpu", weight_bits=HERE_BITS
+    )
     graph = onnx.load(str(tmp_path / "graph" / "model.onnx")).graph
     rounded = {node.input[0] for node in graph.node if node.op_type == "QuantizeLinear"}
     assert not rounded & {"relu1", "pad2", "relu2", "pool", "flat", "logits"}, rounded
@@ -450,20 +465,27 @@ def test_ops_between_float_convolutions_get_no_qdq_in_the_cpu_placement(tmp_path
     assert counts["QLinearConv"] == 1 and "QLinearGlobalAveragePool" not in counts and label["executed_precision"] == "int8 1/4"
 
 
-def test_the_cpu_placement_stores_8_bit_weights_where_the_cpu_accumulates_in_32_bits(monkeypatch):
+def test_the_cpu_placement_stores_8_bit_weights_where_the_target_cpu_accumulates_in_32_bits(monkeypatch):
     """7-bit weights are for CPUs without VNNI or a dot product (int16 accumulation saturates); on
-    an AVX-512 VNNI CPU they once cost int8_qat 5 of 304 images against its QAT model."""
+    an AVX-512 VNNI CPU they once cost int8_qat 5 of 304 images against its QAT model. The CPU is the
+    target's: declared, or read where the graph is made -- never the planner's."""
     from precisionflow import cpu_features as devices
-    from precisionflow.config.compose import expand
-    from precisionflow.precisions.static_int8 import int8_params
+    from precisionflow.precisions.static_int8 import cpu_of
     from precisionflow.quant import qdq
+    from precisionflow.cpu_features import READ_WHERE_MADE
 
     assert devices.integer_dot_product() in (*devices.INTEGER_DOT_FLAGS, None)  # this machine's /proc/cpuinfo parsed
     assert qdq.cpu_weight_bits("avx512_vnni") == qdq.cpu_weight_bits("asimddp") == 8
     assert qdq.cpu_weight_bits(None) == 7
-    cfg = expand([])[0]
-    for flag, bits in (("avx_vnni", 8), (None, 7)):
-        monkeypatch.setattr(devices, "integer_dot_product", lambda flag=flag: flag)
-        params = int8_params(cfg, "onnxruntime_cpu")["int8"]
-        assert params["cpu_weight_bits"] == bits  # in the node's id, and recorded in its summary
-    assert "cpu_weight_bits" not in int8_params(cfg, "tensorrt")["int8"]
+    cpu = {"int8": {"placement": "onnxruntime_cpu"}}
+    for here, bits in (("avx_vnni", 8), (None, 7)):
+        monkeypatch.setattr(devices, "integer_dot_product", lambda here=here: here)
+        read = cpu_of(dict(cpu, cpu_dot_product=READ_WHERE_MADE))
+        assert read["cpu_weight_bits"] == bits and read["cpu_dot_product_from"] == "this machine"
+        # a declared CPU wins over this machine's, either way
+        assert cpu_of(dict(cpu, cpu_dot_product="none"))["cpu_weight_bits"] == 7
+        declared = cpu_of(dict(cpu, cpu_dot_product="asimddp"))
+        assert declared["cpu_weight_bits"] == 8 and declared["cpu_dot_product_from"] == "the target"
+    assert cpu_of({"int8": {"placement": "tensorrt"}}) == {}
+    with pytest.raises(ValueError, match="expected 7 or 8"):  # never a default standing in for the CPU's answer
+        qdq.quantize_int8(Path("unused.onnx"), Path("unused-int8.onnx"), {}, [], "onnxruntime_cpu")

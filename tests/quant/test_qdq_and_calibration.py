@@ -101,11 +101,13 @@ def test_samples_per_call_follows_the_activation_budget(tmp_path, export_dir, da
     assert calibrate.samples_per_call(calibrator, name, samples, 8, budget=per_sample * 3) == 3
 
 
-def _quantize(tmp_path, export_dir, data_dir, calib, precision="int8", extra_inputs=None, **int8):
+def _quantize(tmp_path, export_dir, data_dir, calib, precision="int8", extra_inputs=None, cpu_dot_product=None, **int8):
+    """`cpu_dot_product`: as a CPU target declares it (None: read here, as for an undeclared one)."""
     out = tmp_path / f"{precision}-{len(list(tmp_path.iterdir()))}"
     out.mkdir()
     inputs = {"onnx": export_dir, "calibration": calib, "data": data_dir, **(extra_inputs or {})}
-    summary = quantize_onnx.run({"precision": precision, "int8": dict(INT8, **int8)}, inputs, out)
+    declared = {"cpu_dot_product": cpu_dot_product} if cpu_dot_product else {}
+    summary = quantize_onnx.run({"precision": precision, "int8": dict(INT8, **int8), **declared}, inputs, out)
     return out, summary
 
 
@@ -278,7 +280,8 @@ def test_the_int8_mixed_graph_stage_publishes_the_reason_and_no_graph(tmp_path, 
     calibration = _calibrate(tmp_path, export_dir, data_dir)
     params = {
         "precision": "int8_mixed",
-        "int8": {"placement": "onnxruntime_cpu", "cpu_weight_bits": 8, "exclude_nodes": [], "keep_output_layer": False},
+        "int8": {"placement": "onnxruntime_cpu", "exclude_nodes": [], "keep_output_layer": False},
+        "cpu_dot_product": "avx512_vnni",
     }
     details = static_int8.to_int8(
         source, out / "model.onnx", params, {"calibration": calibration, "data": data}, out, choose_float
@@ -310,7 +313,7 @@ def test_a_mix_within_budget_is_built_only_when_faster_than_fp32_by_its_interval
 
     judge = judges.TopOne(np.zeros((8, 4), dtype=np.float32), labels, 0.95)
     kept, why = mixed.fastest_mix(
-        source, ranges, ["conv0", "logits"], ["logits"], images, judge, tmp_path, "onnxruntime_cpu", record, 0.95, timer
+        source, ranges, ["conv0", "logits"], ["logits"], images, judge, tmp_path, ("onnxruntime_cpu", 7), record, 0.95, timer
     )
     assert bool(why) == declined and (kept == []) == declined
     assert record["fastest"] == "chosen" and "speed_vs_fp32" in record

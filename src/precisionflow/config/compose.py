@@ -473,6 +473,7 @@ def validate(cfg: Dict[str, Any]) -> None:
             f"targets: {unknown} not defined; known targets: {sorted(cfg['target_defs'])}. "
             "Define one under target_defs in conf/ or pick a known one."
         )
+    check_target_facts(cfg)
     check_sizes(cfg)
     check_finetune(cfg)
     if cfg["model"]["name"] == "keras_file":  # before pruning reads the file's layer graph
@@ -489,6 +490,30 @@ def validate(cfg: Dict[str, Any]) -> None:
     fractions = cfg["dataset"]["val_fraction"] + cfg["dataset"]["test_fraction"]
     if not 0 < fractions < 1:
         raise ConfigError(f"dataset.val_fraction + test_fraction: expected between 0 and 1, found {fractions}.")
+
+
+def check_target_facts(cfg: Dict[str, Any]) -> None:
+    """A target's device and CPU are its own facts, never the planning machine's: a plan means the
+    same wherever it is made. Only `local` (the machine that plans and runs it) may leave its device
+    to `auto`, which asks this machine for a GPU."""
+    from precisionflow.cpu_features import DECLARABLE
+
+    for target in cfg["targets"]:
+        target_def = cfg["target_defs"][target]
+        where = f"target_defs.{target}"
+        if target_def["device"] not in ("auto", "cuda", "cpu"):
+            raise ConfigError(f"{where}.device: expected auto, cuda or cpu, found {target_def['device']!r}.")
+        if target_def["device"] == "auto" and target != "local":
+            raise ConfigError(
+                f"{where}.device: auto would take the device of whichever machine plans the run; a named "
+                f"target declares its own. Set {where}.device=cuda (its engines run on a GPU) or cpu."
+            )
+        declared = target_def.get("cpu_dot_product") or ""
+        if declared and declared not in DECLARABLE:
+            raise ConfigError(
+                f"{where}.cpu_dot_product: expected one of {', '.join(DECLARABLE)} (or empty: read where the int8 "
+                f"graph is made), found {declared!r}. Set it to the integer dot product its CPU has (/proc/cpuinfo flags)."
+            )
 
 
 def check_sizes(cfg: Dict[str, Any]) -> None:

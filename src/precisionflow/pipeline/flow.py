@@ -69,6 +69,7 @@ def _graph(params, at, upstream) -> str:
     from precisionflow import precisions
 
     placed = "-ortcpu" if at.placement == "onnxruntime_cpu" else ""
+    placed += f"-{at.cpu_dot_product}" if placed and at.cpu_dot_product else ""  # a CPU its targets declare
     return at.precision + placed + precisions.get(at.precision).slug_suffix(at.cfg)
 
 

@@ -41,6 +41,7 @@ from precisionflow.errors import ConfigError
 from precisionflow.stages import Reading
 
 STAGES = tuple(stage.name for stage in flow.STAGES)  # in the order of the stage graph
+TENSORRT = ("tensorrt", "")  # the TensorRT placement (PlanBuilder.placement): no CPU to name
 
 
 @dataclass
@@ -258,7 +259,7 @@ class PlanBuilder:
                 has["model"] = model
             measured += self.place_measurements(cfg, "engine", target, has, precision)
             simulated = precisions.get(precision).simulate_tensorrt and cfg["int8"]["simulate_tensorrt"]
-            if simulated and placements[target] != "tensorrt":
+            if simulated and placements[target] != TENSORRT:
                 measured.append(self._add_tensorrt_simulation(cfg, precision, target, onnx, data, graphs, trained))
         for target in cfg["targets"]:
             measured += self.place_measurements(cfg, "target", target, {"model": model, "data": data})
@@ -314,21 +315,25 @@ class PlanBuilder:
     def _add_export(self, cfg, model: Node, data: Node) -> Node:
         return self.place_at("export_onnx", Reading(cfg), {"model": model, "data": data})
 
-    def placement(self, cfg, target: str) -> str:
-        """Where a target's int8 Q/DQ goes: the placement of the runtime that runs its engines."""
+    def placement(self, cfg, target: str) -> Tuple[str, str]:
+        """Where a target's int8 Q/DQ goes: (the placement of the runtime that runs its engines, on
+        ONNX Runtime's CPU placement the CPU's integer dot product as the target declares it, "" where
+        it does not: read where the graph is made). Targets that agree share a graph."""
         from precisionflow.quant.qdq import placement_for
 
         from precisionflow.devices import runs_on_gpu
 
-        return placement_for(cfg["engine"]["backend"], runs_on_gpu(cfg["target_defs"][target]))
+        target_def = cfg["target_defs"][target]
+        placement = placement_for(cfg["engine"]["backend"], runs_on_gpu(target_def))
+        return (placement, target_def.get("cpu_dot_product") or "") if placement == "onnxruntime_cpu" else TENSORRT
 
     def _add_tensorrt_simulation(
         self, cfg, precision: str, target: str, onnx: Node, data: Node, graphs: Dict[tuple, Node], trained: Node
     ) -> Node:
         """The TensorRT-placed int8 graph run on this CPU target: what TensorRT would compute (its
         accuracy; its speed is not TensorRT's, so no timing ratio is planned), a row of its own."""
-        graph = graphs.get((precision, "tensorrt")) or self._add_graph(cfg, precision, onnx, data, graphs, trained, "tensorrt")
-        graphs[(precision, "tensorrt")] = graph
+        graph = graphs.get((precision, TENSORRT)) or self._add_graph(cfg, precision, onnx, data, graphs, trained, TENSORRT)
+        graphs[(precision, TENSORRT)] = graph
         has = {"engine": self._add_engine(cfg, graph, target), "data": data, "reference": onnx}
         has.update(self.trained_model_of(precision, graph))
         extra = {"simulates": "tensorrt"}
@@ -342,10 +347,11 @@ class PlanBuilder:
         data: Node,
         graphs: Dict[tuple, Node],
         trained: Node,
-        placement: Optional[str] = None,
+        placement: Optional[Tuple[str, str]] = None,
     ) -> Node:
         spec = precisions.get(precision)
-        at = Reading(cfg, precision=precision, placement=placement or "tensorrt")
+        runtime, cpu = placement or TENSORRT
+        at = Reading(cfg, precision=precision, placement=runtime, cpu_dot_product=cpu)
         inputs = {"onnx": onnx}
         if spec.qat_finetune:
             qat_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="qat"), trained, data)
@@ -359,7 +365,7 @@ class PlanBuilder:
                 cfg, spec.builds_on, onnx, data, graphs, trained, placement
             )
         # its speed trials (CPU placement) run under the timing exclusivity (common.smk); never hashed
-        timed_here = {"timing": 1} if spec.times_its_graph and placement == "onnxruntime_cpu" else {}
+        timed_here = {"timing": 1} if spec.times_its_graph and runtime == "onnxruntime_cpu" else {}
         graph = self.place_at("quantize_onnx", at, inputs, resources=timed_here)
         self.warn_once(spec.planning_warning(graph.params, lambda: self.split_sizes(data)))
         return graph

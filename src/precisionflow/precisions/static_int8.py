@@ -16,13 +16,7 @@ def int8_params(cfg: Dict[str, Any], placement: str, extra: Dict[str, Any] = Non
     """`placement`: the runtime int8 Q/DQ is placed for (qdq.placement_for the target)."""
     params = {key: cfg["int8"][key] for key in INT8_KEYS}
     params.update(extra or {})
-    params["placement"] = placement
-    if placement == "onnxruntime_cpu":  # the bits of the CPU's GEMM weights: in the id, and in the row
-        from precisionflow.cpu_features import integer_dot_product
-        from precisionflow.quant.qdq import cpu_weight_bits
-
-        params["cpu_weight_bits"] = cpu_weight_bits(integer_dot_product())
-        params["cpu_dot_product"] = integer_dot_product() or "none (int16 accumulation: 7-bit weights)"
+    params["placement"] = placement  # on a CPU, quantize_onnx adds the CPU's dot product beside it
     # The per-tensor report's sample (int8_mixed ranks ops by it) is drawn like calibration's.
     params["sampling"] = {"rule": cfg["calibration"]["sampling"], "seed": cfg["calibration"]["seed"]}
     return {"int8": params}
@@ -45,12 +39,14 @@ def to_int8(
     placement = int8["placement"]  # int8_params always sets it: the planner decides, never a default
     candidates = qdq.quantizable_nodes(fp32_model, (), keep_output_layer=False)
     nodes = qdq.quantizable_nodes(fp32_model, int8["exclude_nodes"], int8["keep_output_layer"])
-    kept_float, search = choose_float(source, fp32_model, ranges, nodes, inputs, int8) if choose_float else ([], {})
+    cpu = cpu_of(params)  # the CPU placement's weight bits: its trials (int8_mixed) are placed with them too
+    trials = dict(int8, cpu_weight_bits=cpu.get("cpu_weight_bits"))
+    kept_float, search = choose_float(source, fp32_model, ranges, nodes, inputs, trials) if choose_float else ([], {})
     if search.get("declined"):  # no mix worth building: the stage publishes the reason, not a graph
         return {"declined": search["declined"], "placement": placement, "mixed_search": search}
     nodes = [name for name in nodes if name not in kept_float]
     refuse_empty(params, nodes, candidates, kept_float)
-    placed = quantize_placed(source, target, fp32_model, nodes, ranges, lineage, int8)
+    placed = quantize_placed(source, target, fp32_model, nodes, ranges, lineage, int8, cpu)
     trt = placement == "tensorrt"
     if trt:
         qdq_check.assert_trt_legal(target, int8["keep_output_layer"])
@@ -76,9 +72,29 @@ def to_int8(
     }
 
 
-def quantize_placed(source: Path, target: Path, fp32_model, nodes, ranges, lineage, int8: Dict[str, Any]) -> Dict[str, Any]:
+def cpu_of(params: Dict[str, Any]) -> Dict[str, Any]:
+    """The CPU placement's integer dot product and weight bits: as the targets declare it
+    (quantize_onnx.reads), else this machine's -- the one that makes the graph; {} on TensorRT's."""
+    from precisionflow.cpu_features import integer_dot_product
+    from precisionflow.quant.qdq import cpu_weight_bits
+    from precisionflow.cpu_features import READ_WHERE_MADE
+
+    if params["int8"]["placement"] != "onnxruntime_cpu":
+        return {}
+    declared = params.get("cpu_dot_product", READ_WHERE_MADE)
+    flag = integer_dot_product() if declared == READ_WHERE_MADE else (None if declared == "none" else declared)
+    return {
+        "cpu_dot_product": flag or "none (int16 accumulation: 7-bit weights)",
+        "cpu_dot_product_from": "this machine" if declared == READ_WHERE_MADE else "the target",
+        "cpu_weight_bits": cpu_weight_bits(flag),
+    }
+
+
+def quantize_placed(
+    source: Path, target: Path, fp32_model, nodes, ranges, lineage, int8: Dict[str, Any], cpu: Dict[str, Any]
+) -> Dict[str, Any]:
     """Write the Q/DQ graph placed for int8's runtime; returns what the placement did beyond the
-    ranges (QAT coverage, tensors left float or rounded, the CPU's weight bits)."""
+    ranges (QAT coverage, tensors left float or rounded, the CPU's weight bits: `cpu`, cpu_of)."""
     from precisionflow.quant import qdq
 
     placement = int8["placement"]
@@ -91,10 +107,8 @@ def quantize_placed(source: Path, target: Path, fp32_model, nodes, ranges, linea
     # every tensor QAT put a quantizer on; the placement's other Q/DQ (a pooled output, the logits)
     # are left out, so the engine rounds only where QAT trained it to.
     trained = lineage["ranges"]["learned_tensors"] if lineage["source"] == "qat" and not trt else None
-    weight_bits = None if trt else int8["cpu_weight_bits"]  # the CPU placement's: in its params (int8_params)
-    freed = qdq.quantize_int8(source, target, ranges, nodes, placement, trained, weight_bits)
-    if not trt:
-        placed["cpu_weight_bits"] = weight_bits
+    freed = qdq.quantize_int8(source, target, ranges, nodes, placement, trained, cpu.get("cpu_weight_bits"))
+    placed.update(cpu)
     if trained is not None:
         placed["qat_untrained_left_float"] = freed
     elif not trt:

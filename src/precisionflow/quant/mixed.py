@@ -46,16 +46,18 @@ def _outputs(graph: Path, images: np.ndarray, exact_fake_quant: bool = False) ->
     return session.run(None, {session.get_inputs()[0].name: images})[0]
 
 
-def _trial_graph(source: Path, ranges, nodes: Sequence[str], scratch: Path, placement: str = "tensorrt") -> Path:
+def _trial_graph(source: Path, ranges, nodes: Sequence[str], scratch: Path, placement: str, weight_bits=None) -> Path:
+    """A trial's graph, placed as the final one is (`weight_bits`: the CPU placement's, as int8's)."""
     target = scratch / f"trial-{len(list(scratch.iterdir()))}.onnx"
-    qdq.quantize_int8(source, target, ranges, list(nodes), placement)
+    qdq.quantize_int8(source, target, ranges, list(nodes), placement, weight_bits=weight_bits)
     return target
 
 
 def _quantized_outputs(
-    source: Path, ranges, nodes: Sequence[str], images: np.ndarray, scratch: Path, placement: str = "tensorrt"
+    source: Path, ranges, nodes: Sequence[str], images: np.ndarray, scratch: Path, placement: str, weight_bits=None
 ) -> np.ndarray:
-    return _outputs(_trial_graph(source, ranges, nodes, scratch, placement), images, exact_fake_quant=placement == "tensorrt")
+    graph = _trial_graph(source, ranges, nodes, scratch, placement, weight_bits)
+    return _outputs(graph, images, exact_fake_quant=placement == "tensorrt")
 
 
 def choose_in_order(order: List[str], rows, figures, limits: Dict[str, float], judge, confidence: float):
@@ -93,11 +95,12 @@ def search(
     placement: str = "tensorrt",
 ) -> Tuple[List[str], Dict[str, Any]]:
     """(ops to keep in float, the search's record: per-op sensitivity overall and per condition, the
-    order, trials with intervals per budgeted condition, what it reached)."""
+    order, trials with intervals per budgeted condition, what it reached). On the CPU placement
+    `int8["cpu_weight_bits"]` is the weights' bits its trials are placed with (static_int8.cpu_of)."""
     from precisionflow.quant import sensitivity
     from precisionflow.quant.judges import MAP, map50_tag
 
-    split = int8["report_split"]
+    split, weight_bits = int8["report_split"], int8.get("cpu_weight_bits")
     decision, images, where = selection_split(data_dir, split)
     reference = _outputs(source, images)
     judge = judge_for(int8, reference, decision, confidence)
@@ -107,7 +110,7 @@ def search(
         scratch = Path(folder)
 
         def outputs_with(quantized: List[str]) -> np.ndarray:
-            return _quantized_outputs(source, ranges, quantized, images, scratch, placement)
+            return _quantized_outputs(source, ranges, quantized, images, scratch, placement, weight_bits)
 
         rows = sensitivity.table(nodes, outputs_with, reference, where, judge)
         int8_itself_outputs = outputs_with(list(nodes))
@@ -134,7 +137,7 @@ def search(
         why = nothing_to_build(record, chosen)
         if not why:
             kept, why = fastest_mix(
-                source, ranges, nodes, kept, images, judge, scratch, placement, record, confidence, where=where
+                source, ranges, nodes, kept, images, judge, scratch, (placement, weight_bits), record, confidence, where=where
             )
     record["kept"] = len(kept)
     if why:
@@ -208,19 +211,21 @@ def failing_subsets(figures, limits: Dict[str, float]) -> List[str]:
     return sorted(beyond, key=lambda name: -(figures[name].high - limits[name]))
 
 
-def fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placement, record, confidence, timer=None, where=None):
+def fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placed, record, confidence, timer=None, where=None):
     """(ops kept in float, why nothing is built or ''): the chosen mix and, when it differs, the mix
     with its isolated int8 ops joined to the float around them (if every budget still holds by its
     interval, each budgeted condition's too); on the CPU placement the candidates are timed against
-    fp32 and the fastest kept -- unless it is not faster than fp32 by its interval."""
+    fp32 and the fastest kept -- unless it is not faster than fp32 by its interval. `placed`: (the
+    placement, the CPU placement's weight bits)."""
     from precisionflow.quant.sensitivity import OVERALL
 
+    placement, weight_bits = placed
     candidates = {"chosen": kept}
     joined = join_isolated_int8(source, nodes, kept)
     if joined != kept and len(joined) < len(nodes):  # at least one op stays int8: the graph must be int8
         quantized = [op for op in nodes if op not in joined]
         limits = record_limits(record)
-        outputs = _quantized_outputs(source, ranges, quantized, images, scratch, placement)
+        outputs = _quantized_outputs(source, ranges, quantized, images, scratch, placement, weight_bits)
         figures = judge.figures(outputs, judged_subsets(where or {OVERALL: np.arange(len(images))}, [OVERALL, *limits]))
         overall = figures[OVERALL]
         record["joined"] = {
@@ -234,7 +239,7 @@ def fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placement, 
         record["speed"] = "not weighed: the TensorRT placement's graph runs only simulated on this machine"
         return kept, ""
     graphs = {
-        name: _trial_graph(source, ranges, [op for op in nodes if op not in ops], scratch, placement)
+        name: _trial_graph(source, ranges, [op for op in nodes if op not in ops], scratch, placement, weight_bits)
         for name, ops in candidates.items()
     }
     timer = timer or time_against_fp32

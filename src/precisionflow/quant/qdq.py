@@ -126,7 +126,7 @@ def cpu_placement(model, ranges, nodes: Sequence[str], trained, weight_bits: Opt
     options = dict(
         nodes_to_exclude=left_float,
         activation_type=QuantType.QUInt8,
-        reduce_range=(weight_bits or local_cpu_weight_bits()) == 7,
+        reduce_range=weight_bits == 7,
         extra_options={**ORT_CPU_PLACEMENT, "TensorQuantOverrides": depthwise_weights_in_8_bits(model)},
     )
     return options, ranges, trained
@@ -146,13 +146,15 @@ def quantize_int8(
     QAT put a fake-quant on; a Q/DQ the placement would add anywhere else is left out, so the
     engine rounds where QAT trained and nowhere else. Returns the tensors the CPU placement leaves
     unrounded: those (int8_qat), or the float output layer's input (post-training ranges).
-    `weight_bits` (CPU placement): 7 or 8 for the GEMM kernels' weights; None: this CPU's
-    (local_cpu_weight_bits)."""
+    `weight_bits` (CPU placement, required there): 7 or 8 for the GEMM kernels' weights, as the
+    CPU that runs them accumulates (cpu_weight_bits)."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     if placement not in PLACEMENTS:
         raise ValueError(f"int8 placement: expected one of {PLACEMENTS}, found '{placement}'")
+    if placement == "onnxruntime_cpu" and weight_bits not in (7, 8):
+        raise ValueError(f"the CPU placement's weight bits: expected 7 or 8 (cpu_weight_bits), found {weight_bits!r}")
     with tempfile.TemporaryDirectory(prefix="pf-quant-") as scratch:
         # quantize_static writes model-inferred.onnx next to its input: quantize a copy in scratch,
         # never the upstream node's own file.
@@ -248,12 +250,6 @@ def cpu_weight_bits(dot_flag: Optional[str]) -> int:
     """8 where the CPU's integer kernels accumulate in 32 bits (`dot_flag`, cpu_features.
     integer_dot_product), else 7."""
     return 8 if dot_flag else 7
-
-
-def local_cpu_weight_bits() -> int:
-    from precisionflow.cpu_features import integer_dot_product
-
-    return cpu_weight_bits(integer_dot_product())
 
 
 def depthwise_weights_in_8_bits(model) -> Dict[str, list]:

@@ -31,5 +31,7 @@ class Reading:
     runtime: Optional[Dict[str, str]] = None  # the target's backend version and device name
     precision: Optional[str] = None  # a registered precision's name
     placement: str = "tensorrt"  # the runtime an int8 graph's Q/DQ is placed for
+    # onnxruntime_cpu: the CPU's integer dot product as its targets declare it ("" = read where made)
+    cpu_dot_product: str = ""
     source: Optional[str] = None  # calibrate: "ptq" or "qat"
     finetune: Optional[Dict[str, Any]] = None  # finetune_model: cfg["finetune"] or its QAT variant

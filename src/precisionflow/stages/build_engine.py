@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from precisionflow.backends import check_runtime, get_backend
+from precisionflow.errors import EngineMismatchError
 from precisionflow.nodeio import read_node, write_json_atomic
 from precisionflow.measure.targets import device_params
 from precisionflow.stages import Reading
@@ -54,6 +55,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     check_runtime(params["runtime"], backend.describe_runtime(params["target_def"]), params["target"])
     graph_node = read_node(inputs["graph"])
     precision = graph_node["summary"]["precision"]
+    check_weight_bits(graph_node["summary"], params)
     description = backend.build(inputs["graph"] / "model.onnx", out, params["engine"], params["target_def"], precision)
     description.update(
         {"target": params["target"], "precision": precision, "graph_sha256": graph_node["summary"]["graph_sha256"]}
@@ -64,3 +66,19 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         description["ran_on"] = gpu_record()
     write_json_atomic(out / "engine.json", description)
     return description
+
+
+def check_weight_bits(graph: Dict[str, Any], params: Dict[str, Any]) -> None:
+    """An int8 graph with 8-bit weights made for a CPU with an integer dot product (read where it was
+    made, or declared) would saturate in this CPU's 16-bit sums if it has none: refused, not measured."""
+    from precisionflow.cpu_features import integer_dot_product
+    from precisionflow.devices import runs_on_gpu
+
+    if graph.get("cpu_weight_bits") != 8 or runs_on_gpu(params["target_def"]) or integer_dot_product():
+        return
+    raise EngineMismatchError(
+        f"target '{params['target']}': its int8 graph has 8-bit weights for a CPU with "
+        f"{graph.get('cpu_dot_product')} ({graph.get('cpu_dot_product_from')}), but this CPU has no integer dot "
+        "product: ONNX Runtime's 16-bit sums would saturate. Declare the target's CPU "
+        f"(target_defs.{params['target']}.cpu_dot_product=none) or run it on the CPU it was made for."
+    )

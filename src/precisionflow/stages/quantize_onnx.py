@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from precisionflow import precisions
+from precisionflow.cpu_features import READ_WHERE_MADE
 from precisionflow.hashing import file_hash
 from precisionflow.stages import Reading
 
@@ -19,6 +20,8 @@ def reads(at: Reading) -> Dict[str, Any]:
     """`placement`: the runtime int8 Q/DQ is placed for (qdq.placement_for the target)."""
     cfg, precision, placement = at.cfg, at.precision, at.placement
     params = {"precision": precision, **precisions.get(precision).graph_params(cfg, placement)}
+    if placement == "onnxruntime_cpu":  # the CPU's kernels decide the weights' bits: its targets' fact
+        params["cpu_dot_product"] = at.cpu_dot_product or READ_WHERE_MADE
     if precision in precisions.PLUGIN_SOURCES:  # its code is outside this package's import closure
         params["plugin_sha256"] = precisions.PLUGIN_SOURCES[precision]
     return params
