@@ -46,6 +46,7 @@ NOTHING = set()
 # Flips that need a particular value to stay valid (the others: numbers change, booleans negate,
 # strings and lists get another element).
 FLIP_VALUES = {
+    **{f"target_defs.{name}.cpu_dot_product": "avx512_vnni" for name in ("local", "cpu", "a100", "h100", "h200")},
     "dataset.name": None,  # a data set choice: see CONDITIONAL (image_folder needs a folder)
     "model.name": "small_cnn",
     "engine.backend": "tensorrt",
@@ -216,6 +217,9 @@ EXPECTED = {
         f"on_gpu.serving.{key}": NOTHING
         for key in ("max_batch", "min_duration_ms", "search_duration_ms", "full_length_climb", "search_repeats")
     },
+    # The CPU's integer dot product, declared: the CPU-placed int8 graphs and all they feed.
+    "target_defs.local.cpu_dot_product": GRAPHS,
+    **{f"target_defs.{name}.cpu_dot_product": NOTHING for name in ("cpu", "a100", "h100", "h200")},
     "target_defs.local.device": ENGINES | {"benchmark_framework"},
     "target_defs.local.expect_device": ENGINES | {"benchmark_framework"},
     "target_defs.local.resources": NOTHING,

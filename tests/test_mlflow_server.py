@@ -207,7 +207,7 @@ def test_the_trade_off_chart_draws_every_engine_run_of_a_16_engine_sweep(server,
             experiment, tags={"precision": precision, "target": "local", "mlflow.runName": f"{precision} #{index}"}
         )
         client.log_metric(run.info.run_id, "accuracy_change_points", round(-0.25 * (index % 5), 2))
-        client.log_metric(run.info.run_id, "x_fp32_bmax", round(1.0 + 0.1 * index, 3))
+        client.log_metric(run.info.run_id, tracking.TRADE_OFF_AXES["x"], round(1.0 + 0.1 * index, 3))
         client.set_terminated(run.info.run_id)
     tracking.share_view(client, experiment)
     chart_link = tracking.ui_links(server, experiment)["trade_off"]

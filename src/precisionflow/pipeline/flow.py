@@ -17,7 +17,7 @@ and ends with report -> track_mlflow over all its measurements.
 """
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, Tuple
 
 
@@ -48,6 +48,10 @@ class Stage:
     each: str = ""
     backend: str = ""
     switch: str = ""
+    # A measuring stage the report has no columns of its own for: the keys of its summary that are
+    # figures of the engine it measured, shown in the report (summary.csv, the page) and logged to
+    # that engine's MLflow run as "<stage>.<key>". The report and MLflow read every measuring stage.
+    figures: Tuple[str, ...] = ()
 
 
 DATA = ("prepare_dataset",)
@@ -223,6 +227,19 @@ STAGES: Tuple[Stage, ...] = (
     ),
 )
 
+AGGREGATING = ("report", "track_mlflow")  # they read every measurement of the sweep
+
+
+def completed(stages: Tuple[Stage, ...]) -> Tuple[Stage, ...]:
+    """The table with every measuring stage (`each` set) that the report does not name among its
+    inputs added to the aggregating stages' inputs, under the stage's own name: a new stage's
+    figures reach the report and MLflow from its row alone."""
+    named = {source for stage in stages if stage.name == "report" for sources in stage.reads.values() for source in sources}
+    extra = {stage.name: (stage.name,) for stage in stages if stage.each and stage.name not in named}
+    return tuple(replace(stage, reads={**stage.reads, **extra}) if stage.name in AGGREGATING else stage for stage in stages)
+
+
+STAGES = completed(STAGES)
 BY_NAME: Dict[str, Stage] = {stage.name: stage for stage in STAGES}
 
 
@@ -260,6 +277,11 @@ def aggregated_roles() -> Dict[str, str]:
     """{measuring stage: the report's role for it} (eval <- evaluate_engine, ...): what the report
     and MLflow read is what the table says the report reads."""
     return {sources[0]: role for role, sources in BY_NAME["report"].reads.items()}
+
+
+def declared_figures() -> Dict[str, Tuple[str, ...]]:
+    """{role: the figures its stage declares} for the measuring stages read under their own name."""
+    return {role: BY_NAME[sources[0]].figures for role, sources in BY_NAME["report"].reads.items() if BY_NAME[sources[0]].figures}
 
 
 def check_roles(stage: str, fed: Iterable[str]) -> None:

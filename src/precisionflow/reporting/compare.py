@@ -54,6 +54,30 @@ def serving_by_engine(serve_dirs: List[Path], confidence: float) -> Dict[str, Di
     return found
 
 
+def declared_by_engine(inputs: Dict[str, Path]) -> Dict[str, Dict[str, Any]]:
+    """{engine node key: {"<stage>.<figure>": value}} from the measuring stages read under their own
+    name (flow.declared_figures): the figures each declares, taken from its node's summary."""
+    from precisionflow.pipeline.flow import declared_figures, role_kind
+
+    figures_of = declared_figures()
+    found: Dict[str, Dict[str, Any]] = {}
+    for role, path in sorted(inputs.items()):
+        kind = role_kind(role)
+        if kind not in figures_of or declined(path):
+            continue
+        node = read_node(path)
+        values = found.setdefault(node["inputs"]["engine"], {})
+        values.update({f"{kind}.{figure}": node["summary"].get(figure, "") for figure in figures_of[kind]})
+    return found
+
+
+def declared_columns() -> List[str]:
+    """The columns of declared_by_engine, in the table's order."""
+    from precisionflow.pipeline.flow import declared_figures
+
+    return [f"{role}.{figure}" for role, figures in declared_figures().items() for figure in figures]
+
+
 def ratios_by_engine(speed_dirs: List[Path]) -> Dict[str, Dict[str, Any]]:
     """{engine node key: compare_speed metrics} -- evaluations find their ratios by their engine."""
     return {read_node(folder)["inputs"]["engine"]: read_json(folder / "metrics.json") for folder in speed_dirs}

@@ -55,7 +55,18 @@ SOURCES = {  # what the derived columns read
     "x_fp32_verdict": "metrics.x_fp32_verdict",
     "x_fp32_low": "metrics.x_fp32_low",
     "x_fp32_high": "metrics.x_fp32_high",
+    "x_server_low": "metrics.x_server_low",
+    "x_server_high": "metrics.x_server_high",
     "as_requested": "tags.executed_as_requested",
+}
+# Shown in every table, in this order, filled or not: the same shape whatever was swept.
+CORE = ("precision", "variant", "ran", "verdict", "change", "x_fp32", "x_server", "target")
+# One number format per column (as the run's console prints them).
+FORMATS = {
+    **{name: "{:.4f}" for name in ("top1", "agreement", "map50", "map")},
+    **{name: "{:.2f}" for name in ("x_fp32_b1", "x_fp32_bmax", "x_tf_b1", "x_tf_bmax", "spurious_per_100", "shadow_per_100")},
+    "b1_p50_ms": "{:.3f}",
+    "flipped": "{:.0f}",
 }
 
 
@@ -124,10 +135,33 @@ def derived(run, row: dict) -> dict:
         speed = f"{get['x_fp32_verdict']:.2f} [{get['x_fp32_low']:.2f}, {get['x_fp32_high']:.2f}]"
     elif row["x_fp32_bmax"] != "" and not get["simulates"]:  # measured, no verdict read it: the ratio alone
         speed = f"{float(row['x_fp32_bmax']):.2f} (bmax)"
-    elif ran.startswith("fp32") and row["precision"] not in ("fp32", "tensorflow") and not get["simulates"]:
-        # a blank says why: "=fp32" stood here once where the same job had measured 0.70x
-        speed = "not logged (ran fp32's kernels)"
-    return {"variant": ", ".join(variant), "ran": ran, "change": change, "x_fp32": speed}
+    server = row["x_server"]
+    if server != "" and None not in (get["x_server_low"], get["x_server_high"]):
+        server = f"{float(server):.2f} [{get['x_server_low']:.2f}, {get['x_server_high']:.2f}]"
+    elif server != "":
+        server = f"{float(server):.2f} (no interval)"
+    found = {"variant": ", ".join(variant), "ran": ran, "change": change, "x_fp32": speed, "x_server": server}
+    return {**found, **blank_reasons(found, row["precision"], bool(get["simulates"]))}
+
+
+def blank_reasons(found: dict, precision: str, simulates: bool) -> dict:
+    """A blank ratio or change says why (the reference, a simulation, the QAT twin), never a guess:
+    "not logged (ran fp32's kernels)" once stood beside a twin that is never timed at all."""
+    why = (
+        "not timed (a simulation)"
+        if simulates
+        else "not timed (int8_qat's twin)"
+        if precision == "fp32_twin"
+        else "ref"
+        if precision == precisions.reference().name
+        else "n/a (TensorFlow)"
+        if precision == "tensorflow"
+        else "no ratio logged"
+    )
+    filled = {name: why for name in ("x_fp32", "x_server") if found[name] == ""}
+    if found["change"] == "" and precision == precisions.reference().name and not simulates:
+        filled["change"] = "ref"
+    return filled
 
 
 def table(runs) -> List[dict]:
@@ -136,7 +170,9 @@ def table(runs) -> List[dict]:
         row = {}
         for name, column in COLUMNS:
             value = _field(run, column)
-            row[name] = "" if value is None else (round(value, 4) if isinstance(value, float) else str(value))
+            row[name] = (
+                "" if value is None else (FORMATS.get(name, "{}").format(value) if isinstance(value, float) else str(value))
+            )
         row.update(derived(run, row))
         row["model"] = model_name(row["model"])
         rows.append(row)
@@ -158,13 +194,14 @@ def shown_columns(rows: List[dict], all_columns: bool) -> List[str]:
         names.insert(1, "model")
     if all_columns:
         return names
-    chosen: List[str] = []
-    for name in [name for name in names if any(row[name] != "" for row in rows)]:
+    core = [name for name in names if name in CORE or (name == "model" and names.index("model") == 1)]
+    chosen: List[str] = list(core)
+    for name in [name for name in names if name not in core and any(row[name] != "" for row in rows)]:
         trial = chosen + [name]
         text = tabulate([[row[n] for n in trial] for row in rows], headers=trial, tablefmt="github", disable_numparse=True)
         if max(len(line) for line in text.splitlines()) <= WIDTH:
             chosen = trial
-    return chosen
+    return [name for name in names if name in chosen]  # the table's order, whatever fitted
 
 
 def render(rows: List[dict], fmt: str, all_columns: bool = False) -> str:

@@ -80,6 +80,7 @@ COLUMNS = [
     "timed",
     "load",
     "node",
+    "blank_as",  # why the row's blank cells are blank (BLANK_MARKS), where a reason applies
 ]
 
 
@@ -99,6 +100,41 @@ SPEED_COLUMNS = [
     "noisy",
     "loaded",
 ]
+
+
+# Why a row leaves a kind of cell blank: the mark printed in the blank cell (console and page), and
+# what it means, said once under the table. A blank without a mark is a figure not measured here.
+BLANK_MARKS = {
+    "ref": "the fp32 engine itself: every x_fp32 ratio is over it",
+    "sim": "TensorRT's arithmetic simulated on this CPU: an accuracy figure, never timed",
+    "twin": "int8_qat's fine-tune run in fp32: its accuracy reference, not timed",
+    "n/a": "the TensorFlow model: timed as the x_tf baseline, not evaluated",
+}
+RATIOS_OVER_FP32 = ("x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_server", "x_server_95")
+ACCURACY_CELLS = ("top1", "top5", "change_95", "agreement", "flipped", *DETECTION_COLUMNS)
+# One number format per column, in the console and on the page (summary.csv keeps the numbers).
+FORMATS = {
+    **{column: "{:.4f}" for column in ("top1", "top5", "agreement", "box_agreement", "qat_agreement", "int8_frac")},
+    **{column: "{:.2f}" for column in ("x_fp32_b1", "x_fp32_bmax", "x_fp32_streams", "x_tf_b1", "x_tf_bmax")},
+    **{column: "{:.2f}" for column in ("x_tf_streams", "x_server", "srv_over_off")},
+    **{column: "{:.1f}" for column in ("sps_b1", "sps_bmax", "sps_streams", "qps_server", "qps_offline", "engine_kb")},
+    **{column: "{:.3f}" for column in ("p50_ms_b1", "p99_ms_b1", "p99_ms_server", "p90_ms_single", "p50_ms_single")},
+}
+
+
+def blank_cells(mark: str) -> tuple:
+    """The cells a row with `mark` leaves blank for that reason."""
+    if mark == "ref":
+        return RATIOS_OVER_FP32
+    if mark in ("sim", "twin"):
+        return tuple(SPEED_COLUMNS)
+    return ACCURACY_CELLS if mark == "n/a" else ()
+
+
+def formatted(column: str, value: Any) -> Any:
+    if column in FORMATS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return FORMATS[column].format(value)
+    return value
 
 
 OTHERS_LOADED = 0.5  # cores of CPU time other processes used on average while a job timed
@@ -246,16 +282,26 @@ def ratio_columns(ratio_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def displayed(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The printed/HTML rows: a noisy figure carries NOISY_MARK -- unless its row was timed on a
+    """The printed/HTML rows: every number in its column's format; a blank that has a reason shows
+    its mark (BLANK_MARKS); a noisy figure carries NOISY_MARK -- unless its row was timed on a
     loaded machine, which the notes say once (a mark on every figure would say nothing)."""
     shown = []
     for row in rows:
-        copy = dict(row)
+        copy = {column: formatted(column, value) for column, value in row.items()}
+        for column in blank_cells(row.get("blank_as", "")):
+            if copy.get(column, "") == "":
+                copy[column] = row["blank_as"]
         if not row.get("loaded"):
             for column in str(row.get("noisy", "")).split():
-                copy[column] = f"{row[column]}{NOISY_MARK}"
+                copy[column] = f"{copy[column]}{NOISY_MARK}"
         shown.append(copy)
     return shown
+
+
+def blank_legend(rows: List[Dict[str, Any]]) -> List[str]:
+    """One line per blank mark the rows use: what it means."""
+    used = [mark for mark in BLANK_MARKS if any(row.get("blank_as") == mark for row in rows)]
+    return [f"{mark} = {BLANK_MARKS[mark]}" for mark in used]
 
 
 def engine_row(
@@ -288,13 +334,24 @@ def engine_row(
             "node": eval_dir.name,
         }
     )
-    if lineage["evaluate_engine"]["params"].get("simulates"):
+    evaluated = lineage["evaluate_engine"]["params"]
+    if evaluated.get("simulates"):
         # what TensorRT would compute, run on this CPU: its accuracy is the row's point, its speed none
         row.update({column: "" for column in SPEED_COLUMNS})
+    row["blank_as"] = blank_reason(evaluated, metrics["precision"])
     row["noisy"] = " ".join(row["noisy"].split() + row.pop("ratio_noisy", []))
     ratio_loaded = row.pop("ratio_loaded", False)
     row["loaded"] = "yes" if row["loaded"] or ratio_loaded else ""
     return row
+
+
+def blank_reason(evaluated: Dict[str, Any], precision: str) -> str:
+    """The BLANK_MARKS key of an engine row: a simulation, the QAT twin, the fp32 reference, or none."""
+    if evaluated.get("simulates"):
+        return "sim"
+    if evaluated.get("twin_of"):
+        return "twin"
+    return "ref" if precision == precisions.reference().name else ""
 
 
 def accuracy_columns(metrics: Dict[str, Any]) -> Dict[str, Any]:
@@ -341,6 +398,7 @@ def framework_row(framework_dir: Path) -> Dict[str, Any]:
             "target": metrics["target"],
             "ran": f"fp32 ({metrics['device']})",
             "node": framework_dir.name,
+            "blank_as": "n/a",
         }
     )
     row.update(speed_columns(metrics["speed"]))

@@ -116,11 +116,11 @@ VIEW_COLUMNS = (
     "tags.`precision`",
     "tags.`verdict`",
     "metrics.`accuracy_change_points`",
+    "metrics.`accuracy_change_low`",
+    "metrics.`accuracy_change_high`",
     "metrics.`x_fp32_bmax`",
     "metrics.`x_server`",
-    "metrics.`top1_drop_low`",
-    "metrics.`top1_drop_high`",
-    "metrics.`top1`",
+    "metrics.`top1_percent`",
     "tags.`executed`",
     "metrics.`map`",
     "metrics.`spurious_per_100`",
@@ -138,14 +138,16 @@ TRADE_OFF_KEY = "precisionflow-tradeoff"
 # timed apart would be drawn apart for the machine's load, not their kernels).
 # Up is better on both axes: the y axis is the signed change (accuracy_change_points, rounded to 0.01
 # point) -- the drop put there once read "up = worse" while the report's Pareto reads "up = better".
-TRADE_OFF_AXES = {"x": "x_fp32_bmax", "y": "accuracy_change_points"}
+# Every engine run is drawn: x is x_fp32_charted (track_mlflow.chart_x) -- the measured x_fp32_bmax,
+# 1.0 for the fp32 reference, 0.0 for a run with no measured ratio (its `on_chart` tag says why).
+TRADE_OFF_AXES = {"x": "x_fp32_charted", "y": "accuracy_change_points"}
 # MLflow's runs view shows its first 10 runs in a chart unless told otherwise: a sweep's 16 engine
 # runs were cut to 10 (the int8 entropy and minmax runs among the missing). MLflow 3.17's
 # ExperimentPageUIState: runsHiddenMode FIRST_10_RUNS (its default) | FIRST_20_RUNS | SHOW_ALL | ...
 SHOW_EVERY_RUN = "SHOW_ALL"
 
 
-def share_view(client, experiment_id: str, sort_metric: str = "top1") -> None:
+def share_view(client, experiment_id: str, sort_metric: str = "top1", not_drawn: int = 0) -> None:
     """The runs page's columns (precision, what ran, verdict, top-1 and its change with the interval,
     speed ratios) in that order, best first by `sort_metric`; and the same runs as a chart view that
     opens on the trade-off (TRADE_OFF_AXES).
@@ -169,10 +171,11 @@ def share_view(client, experiment_id: str, sort_metric: str = "top1") -> None:
         "runsHiddenMode": SHOW_EVERY_RUN,
     }
     client.set_experiment_tag(experiment_id, f"mlflow.sharedViewState.{VIEW_KEY}", json.dumps(state))
-    client.set_experiment_tag(experiment_id, f"mlflow.sharedViewState.{TRADE_OFF_KEY}", json.dumps(trade_off_state(state)))
+    chart = trade_off_state(state, not_drawn)
+    client.set_experiment_tag(experiment_id, f"mlflow.sharedViewState.{TRADE_OFF_KEY}", json.dumps(chart))
 
 
-def trade_off_state(runs_view: dict) -> dict:
+def trade_off_state(runs_view: dict, not_drawn: int = 0) -> dict:
     """The runs view's state with one chart section first, holding one scatter card: accuracy change
     against speed ratio, a card as wide as the chart area. MLflow appends its own per-metric charts
     below it (MLflow 3.17's chart cards: type, xaxis/yaxis {key, type}, their section's uuid)."""
@@ -187,7 +190,12 @@ def trade_off_state(runs_view: dict) -> dict:
         "deleted": False,
         "isGenerated": False,
     }
-    name = "precisionflow: accuracy change vs fp32 (accuracy_change_points, up = better) against speed vs fp32 (x_fp32_bmax)"
+    name = (
+        "precisionflow: accuracy change vs fp32 (points, up = better) against speed vs fp32 at bmax "
+        "(x = 1: the fp32 reference; x = 0: not timed, see the run's on_chart tag)"
+    )
+    if not_drawn:  # runs with no accuracy change against fp32 have no y: said, never silently dropped
+        name += f"; not drawn: {not_drawn} engine run(s) with no accuracy change against fp32 (int8_qat's twin)"
     return {
         **runs_view,
         "compareRunSections": [

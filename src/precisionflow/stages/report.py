@@ -19,7 +19,16 @@ from precisionflow import precisions
 from precisionflow.errors import StageError
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
 from precisionflow.reporting import report_pages
-from precisionflow.reporting.compare import differences_of, ratios_by_engine, serving_by_engine, serving_inputs, split_inputs
+from precisionflow.reporting.compare import (
+    declared_by_engine,
+    declared_columns,
+    differences_of,
+    engine_key,
+    ratios_by_engine,
+    serving_by_engine,
+    serving_inputs,
+    split_inputs,
+)
 from precisionflow.reporting.report_galleries import (
     FIGURES,
     GALLERY_CONDITIONS,
@@ -33,7 +42,15 @@ from precisionflow.reporting.report_galleries import (
     serving_curves,
 )
 from precisionflow.reporting.report_notes import not_built, notes
-from precisionflow.reporting.report_rows import COLUMNS, DETECTION_COLUMNS, displayed, engine_row, every_filled, framework_row
+from precisionflow.reporting.report_rows import (
+    COLUMNS,
+    DETECTION_COLUMNS,
+    blank_legend,
+    displayed,
+    engine_row,
+    every_filled,
+    framework_row,
+)
 
 # Reads every evaluation: a declined one is listed as not built, not carried (pipeline/runner.py).
 AGGREGATES = True
@@ -157,15 +174,44 @@ def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED, heade
     return "\n".join(line.rstrip() for line in table.splitlines())
 
 
+# Printed in every run and sweep, in this order, filled or not (a column no row fills says why once,
+# under the table): the same table shape whatever was swept. The task's accuracy column is added.
+ALWAYS_PRINTED = ("precision", "ran", "change_95", "verdict", "variant", "x_fp32_bmax", "x_server_95")
+
+
+def always_printed(rows: List[Dict[str, Any]]) -> List[str]:
+    detects = any(str(row.get("map50", "")) != "" for row in rows)
+    task = ["map50", "spurious_100"] if detects else ["top1"]
+    return [c for c in PRINTED if c in ALWAYS_PRINTED or c in task]
+
+
 def fitted(rows: List[Dict[str, Any]], width: int = TERMINAL_WIDTH) -> List[str]:
-    """The printed columns: PRINTED's filled ones (a single model's column says nothing), less the
-    least important while the table is wider than `width`."""
-    columns = [c for c in PRINTED if any(str(row.get(c, "")) != "" for row in rows)]
+    """The printed columns: ALWAYS_PRINTED's, then PRINTED's other filled ones (a single model's
+    column says nothing) while the table fits in `width`, least important last."""
+    kept = always_printed(rows)
+    columns = [c for c in PRINTED if c in kept or any(str(row.get(c, "")) != "" for row in rows)]
     if len({row["model"] for row in rows}) <= 1 and "model" in columns:
         columns.remove("model")  # named once above the table instead
-    while len(columns) > 4 and len(format_table(rows, columns).splitlines()[1]) > width:
-        columns.pop()
+    while len(columns) > len(kept) and len(format_table(rows, columns).splitlines()[1]) > width:
+        columns.remove(next(c for c in reversed(columns) if c not in kept))
     return columns
+
+
+def empty_columns(rows: List[Dict[str, Any]], columns: List[str], serving_ran: bool) -> List[str]:
+    """Why a printed column no row fills is empty: one line each."""
+    why = {
+        "x_fp32_bmax": "no engine but fp32 was timed beside it (compare_speed) on this target",
+        "x_server_95": "no serve_engine ran (evaluate.serving.enabled=false)"
+        if not serving_ran
+        else "no engine but fp32 was served beside it",
+        "verdict": "no engine was judged",
+        "variant": "every row is its precision's default: nothing swept",
+    }
+    return [
+        f"{HEADERS.get(c, c)}: empty -- {why.get(c, 'not measured in this sweep')}"
+        for c in columns
+        if not any(str(row.get(c, "")) != "" for row in rows)
+    ]
 
 
 def short_model(model_id: str) -> str:
@@ -173,8 +219,9 @@ def short_model(model_id: str) -> str:
     return model_id.rsplit("-", 1)[0] if "-" in model_id else model_id
 
 
-def printed_table(rows: List[Dict[str, Any]]) -> str:
-    """One block per (model, target), each headed by what it is; the same columns in every block."""
+def printed_table(rows: List[Dict[str, Any]], serving_ran: bool = True) -> str:
+    """One block per (model, target), each headed by what it is; the same columns in every block,
+    then what each blank mark means and why a column is empty."""
     shown = [dict(row, model=short_model(str(row["model"]))) for row in displayed(rows)]
     columns = [c for c in fitted(shown) if c not in ("model", "target")]
     blocks = []
@@ -185,7 +232,8 @@ def printed_table(rows: List[Dict[str, Any]]) -> str:
     left_out = [
         c for c in PRINTED if c not in columns and c not in ("model", "target") and any(str(r.get(c, "")) != "" for r in rows)
     ]
-    tail = [f"(more columns in summary.csv and report.html: {', '.join(left_out)})"] if left_out else []
+    tail = blank_legend(rows) + empty_columns(rows, columns, serving_ran)
+    tail += [f"(more columns in summary.csv and report.html: {', '.join(left_out)})"] if left_out else []
     return "\n".join(blocks[:-1] + tail)
 
 
@@ -311,7 +359,10 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     ratios = ratios_by_engine(speeds)
     metrics = {path: read_json(path / "metrics.json") for path in evals}
     differs = differences_of(evals)  # whatever key was swept between these rows, named on them
+    declared = declared_by_engine(inputs)  # a measuring stage's own figures (flow.Stage.figures)
     rows = [engine_row(path, metrics[path], ratios, served, differs[path.name]) for path in evals]
+    for path, row in zip(evals, rows, strict=True):
+        row.update(declared.get(engine_key(path), {}))
     rows += [framework_row(path) for path in frameworks]
     rows.sort(
         key=lambda r: (r["model"], str(r["pruned"]), r["target"], r["precision"] == "tensorflow", r["precision"], r["variant"])
@@ -319,16 +370,22 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     found = verdicts_of(params, evals, speeds + serves)
     add_verdict_columns(rows, found)
     with open(out / "summary.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS + declared_columns(), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     reading_notes = not_built(inputs) + trade_offs(found) + notes(rows, metrics)
-    table = "\n".join([printed_table(rows), ""] + reading_notes)
+    table = "\n".join([printed_table(rows, bool(serves)), ""] + reading_notes)
     (out / "summary.txt").write_text(table + "\n")
     plots = pictures(rows, found, metrics, served, inputs, evals, out)
     write_json_atomic(out / "verdicts.json", found)
     (out / "report.html").write_text(
-        report_pages.html_page(displayed(rows), every_filled(HTML_COLUMNS, rows), plots, reading_notes, found)
+        report_pages.html_page(
+            displayed(rows),
+            every_filled(HTML_COLUMNS + declared_columns(), rows),
+            plots,
+            blank_legend(rows) + reading_notes,
+            found,
+        )
     )
     print(table)
     return {

@@ -9,12 +9,13 @@ tags the existing run with the new sweep instead of logging a copy.
 
 import hashlib
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from precisionflow.stages import Reading
 from precisionflow.reporting import engine_models, tracking
 from precisionflow.reporting.compare import (
     HEADLINE_METRICS,
+    declared_by_engine,
     differences_of,
     engine_key,
     ratio_values,
@@ -25,6 +26,7 @@ from precisionflow.reporting.compare import (
     with_differences,
 )
 from precisionflow.nodeio import named_lineage, node_key, read_json
+from precisionflow.reporting.report_rows import blank_reason
 from precisionflow.quant import cache
 
 # Reads every evaluation: a declined one is listed as not built, not carried (pipeline/runner.py).
@@ -67,6 +69,8 @@ def child_metrics(metrics: Dict[str, Any], ratio_metrics, timed: bool = True) ->
     """Accuracy, speed (not for a simulation row: a CPU's timing of TensorRT's graph says nothing of
     TensorRT), engine size and the side-by-side ratios."""
     values = {key: float(metrics[key]) for key in HEADLINE_METRICS[task_of(metrics)]}
+    if "top1" in values:  # for reading in the runs view, in the console's points (top1 itself stays raw)
+        values["top1_percent"] = round(100 * values["top1"], 2)
     speed = metrics["speed"] if timed else {"batch": {}, "streams": {}}
     for batch, stats in speed["batch"].items():
         values.update({f"b{batch}_{name}": float(v) for name, v in stats.items() if isinstance(v, (int, float))})
@@ -207,7 +211,12 @@ def log_child(client, context, eval_dir: Path) -> bool:
         **child_metrics(metrics, context["ratios"].get(engine_key(eval_dir)), timed),
         **graph_metrics(lineage),
         **verdict_metrics(verdict),
+        **{key: float(value) for key, value in context["declared"].get(engine_key(eval_dir), {}).items() if is_number(value)},
     }
+    role = blank_reason(lineage["evaluate_engine"]["params"], metrics["precision"])
+    if role == "ref":
+        values.setdefault("accuracy_change_points", 0.0)  # the reference against itself, drawn at the origin's height
+    values[CHART_X], charted = chart_x(values, role)
     training_runs = {
         f"training_run.{name}": log_training(client, context, record)
         for name, record in lineage.items()
@@ -218,7 +227,12 @@ def log_child(client, context, eval_dir: Path) -> bool:
         metrics=[Metric(k, v, 0, 0) for k, v in values.items()],
         tags=[
             RunTag(k, v)
-            for k, v in {**training_runs, **child_tags(lineage, metrics, context["commit"]), **verdict_tags(verdict)}.items()
+            for k, v in {
+                **training_runs,
+                **child_tags(lineage, metrics, context["commit"]),
+                **verdict_tags(verdict),
+                "on_chart": charted,
+            }.items()
         ],
     )
     for artifact in artifacts(eval_dir, lineage) + trt_caches(
@@ -231,6 +245,32 @@ def log_child(client, context, eval_dir: Path) -> bool:
     return True
 
 
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def change_interval(drop: Dict[str, Any]) -> Dict[str, float]:
+    """The interval of accuracy_change_points (change = -drop: its low end is the drop's high end)."""
+    if drop.get("low") is None or drop.get("high") is None:
+        return {}
+    return {"accuracy_change_low": round(0.0 - drop["high"], 2) + 0.0, "accuracy_change_high": round(0.0 - drop["low"], 2) + 0.0}
+
+
+# Where an engine run sits on the trade-off chart's x axis, and why (tracking.TRADE_OFF_AXES).
+CHART_X = "x_fp32_charted"
+
+
+def chart_x(values: Dict[str, float], role: str) -> Tuple[float, str]:
+    """(x, what it is): the ratio measured side by side; 1.0 for the fp32 reference (its ratio to
+    itself); 0.0 -- the chart's "not timed" edge -- where no ratio was measured, saying why."""
+    if "x_fp32_bmax" in values:
+        return values["x_fp32_bmax"], "measured side by side with the fp32 engine"
+    if role == "ref":
+        return 1.0, "the fp32 reference: 1.0 by definition"
+    why = {"sim": "a simulation of TensorRT on this CPU", "twin": "int8_qat's fp32 twin"}.get(role, "no ratio job ran")
+    return 0.0, f"not timed ({why}): drawn at x = 0"
+
+
 def verdict_metrics(verdict: Dict[str, Any]) -> Dict[str, float]:
     """The accuracy change against the reference the budget reads, with its interval (points)."""
     found: Dict[str, float] = {}
@@ -240,6 +280,8 @@ def verdict_metrics(verdict: Dict[str, Any]) -> Dict[str, float]:
                 "top1_drop_points": verdict["drop"]["drop"],
                 # the chart's y axis and the runs view's column: signed, up = better, to 0.01 point
                 "accuracy_change_points": round(0.0 - verdict["drop"]["drop"], 2) + 0.0,
+                # its interval with the same sign, rounded as the change is (the drop's own stays raw)
+                **change_interval(verdict["drop"]),
                 "top1_drop_low": verdict["drop"]["low"],
                 "top1_drop_high": verdict["drop"]["high"],
                 "top1_drop_p_value": verdict["drop"]["p_value"],
@@ -317,6 +359,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "results": results,
         "out": out,
         "ratios": ratios_by_engine(speed_dirs),
+        "declared": declared_by_engine(inputs),  # a measuring stage's own figures (flow.Stage.figures)
         "differs": differences_of(eval_dirs),
         "tensorrt_version": params["tensorrt_version"],
         "verdicts": {entry["node"]: entry for entry in read_json(inputs["report"] / "verdicts.json")},
@@ -325,7 +368,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     client.set_terminated(parent.info.run_id)
     # the view sorts by top-1 while the store holds classification runs, by mAP when only detection
     classifies = client.search_runs([experiment_id], filter_string="metrics.top1 >= 0", max_results=1)
-    tracking.share_view(client, experiment_id, sort_metric="top1" if classifies else "map")
+    engine_runs = client.search_runs([experiment_id], filter_string=tracking.ENGINE_RUNS_FILTER, max_results=5000)
+    not_drawn = sum("accuracy_change_points" not in run.data.metrics for run in engine_runs)
+    tracking.share_view(client, experiment_id, sort_metric="top1" if classifies else "map", not_drawn=not_drawn)
     marked = f"tags.`{tracking.SWEEP_TAG}.{sweep_id}` = '1' and tags.`{tracking.NODE_TAG}` LIKE 'evaluate_engine/%'"
     children = [run.info.run_id for run in client.search_runs([experiment_id], filter_string=marked, max_results=50)]
     models = client.search_logged_models([experiment_id], filter_string=f"tags.`{engine_models.ENGINE_TAG}` != ''")
