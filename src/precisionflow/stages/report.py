@@ -245,21 +245,32 @@ def trade_offs(found: List[Dict[str, Any]]) -> List[str]:
 
     lines = []
     for target in sorted({entry["target"] for entry in found}):
-        timed = [
+        passed = [
             entry
             for entry in found
-            if entry["target"] == target
-            and entry["verdict"] == "PASS"
-            and entry.get("speed")
-            and not precisions.is_reference(entry["precision"])
-            and not entry.get("ran_reference_kernels")
+            if entry["target"] == target and entry["verdict"] == "PASS" and not precisions.is_reference(entry["precision"])
         ]
+        measured = [entry for entry in passed if entry.get("speed")]
+        timed = [entry for entry in measured if not entry.get("ran_reference_kernels")]
         if not timed:
-            lines.append(f"{target}: no engine within its budget was timed against fp32 here.")
+            lines.append(f"{target}: {why_no_ranking(passed, measured)}")
             continue
         ranking = fastest([{**entry["speed"], "entry": entry} for entry in timed])
         lines.append(f"{target}: " + ranking_line(ranking))
     return lines
+
+
+def why_no_ranking(passed: List[Dict[str, Any]], measured: List[Dict[str, Any]]) -> str:
+    """Why a target has no fastest engine to name: the line must be true of the rows above it."""
+    if not passed:
+        return "no engine passed its budget, so none is ranked by speed."
+    if not measured:
+        return "no engine within its budget was timed against fp32 here."
+    names = ", ".join(sorted({entry["precision"] for entry in measured}))
+    return (
+        f"the engines within their budget that were timed against fp32 ({names}) ran fp32's kernels here: "
+        "their ratios are in the table, but no precision's own speed-up to rank."
+    )
 
 
 def speed_cost(entry: Dict[str, Any]) -> str:
