@@ -59,6 +59,8 @@ def test_a_new_measuring_stage_is_its_module_and_its_row(toy_stage, tmp_path):
     for aggregate in ("report", "track_mlflow"):  # both read it under its own name, from the table
         fed = [role for key, node in nodes.items() if key.startswith(aggregate + "/") for role in node["inputs"]]
         assert sum(role.startswith("toy_latency") for role in fed) == 2, fed
+        params = next(node["params"] for key, node in nodes.items() if key.startswith(aggregate + "/"))
+        assert params["figures"] == {"toy_latency": ["p42_ms"]}  # what it shows of it, handed over by the planner
 
 
 def test_its_declared_figures_reach_the_report_columns_and_mlflow_metrics(toy_stage, tmp_path):
@@ -72,9 +74,10 @@ def test_its_declared_figures_reach_the_report_columns_and_mlflow_metrics(toy_st
         summary = {"p42_ms": 1.5 + i, "note": "not declared: not shown"}
         (folder / "node.json").write_text(json.dumps({"inputs": {"engine": engine, "data": "d"}, "summary": summary}))
         inputs[f"toy_latency{i:05d}"] = folder
-    found = declared_by_engine(inputs)
+    figures = planning.declared_figures()["figures"]
+    found = declared_by_engine(inputs, figures)
     assert found == {
         "build_engine/fp32-local-aaa": {"toy_latency.p42_ms": 1.5},
         "build_engine/fp16-local-bbb": {"toy_latency.p42_ms": 2.5},
     }
-    assert declared_columns() == ["toy_latency.p42_ms"]  # summary.csv's and the page's extra column
+    assert declared_columns(figures) == ["toy_latency.p42_ms"]  # summary.csv's and the page's extra column

@@ -8,6 +8,7 @@ leaves a half-written artifact where a downstream stage could read it.
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -197,6 +198,11 @@ def staged_node_dir(final_dir: Path) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def role_kind(role: str) -> str:
+    """A numbered role (eval00003: an aggregate stage's fourth evaluation) is of its kind (eval)."""
+    return re.sub(r"\d{5}$", "", role)  # the planner numbers them with five digits
 
 
 def node_key(record: Dict[str, Any]) -> str:

@@ -16,9 +16,10 @@ Every configuration starts with prepare_dataset -> train_model [-> prune_model -
 and ends with report -> track_mlflow over all its measurements.
 """
 
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, Tuple
+
+from precisionflow.nodeio import role_kind  # noqa: F401 (the planner's numbered roles: read here and below)
 
 
 @dataclass(frozen=True)
@@ -241,11 +242,6 @@ def completed(stages: Tuple[Stage, ...]) -> Tuple[Stage, ...]:
 
 STAGES = completed(STAGES)
 BY_NAME: Dict[str, Stage] = {stage.name: stage for stage in STAGES}
-
-
-def role_kind(role: str) -> str:
-    """A numbered role (eval00003: the report's fourth evaluation) is of its kind (eval)."""
-    return re.sub(r"\d{5}$", "", role)  # the planner numbers them with five digits
 
 
 def edge_kind(stage: str, role: str) -> str:

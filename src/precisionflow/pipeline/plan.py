@@ -247,17 +247,17 @@ class PlanBuilder:
                 measured += self._add_qat_twin(cfg, trained, graph_of[(precision, cfg["targets"][0])], onnx, data)
         for (precision, target), engine in engines.items():
             # Every engine is compared with the same fp32 reference: the main path's exported model.
-            has = {
+            available = {
                 "engine": engine,
                 "data": data,
                 "reference": onnx,
                 **self.trained_model_of(precision, graph_of[(precision, target)]),
             }
             if engines[(reference, target)].key != engine.key:
-                has["fp32_engine"] = engines[(reference, target)]
+                available["fp32_engine"] = engines[(reference, target)]
             if cfg["target_defs"][target]["framework"]:
-                has["model"] = model
-            measured += self.place_measurements(cfg, "engine", target, has, precision)
+                available["model"] = model
+            measured += self.place_measurements(cfg, "engine", target, available, precision)
             simulated = precisions.get(precision).simulate_tensorrt and cfg["int8"]["simulate_tensorrt"]
             if simulated and placements[target] != TENSORRT:
                 measured.append(self._add_tensorrt_simulation(cfg, precision, target, onnx, data, graphs, trained))
@@ -266,33 +266,35 @@ class PlanBuilder:
         return measured
 
     def place_measurements(
-        self, cfg, each: str, target: str, has: Dict[str, Node], precision: Optional[str] = None
+        self, cfg, each: str, target: str, available: Dict[str, Node], precision: Optional[str] = None
     ) -> List[Node]:
         """The generic walk over the flow table's measurements: every stage placed per engine (or per
-        target) whose switch is on, fed what it declares of `has` -- a new measuring stage is a row
+        target) whose switch is on, fed what it declares of `available` -- a new measuring stage is a row
         in flow.STAGES and its module, nothing here."""
         return [
-            self.place(stage.name, cfg, target, has, precision)
+            self.place_on_target(stage.name, cfg, target, available, precision)
             for stage in flow.measurements(each)
             if flow.switched_on(stage, cfg, target)
         ]
 
-    def place(self, stage: str, cfg, target: str, has: Dict[str, Node], precision=None, slug="", extra=None) -> Node:
+    def place_on_target(
+        self, stage: str, cfg, target: str, available: Dict[str, Node], precision=None, slug="", extra=None
+    ) -> Node:
         """A node of a stage that runs on a target (an engine, a measurement): read there, with the
         runtime it runs on and the target's scheduler resources."""
         row = flow.BY_NAME[stage]
         runtime, resources = self._device(cfg, target, row.backend or cfg["engine"]["backend"])
-        return self.place_at(stage, Reading(cfg, target, runtime, precision), has, slug, resources, extra)
+        return self.place_at(stage, Reading(cfg, target, runtime, precision), available, slug, resources, extra)
 
-    def place_at(self, stage: str, at: Reading, has: Dict[str, Node], slug="", resources=None, extra=None) -> Node:
+    def place_at(self, stage: str, at: Reading, available: Dict[str, Node], slug="", resources=None, extra=None) -> Node:
         """The one way a stage's node is made: its params what the stage reads at `at` (plus `extra`,
         plus the content of the files a model spec opens), its inputs the roles flow.py declares for
-        it taken from `has`, its readable name the table's (unless `slug` names it)."""
+        it taken from `available`, its readable name the table's (unless `slug` names it)."""
         row = flow.BY_NAME[stage]
         params = {**stage_module(stage).reads(at), **(extra or {})}
         if isinstance(params.get("model"), dict):  # a model is built from these files: their content is in the id
             params["model"]["files"] = self.model_files(params["model"])
-        inputs = {role: node for role, node in has.items() if flow.edge_kind(stage, role) in row.reads}
+        inputs = {role: node for role, node in available.items() if flow.edge_kind(stage, role) in row.reads}
         flow.check_roles(stage, inputs)
         upstream = {role: node.id.rsplit("-", 1)[0] for role, node in inputs.items()}
         return self.add(stage, slug or row.slug(params, at, upstream), params, inputs, resources=resources, at=at)
@@ -334,10 +336,10 @@ class PlanBuilder:
         accuracy; its speed is not TensorRT's, so no timing ratio is planned), a row of its own."""
         graph = graphs.get((precision, TENSORRT)) or self._add_graph(cfg, precision, onnx, data, graphs, trained, TENSORRT)
         graphs[(precision, TENSORRT)] = graph
-        has = {"engine": self._add_engine(cfg, graph, target), "data": data, "reference": onnx}
-        has.update(self.trained_model_of(precision, graph))
+        available = {"engine": self._add_engine(cfg, graph, target), "data": data, "reference": onnx}
+        available.update(self.trained_model_of(precision, graph))
         extra = {"simulates": "tensorrt"}
-        return self.place("evaluate_engine", cfg, target, has, precision, f"{precision}-trtsim-{target}", extra)
+        return self.place_on_target("evaluate_engine", cfg, target, available, precision, f"{precision}-trtsim-{target}", extra)
 
     def _add_graph(
         self,
@@ -371,7 +373,7 @@ class PlanBuilder:
         return graph
 
     def _add_engine(self, cfg, graph: Node, target: str) -> Node:
-        return self.place("build_engine", cfg, target, {"graph": graph})
+        return self.place_on_target("build_engine", cfg, target, {"graph": graph})
 
     def _add_qat_twin(self, cfg, trained: Node, qat_graph: Node, onnx: Node, data: Node) -> List[Node]:
         """The QAT fine-tune run again in fp32 (same epochs, learning rate, seed, data), exported,
@@ -385,9 +387,9 @@ class PlanBuilder:
         twin_graph = self._add_graph(cfg, reference, self._add_export(cfg, twin_model, data), data, {}, trained, None)
         evaluations = []
         for target in cfg["targets"]:
-            has = {"engine": self._add_engine(cfg, twin_graph, target), "data": data, "reference": onnx}
+            available = {"engine": self._add_engine(cfg, twin_graph, target), "data": data, "reference": onnx}
             extra = {"twin_of": qat_model.key}
-            evaluations.append(self.place("evaluate_engine", cfg, target, has, TWIN, f"{TWIN}-{target}", extra))
+            evaluations.append(self.place_on_target("evaluate_engine", cfg, target, available, TWIN, f"{TWIN}-{target}", extra))
         return evaluations
 
 
@@ -441,11 +443,11 @@ def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequen
             tracking = stage_module("track_mlflow").reads(Reading(cfg))
             measured_by_tracking.setdefault(json.dumps(tracking, sort_keys=True), {}).update(point)
     warn_unresolvable(builder, budgets)
-    report_params = stage_module("report").reads(dict(sorted(budgets.items())))
+    report_params = {**stage_module("report").reads(dict(sorted(budgets.items()))), **declared_figures()}
     report = _add_aggregate(builder, "report", "sweep", report_params, measured)
     final = [report]
     for tracking_key, nodes in measured_by_tracking.items():
-        params = {**json.loads(tracking_key), "overrides": list(overrides)}
+        params = {**json.loads(tracking_key), "overrides": list(overrides), **declared_figures()}
         final.append(_add_aggregate(builder, "track_mlflow", "sweep", params, nodes, {"report": report}))
     return {
         "results_dir": results_dir,
@@ -473,6 +475,13 @@ def warn_unresolvable(builder: PlanBuilder, budgets: Dict[str, Dict[str, Any]]) 
 
     for line in resolution_warnings(builder, budgets):
         print(line, file=sys.stderr)
+
+
+def declared_figures() -> Dict[str, Any]:
+    """{"figures": {role: keys}} of the measuring stages the report and MLflow read under their own
+    name (flow.Stage.figures), for their params; {} where none declares any (no id changes)."""
+    figures = {role: list(keys) for role, keys in flow.declared_figures().items()}
+    return {"figures": figures} if figures else {}
 
 
 def _add_aggregate(builder: PlanBuilder, stage: str, slug: str, params, measured: Dict[str, Node], extra=None) -> Node:

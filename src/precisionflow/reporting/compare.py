@@ -7,7 +7,7 @@ engine and TensorFlow in alternating rounds. Nothing here divides figures of two
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from precisionflow.nodeio import declined, named_lineage, read_json, read_node
+from precisionflow.nodeio import declined, named_lineage, read_json, read_node, role_kind
 
 PER_SAMPLE_FILE = "per_sample.npz"  # an evaluation's test-split predictions and labels (classification)
 RATIOS = (("vs_fp32", "x_fp32"), ("vs_tf", "x_tf"))
@@ -22,23 +22,25 @@ def task_of(metrics: Dict[str, Any]) -> str:
     return metrics.get("task", "classification")
 
 
+def of_kind(inputs: Dict[str, Path], kind: str) -> List[Path]:
+    """The input folders whose role is of `kind` (eval00003 is an eval: nodeio.role_kind), in role order."""
+    return [path for role, path in sorted(inputs.items()) if role_kind(role) == kind]
+
+
 def split_inputs(inputs: Dict[str, Path]) -> Tuple[List[Path], List[Path], List[Path]]:
     """(evaluation, ratio, framework-baseline) node folders of an aggregate stage (serving_inputs: the serving ones)."""
-    picked = {
-        prefix: [path for role, path in sorted(inputs.items()) if role.startswith(prefix) and not declined(path)]
-        for prefix in ("eval", "speed", "framework")
-    }
+    picked = {kind: [path for path in of_kind(inputs, kind) if not declined(path)] for kind in ("eval", "speed", "framework")}
     return picked["eval"], picked["speed"], picked["framework"]
 
 
 def serving_inputs(inputs: Dict[str, Path]) -> List[Path]:
-    return [path for role, path in sorted(inputs.items()) if role.startswith("serve") and not declined(path)]
+    return [path for path in of_kind(inputs, "serve") if not declined(path)]
 
 
 def declined_evaluations(inputs: Dict[str, Path]) -> List[Tuple[Path, str]]:
     """(evaluation node, why) for each engine that was never built (nodeio.declined): the aggregate
     stages list these as "not built" rather than reading figures that do not exist."""
-    return [(path, declined(path)) for role, path in sorted(inputs.items()) if role.startswith("eval") and declined(path)]
+    return [(path, declined(path)) for path in of_kind(inputs, "eval") if declined(path)]
 
 
 def serving_by_engine(serve_dirs: List[Path], confidence: float) -> Dict[str, Dict[str, Any]]:
@@ -54,12 +56,10 @@ def serving_by_engine(serve_dirs: List[Path], confidence: float) -> Dict[str, Di
     return found
 
 
-def declared_by_engine(inputs: Dict[str, Path]) -> Dict[str, Dict[str, Any]]:
+def declared_by_engine(inputs: Dict[str, Path], figures_of: Dict[str, List[str]]) -> Dict[str, Dict[str, Any]]:
     """{engine node key: {"<stage>.<figure>": value}} from the measuring stages read under their own
-    name (flow.declared_figures): the figures each declares, taken from its node's summary."""
-    from precisionflow.pipeline.flow import declared_figures, role_kind
-
-    figures_of = declared_figures()
+    name: the figures each declares (`figures_of`, {role: keys}: flow.declared_figures, handed over
+    in the aggregate stage's params), taken from its node's summary."""
     found: Dict[str, Dict[str, Any]] = {}
     for role, path in sorted(inputs.items()):
         kind = role_kind(role)
@@ -71,11 +71,9 @@ def declared_by_engine(inputs: Dict[str, Path]) -> Dict[str, Dict[str, Any]]:
     return found
 
 
-def declared_columns() -> List[str]:
+def declared_columns(figures_of: Dict[str, List[str]]) -> List[str]:
     """The columns of declared_by_engine, in the table's order."""
-    from precisionflow.pipeline.flow import declared_figures
-
-    return [f"{role}.{figure}" for role, figures in declared_figures().items() for figure in figures]
+    return [f"{role}.{figure}" for role, figures in figures_of.items() for figure in figures]
 
 
 def ratios_by_engine(speed_dirs: List[Path]) -> Dict[str, Dict[str, Any]]:

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 
 from precisionflow.nodeio import named_lineage, node_key, read_json, read_node
 from precisionflow.reporting import report_pages
-from precisionflow.reporting.compare import engine_key, variant
+from precisionflow.reporting.compare import engine_key, of_kind, variant
 
 FIGURES = "figures"  # pictures live in one folder of the node: Snakemake's report collects it
 
@@ -189,9 +189,7 @@ def sensitivity_maps(inputs: Dict[str, Path], out: Path) -> List[str]:
     from precisionflow.quant import sensitivity
 
     pictures, seen = [], set()
-    for role, path in sorted(inputs.items()):
-        if not role.startswith("eval"):
-            continue
+    for path in of_kind(inputs, "eval"):
         graph = named_lineage(path)["quantize_onnx"]
         folder = path.parent.parent / node_key(graph)
         table = folder / "sensitivity.csv"

@@ -370,7 +370,8 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     ratios = ratios_by_engine(speeds)
     metrics = {path: read_json(path / "metrics.json") for path in evals}
     differs = differences_of(evals)  # whatever key was swept between these rows, named on them
-    declared = declared_by_engine(inputs)  # a measuring stage's own figures (flow.Stage.figures)
+    figures = params.get("figures", {})  # a measuring stage's own figures (flow.Stage.figures)
+    declared = declared_by_engine(inputs, figures)
     rows = [engine_row(path, metrics[path], ratios, served, differs[path.name]) for path in evals]
     for path, row in zip(evals, rows, strict=True):
         row.update(declared.get(engine_key(path), {}))
@@ -381,7 +382,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     found = verdicts_of(params, evals, speeds + serves)
     add_verdict_columns(rows, found)
     with open(out / "summary.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS + declared_columns(), extrasaction="ignore")
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS + declared_columns(figures), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     reading_notes = not_built(inputs) + trade_offs(found) + notes(rows, metrics)
@@ -392,7 +393,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     (out / "report.html").write_text(
         report_pages.html_page(
             displayed(rows),
-            every_filled(HTML_COLUMNS + declared_columns(), rows),
+            every_filled(HTML_COLUMNS + declared_columns(figures), rows),
             plots,
             blank_legend(rows) + reading_notes,
             found,

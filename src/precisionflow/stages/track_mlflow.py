@@ -359,7 +359,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "results": results,
         "out": out,
         "ratios": ratios_by_engine(speed_dirs),
-        "declared": declared_by_engine(inputs),  # a measuring stage's own figures (flow.Stage.figures)
+        "declared": declared_by_engine(inputs, params.get("figures", {})),  # a measuring stage's own (flow.Stage.figures)
         "differs": differences_of(eval_dirs),
         "tensorrt_version": params["tensorrt_version"],
         "verdicts": {entry["node"]: entry for entry in read_json(inputs["report"] / "verdicts.json")},
