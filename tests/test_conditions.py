@@ -113,7 +113,7 @@ def test_a_loss_on_five_percent_of_images_fails_that_condition_while_the_average
     per = found["pairs"]["per_condition"]
     assert per["shadow_long"].n == 100 and per["dusk"].b == 0
     # the agreement with fp32 per condition, with its interval: 70 of 100 long-shadow images
-    figures = condition_context.condition_figures(found["pairs"], tmp_path, tags)["per_condition"]
+    figures = condition_context.condition_figures(found["pairs"], tmp_path, tags, 0.95)["per_condition"]
     assert figures["shadow_long"]["agreement"] == 0.7 and figures["dusk"]["agreement"] == 1.0
     assert figures["shadow_long"]["agreement_low"] < 0.7 < figures["shadow_long"]["agreement_high"] < 0.8
 
@@ -135,7 +135,7 @@ def test_lost_and_shadow_boxes_are_shown_per_condition_beside_the_spurious_ones(
     rows += [f"{i},{1 if i < 2 else 0},{2 if i % 2 else 0},{1 if i == 0 else 0},2,1,2" for i in range(4)]
     (tmp_path / "box_changes.csv").write_text("\n".join(rows) + "\n")
     tags = [["shadow_long"], ["shadow_long"], [], ["small_vehicle"]]
-    figures = condition_context.condition_figures(None, tmp_path, tags)["per_condition"]
+    figures = condition_context.condition_figures(None, tmp_path, tags, 0.95)["per_condition"]
     assert figures["shadow_long"]["spurious_per_image"] == 1.0 and figures["small_vehicle"]["spurious_per_image"] == 0.0
     assert figures["shadow_long"]["lost_per_image"] == 1.0 and figures["small_vehicle"]["lost_per_image"] == 2.0
     assert figures["shadow_long"]["shadow_per_image"] == 0.5 and figures["small_vehicle"]["shadow_per_image"] == 0.0

@@ -97,7 +97,7 @@ def test_speed_is_judged_by_the_interval_of_its_rounds():
     assert verdict_rules.speed_check(clear_loss, 1.0, "bmax", 0.95, True)["verdict"] == stats.FAIL
     undecided = verdict_rules.speed_check(overlapping, 1.0, "bmax", 0.95, True)
     assert undecided["verdict"] == stats.UNDECIDED and "rounds cannot tell" in undecided["text"]
-    low, high = verdict_rules.speed_interval(clear_win["rounds"])
+    low, high = verdict_rules.speed_interval(clear_win["rounds"], 0.95)
     assert low < 2.0 < high and high - low < 0.1
 
 
@@ -119,7 +119,7 @@ def test_a_simulation_row_with_min_speedup_is_judged_on_accuracy_alone():
 
 
 def speed(name, rounds):
-    low, high = verdict_rules.speed_interval(rounds)
+    low, high = verdict_rules.speed_interval(rounds, 0.95)
     return {"name": name, "median": float(np.median(rounds)), "low": low, "high": high}
 
 
@@ -139,7 +139,7 @@ def test_the_headline_names_a_tie_instead_of_the_luckiest_engine():
     from precisionflow.stages.report import trade_offs
 
     def entry(precision, rounds):
-        low, high = verdict_rules.speed_interval(rounds)
+        low, high = verdict_rules.speed_interval(rounds, 0.95)
         return {
             "target": "local",
             "verdict": "PASS",

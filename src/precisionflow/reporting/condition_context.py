@@ -43,7 +43,7 @@ def agreement_figures(same: int, images: int, confidence: float) -> Dict[str, fl
 
 
 def condition_figures(
-    pairs: Optional[Dict[str, Any]], eval_dir: Path, tags, confidence: float = 0.95, metrics: Optional[Dict[str, Any]] = None
+    pairs: Optional[Dict[str, Any]], eval_dir: Path, tags, confidence: float, metrics: Optional[Dict[str, Any]] = None
 ) -> Dict[str, Any]:
     """Per condition, for the table, the report and MLflow: the paired top-1 drop with its interval
     and the agreement with fp32 (classification) or spurious boxes per image with lost and shadow

@@ -104,7 +104,7 @@ def spurious_by_condition(eval_dir: Path, tags: List[List[str]]) -> Dict[str, Li
     return boxes_by_condition(eval_dir, tags)["spurious"]
 
 
-def map50_figures(metrics: Dict[str, Any], tag: str, confidence: float = 0.95) -> Dict[str, float]:
+def map50_figures(metrics: Dict[str, Any], tag: str, confidence: float) -> Dict[str, float]:
     """Detection: mAP@.5 of the engine and of fp32 on one condition's images (pycocotools on that
     subset, computed by the evaluation), and the change's paired bootstrap interval in points
     (fp32 minus the engine) where the evaluation resampled it."""

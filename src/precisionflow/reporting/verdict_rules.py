@@ -372,7 +372,7 @@ def worst_group(drops: Dict[str, stats.PairedDrop]) -> Optional[tuple]:
 # ---- speed ----------------------------------------------------------------------------------
 
 
-def speed_interval(rounds: Optional[Sequence[float]], confidence: float = 0.95) -> Optional[tuple]:
+def speed_interval(rounds: Optional[Sequence[float]], confidence: float) -> Optional[tuple]:
     """(low, high) of a speed ratio from its per-round ratios (a t interval on their logarithms:
     stats.ratio_interval), or None with fewer than MIN_ROUNDS positive finite rounds or when the
     rounds are identical to a float's precision (a zero-width interval is no evidence of no variance)."""
