@@ -11,7 +11,9 @@ benchmarks/results/four_sweeps_console.txt; the screenshots go to docs/images/.
 """
 
 import json
+import os
 import re
+import signal
 import shutil
 import socket
 import subprocess
@@ -23,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import OUT, RESULTS, ROOT  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
+from tests.conftest import wait_for_mlflow  # noqa: E402
 from tests.test_end_to_end import TINY  # noqa: E402 -- the small sizes the end-to-end tests run
 
 SMALL = [o for o in TINY if not o.startswith(("precisions=", "calibration"))]
@@ -59,6 +62,17 @@ def table_rows(console: str) -> list:
     return rows
 
 
+def compare_rows(table: str) -> list:
+    """compare's rows as 'precision | model | variant | target' (what names a row)."""
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = []
+    for line in lines[2:]:
+        cells = dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")), strict=True))
+        rows.append(" | ".join(cells.get(name, "") for name in ("precision", "model", "variant", "target")))
+    return rows
+
+
 def chromium(flags: list, url: str, budget_ms: int, screenshot: Path = None) -> str:
     command = [*flags, f"--virtual-time-budget={budget_ms}"]
     dom = subprocess.run([*command, "--dump-dom", url], capture_output=True, text=True, timeout=300).stdout
@@ -92,13 +106,13 @@ def mlflow_views(results: Path, runs_link: str, chart_link: str) -> dict:
     flags = [shutil.which("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
     flags += ["--disable-background-networking", f"--user-data-dir={profile}", "--window-size=1400,900"]
     try:
-        time.sleep(8)
+        wait_for_mlflow(base)
         runs_url, chart_url = (link.replace("http://127.0.0.1:5000", base) for link in (runs_link, chart_link))
         chromium(flags, runs_url, 60000, IMAGES / "sweeps_mlflow_runs_1400px.png")
         chart = chromium(flags, chart_url, 90000, IMAGES / "sweeps_mlflow_chart_1400px.png")
     finally:
-        subprocess.run(["pkill", "-f", f"--port {port}"], check=False)
-        server.kill()
+        os.killpg(server.pid, signal.SIGTERM)  # the server and its workers (their own session)
+        server.wait(30)
     heading = re.search(r"precisionflow: accuracy change[^<]*", chart)
     scatter = chart[chart.index("precisionflow: accuracy change") :] if heading else ""
     scatter = scatter[: scatter.index('class="g-ytitle"')] if 'class="g-ytitle"' in scatter else scatter
@@ -125,6 +139,10 @@ def main() -> None:
     results.mkdir(parents=True)
     found, console, printed = {"sweeps": {}}, [], ""
     for name, (overrides, multirun) in SWEEPS.items():
+        if name == "n64":  # before it runs: what it would rerun, each node against its lineage's own
+            why = cli("plan", "--why", f"results_dir={results}", *SMALL, *overrides)
+            console += [f"$ precisionflow plan --why {' '.join(overrides)}", why]
+            found["plan_why_calibrate"] = [line.strip() for line in why.splitlines() if "calibrat" in line]
         started = time.perf_counter()
         printed = cli("run", *(["-m"] if multirun else []), f"results_dir={results}", *SMALL, *overrides)
         compared = cli("compare", "--uri", f"sqlite:///{results / 'mlflow.db'}")
@@ -143,10 +161,10 @@ def main() -> None:
             "$ precisionflow compare",
             compared,
         ]
-    why = cli("plan", "--why", f"results_dir={results}", *SMALL, "calibration.num_samples=64", "precisions=[fp32,int8]")
-    console += ["$ precisionflow plan --why calibration.num_samples=64 'precisions=[fp32,int8]'", why]
-    found["plan_why_calibrate"] = [line.strip() for line in why.splitlines() if "calibrate/" in line]
-    columns = {tuple(sweep["compare_columns"]) for sweep in found["sweeps"].values()}
+    found["compare_rows"] = compare_rows(compared)
+    found["compare_rows_distinct"] = len(set(found["compare_rows"])) == len(found["compare_rows"])
+    # the same columns in every compare, the model column added once the store holds several models
+    columns = {tuple(c for c in sweep["compare_columns"] if c != "model") for sweep in found["sweeps"].values()}
     found["compare_same_columns_every_sweep"] = len(columns) == 1
     links = {key: re.search(rf"^MLflow {key}:\s+(\S+)", printed, re.MULTILINE) for key in ("runs", "chart")}
     found["mlflow"] = {**engine_runs(results), **mlflow_views(results, links["runs"].group(1), links["chart"].group(1))}

@@ -49,6 +49,7 @@ COLUMNS = [
 SOURCES = {  # what the derived columns read
     "method": "params.calibrate.method",
     "simulates": "tags.simulates",
+    "differs": "tags.differs",  # what sets the engine apart in its results folder (track_mlflow: n64, e4)
     "drop": "metrics.top1_drop_points",
     "drop_low": "metrics.top1_drop_low",
     "drop_high": "metrics.top1_drop_high",
@@ -124,6 +125,7 @@ def derived(run, row: dict) -> dict:
     calibrated = getattr(precisions.find(row["precision"]), "calibration", None) == "ptq"  # QAT's ranges are learned
     variant = [str(get["method"])] if get["method"] and calibrated else []
     variant += ["TRT-sim"] if get["simulates"] else []
+    variant += [str(get["differs"])] if get["differs"] else []
     change = ""
     if get["drop"] is not None:  # the budget's figure is a drop; the column is the change (a drop is negative)
         change = signed(-get["drop"])

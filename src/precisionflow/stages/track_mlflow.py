@@ -173,6 +173,31 @@ def log_training(client, context, record: Dict[str, Any]) -> str:
     return run.info.run_id
 
 
+def finished_evaluations(results: Path) -> List[Path]:
+    """Every finished, built evaluation in the results folder (a declined one has no engine to name)."""
+    from precisionflow.nodeio import declined
+
+    return [path.parent for path in sorted(results.glob("evaluate_engine/*/node.json")) if not declined(path.parent)]
+
+
+def rename_earlier_runs(client, context, this_sweep: set) -> int:
+    """Runs of earlier sweeps in the same results folder named as what now sets them apart (n128
+    beside a later n64): every run name in the store tells its engine apart. Returns how many."""
+    marked = f"tags.`{tracking.NODE_TAG}` LIKE 'evaluate_engine/%'"
+    renamed = 0
+    for run in client.search_runs([context["experiment_id"]], filter_string=marked, max_results=5000):
+        folder = context["results"] / run.data.tags[tracking.NODE_TAG]
+        if folder.name in this_sweep or not (folder / "metrics.json").is_file():
+            continue
+        differs = context["differs"].get(folder.name, "")
+        name = run_name(named_lineage(folder), read_json(folder / "metrics.json"), differs)
+        if run.info.run_name != name:
+            client.update_run(run.info.run_id, name=name)
+            client.set_tag(run.info.run_id, "differs", differs)
+            renamed += 1
+    return renamed
+
+
 def run_name(lineage, metrics, differs: str = "") -> str:
     """'int8 [entropy, n64] · local · resnet_mini-fp32-e12 2598df': what tells neighbouring runs
     apart first (precision, variant as the console names it with what was swept, target), the model
@@ -360,11 +385,14 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "out": out,
         "ratios": ratios_by_engine(speed_dirs),
         "declared": declared_by_engine(inputs, params.get("figures", {})),  # a measuring stage's own (flow.Stage.figures)
-        "differs": differences_of(eval_dirs),
+        # what tells each engine apart from every other in the results folder (earlier sweeps too):
+        # MLflow holds them all, so its names are told apart across sweeps, not only within one
+        "differs": differences_of(finished_evaluations(results)),
         "tensorrt_version": params["tensorrt_version"],
         "verdicts": {entry["node"]: entry for entry in read_json(inputs["report"] / "verdicts.json")},
     }
     logged = sum(log_child(client, context, path) for path in eval_dirs)
+    renamed = rename_earlier_runs(client, context, {path.name for path in eval_dirs})
     client.set_terminated(parent.info.run_id)
     # the view sorts by top-1 while the store holds classification runs, by mAP when only detection
     classifies = client.search_runs([experiment_id], filter_string="metrics.top1 >= 0", max_results=1)
@@ -382,5 +410,6 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "sweep_id": sweep_id,
         "children": len(eval_dirs),
         "children_logged_now": logged,
+        "earlier_runs_renamed": renamed,  # runs of earlier sweeps whose names now say what differs
         "engine_runs": children,  # the engine runs this sweep logged
     }
