@@ -16,10 +16,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 def settings(out: Path) -> None:
     from precisionflow.config.compose import expand
-    from precisionflow.stages import Reading, serve_engine
+    from precisionflow.stages import NodeContext, serve_engine
 
     cfg = expand(["experiment=h200"])[0]
-    composed = serve_engine.reads(Reading(cfg, "h200", {"device_name": "NVIDIA H200"}))["serving"]
+    composed = serve_engine.node_params(NodeContext(cfg, "h200", {"device_name": "NVIDIA H200"}))["serving"]
     out.write_text(json.dumps(composed, indent=1) + "\n")
     print(json.dumps(composed))
 

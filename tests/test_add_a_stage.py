@@ -16,7 +16,7 @@ TOY = '''
 PACKAGES = ()
 
 
-def reads(at):
+def node_params(at):
     return {"target": at.target, "precision": at.precision}
 
 

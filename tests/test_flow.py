@@ -29,7 +29,7 @@ def test_every_edge_the_planner_adds_is_declared(overrides, tmp_path):
     plan = build_plan(expand(overrides), str(tmp_path))  # the planner refuses undeclared edges itself
     for spec in plan["nodes"].values():
         for role, source in spec["inputs"].items():
-            assert source.split("/")[0] in flow.BY_NAME[spec["stage"]].reads[flow.edge_kind(spec["stage"], role)]
+            assert source.split("/")[0] in flow.BY_NAME[spec["stage"]].inputs[flow.edge_kind(spec["stage"], role)]
 
 
 def test_an_undeclared_edge_is_refused_naming_both_ends():

@@ -464,14 +464,14 @@ def test_the_bound_follows_the_one_gpu_rule_for_any_target(monkeypatch):
     CPU's 33 ms); it now asks devices.runs_on_gpu, as every other part does."""
     from precisionflow import devices
     from precisionflow.config.compose import expand
-    from precisionflow.stages import Reading, serve_engine
+    from precisionflow.stages import NodeContext, serve_engine
 
     cfg = expand([])[0]
     runtime = {"backend_version": "1.23", "device": "Quadro RTX 8000"}
     monkeypatch.setattr(devices, "has_nvidia_gpu", lambda: True)
-    on_gpu = serve_engine.reads(Reading(cfg, "local", runtime))
+    on_gpu = serve_engine.node_params(NodeContext(cfg, "local", runtime))
     monkeypatch.setattr(devices, "has_nvidia_gpu", lambda: False)
-    on_cpu = serve_engine.reads(Reading(cfg, "local", runtime))
+    on_cpu = serve_engine.node_params(NodeContext(cfg, "local", runtime))
     assert on_gpu["serving"]["latency_bound_ms"] == serve_engine.GPU_BOUND_MS and on_gpu["settings_for"] == "gpu"
     assert on_cpu["serving"]["latency_bound_ms"] == serve_engine.CPU_BOUND_MS and on_cpu["settings_for"] == "cpu"
 

@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from precisionflow.pipeline.plan import STAGES, stage_module
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -17,14 +17,14 @@ def test_every_stage_keeps_the_contract(stage):
     assert list(inspect.signature(module.run).parameters) == ["params", "inputs", "out"]
     if getattr(module, "AGGREGATES", False):
         return  # report, track_mlflow: they read the whole sweep, handed to them by the planner
-    parameters = inspect.signature(module.reads).parameters
-    assert list(parameters) == ["at"], f"{stage}.reads takes one Reading, found {list(parameters)}"
-    assert parameters["at"].annotation is Reading
+    parameters = inspect.signature(module.node_params).parameters
+    assert list(parameters) == ["at"], f"{stage}.node_params takes one NodeContext, found {list(parameters)}"
+    assert parameters["at"].annotation is NodeContext
     assert hasattr(module, "checks") == hasattr(module, "check"), f"{stage}: checks() and check() come as a pair"
 
 
 def test_a_reading_names_only_what_a_point_can_say():
-    reading = Reading({"task": "classification"}, "cpu", {"device": "x"}, "int8")
+    reading = NodeContext({"task": "classification"}, "cpu", {"device": "x"}, "int8")
     assert (reading.target, reading.precision, reading.placement, reading.source) == ("cpu", "int8", "tensorrt", None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         reading.target = "h200"  # frozen: a stage cannot change where it is read
@@ -58,7 +58,7 @@ def test_a_new_measuring_stage_is_a_table_row_and_a_module(monkeypatch):
 
     probe = types.ModuleType("precisionflow.stages.energy_probe")
     probe.PACKAGES = ()
-    probe.reads = lambda at: {"joules_per": "image", "target": at.target}
+    probe.node_params = lambda at: {"joules_per": "image", "target": at.target}
     probe.run = lambda params, inputs, out: {}
     monkeypatch.setitem(sys.modules, probe.__name__, probe)
     row = flow.Stage(
@@ -70,7 +70,7 @@ def test_a_new_measuring_stage_is_a_table_row_and_a_module(monkeypatch):
         optional=("fp32_engine",),
     )
     aggregates = {  # the report and MLflow read every measurement
-        name: dataclasses.replace(flow.BY_NAME[name], reads={**flow.BY_NAME[name].reads, "energy": ("energy_probe",)})
+        name: dataclasses.replace(flow.BY_NAME[name], inputs={**flow.BY_NAME[name].inputs, "energy": ("energy_probe",)})
         for name in ("report", "track_mlflow")
     }
     stages = tuple(aggregates.get(stage.name, stage) for stage in flow.STAGES) + (row,)

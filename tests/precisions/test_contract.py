@@ -134,9 +134,9 @@ def test_a_plug_in_precision_needs_no_edit_of_the_package(tmp_path):
     env = {**os.environ, "PRECISIONFLOW_PRECISIONS": "toy_precision", "PYTHONPATH": str(tmp_path)}
     code = (
         "from precisionflow.config.compose import expand\n"
-        "from precisionflow.stages import Reading, quantize_onnx\n"
+        "from precisionflow.stages import NodeContext, quantize_onnx\n"
         "cfg = expand(['precisions=[fp32,copied_fp32]'])[0]\n"
-        "print(sorted(quantize_onnx.reads(Reading(cfg, precision='copied_fp32'))))\n"
+        "print(sorted(quantize_onnx.node_params(NodeContext(cfg, precision='copied_fp32'))))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

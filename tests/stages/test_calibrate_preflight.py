@@ -5,11 +5,11 @@ import pytest
 
 from precisionflow.datasets.facts import DataFacts
 from precisionflow.errors import ConfigError
-from precisionflow.stages import Reading, calibrate
+from precisionflow.stages import NodeContext, calibrate
 
 
 def at(calibration):
-    return Reading({"calibration": calibration})
+    return NodeContext({"calibration": calibration})
 
 
 CALIBRATION = {"split": "val", "num_samples": 64, "min_per_class": 8, "sampling": "stratified", "exclude_conditions": []}

@@ -12,7 +12,7 @@ from precisionflow.config.compose import expand
 from precisionflow.datasets.store import Split, write_arrays
 from precisionflow.nodeio import write_json_atomic
 from precisionflow.pipeline.runner import run_node
-from precisionflow.stages import Reading, calibrate, export_onnx, finetune_model, quantize_onnx, train_model
+from precisionflow.stages import NodeContext, calibrate, export_onnx, finetune_model, quantize_onnx, train_model
 
 pytestmark = pytest.mark.slow
 CLASSES = 4
@@ -68,12 +68,12 @@ def test_int8_qat_graph_reproduces_the_qat_model(data_plan, model):
         overrides.append("model.width=0.35")
     [cfg] = expand(overrides)
     data = {"data": "prepare_dataset/quadrants"}
-    run(data_plan, "train_model", model, train_model.reads(Reading(cfg)), data)
+    run(data_plan, "train_model", model, train_model.node_params(NodeContext(cfg)), data)
     tuned = run(
         data_plan,
         "finetune_model",
         f"{model}-qat",
-        finetune_model.reads(Reading(cfg, finetune=cfg["finetune"])),
+        finetune_model.node_params(NodeContext(cfg, finetune=cfg["finetune"])),
         {"model": f"train_model/{model}", **data},
     )
     assert tuned["activations_symmetric"] is True and tuned["learned_ranges"] > 3
@@ -81,21 +81,21 @@ def test_int8_qat_graph_reproduces_the_qat_model(data_plan, model):
         data_plan,
         "export_onnx",
         f"{model}-qat",
-        export_onnx.reads(Reading(cfg)),
+        export_onnx.node_params(NodeContext(cfg)),
         {"model": f"finetune_model/{model}-qat", **data},
     )
     run(
         data_plan,
         "calibrate",
         f"{model}-qat",
-        calibrate.reads(Reading(cfg, source="qat")),
+        calibrate.node_params(NodeContext(cfg, source="qat")),
         {"onnx": f"export_onnx/{model}-qat", **data},
     )
     graph = run(
         data_plan,
         "quantize_onnx",
         f"{model}-int8_qat",
-        quantize_onnx.reads(Reading(cfg, precision="int8_qat")),
+        quantize_onnx.node_params(NodeContext(cfg, precision="int8_qat")),
         {"onnx": f"export_onnx/{model}-qat", "calibration": f"calibrate/{model}-qat", **data},
     )
     assert graph["qat_coverage"] == 1.0 and graph["quantized_nodes"] >= 3
@@ -170,7 +170,7 @@ def test_int8_qat_placed_for_the_cpu_reproduces_the_qat_model_in_integer_kernels
         data_plan,
         "quantize_onnx",
         f"{model}-int8_qat-cpu",
-        quantize_onnx.reads(Reading(cfg, precision="int8_qat", placement="onnxruntime_cpu")),
+        quantize_onnx.node_params(NodeContext(cfg, precision="int8_qat", placement="onnxruntime_cpu")),
         {"onnx": f"export_onnx/{model}-qat", "calibration": f"calibrate/{model}-qat", **data},
     )
     assert graph["placement"] == "onnxruntime_cpu"

@@ -26,7 +26,7 @@ from precisionflow.nodeio import role_kind  # noqa: F401 (the planner's numbered
 class Stage:
     name: str
     does: str
-    reads: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # input role -> the stages that may feed it
+    inputs: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # input role -> the stages that may feed it
     mem_mb: int = 1000
     runtime_min: int = 60
     timing: bool = False  # a timing job has the machine to itself (common.smk: host_share, --exclusive)
@@ -38,7 +38,7 @@ class Stage:
     # (pipeline/gpuslots.py locally, the scheduler's allocation on SLURM) and ships to a GPU node
     # (pipeline/remote.py).
     gpu: bool = False
-    # The readable part of its nodes' ids: slug(its params, the Reading it was read at, {input role:
+    # The readable part of its nodes' ids: slug(its params, the NodeContext it was read at, {input role:
     # the readable part of that input's id}). Every node is made the same way (plan.py, place_at).
     slug: Callable[[Dict[str, Any], Any, Dict[str, str]], str] = lambda params, at, upstream: "node"
     optional: Tuple[str, ...] = ()  # inputs fed only where they exist (fp32's own engine has no fp32_engine)
@@ -235,9 +235,9 @@ def completed(stages: Tuple[Stage, ...]) -> Tuple[Stage, ...]:
     """The table with every measuring stage (`each` set) that the report does not name among its
     inputs added to the aggregating stages' inputs, under the stage's own name: a new stage's
     figures reach the report and MLflow from its row alone."""
-    named = {source for stage in stages if stage.name == "report" for sources in stage.reads.values() for source in sources}
+    named = {source for stage in stages if stage.name == "report" for sources in stage.inputs.values() for source in sources}
     extra = {stage.name: (stage.name,) for stage in stages if stage.each and stage.name not in named}
-    return tuple(replace(stage, reads={**stage.reads, **extra}) if stage.name in AGGREGATING else stage for stage in stages)
+    return tuple(replace(stage, inputs={**stage.inputs, **extra}) if stage.name in AGGREGATING else stage for stage in stages)
 
 
 STAGES = completed(STAGES)
@@ -247,9 +247,9 @@ BY_NAME: Dict[str, Stage] = {stage.name: stage for stage in STAGES}
 def edge_kind(stage: str, role: str) -> str:
     """The declared kind of `stage`'s input `role`: its role_kind, or BUILDS_ON for a role named
     after the precision built on (any name the stage does not declare, where it reads BUILDS_ON)."""
-    reads = BY_NAME[stage].reads if stage in BY_NAME else {}
+    declared = BY_NAME[stage].inputs if stage in BY_NAME else {}
     kind = role_kind(role)
-    return BUILDS_ON if kind not in reads and BUILDS_ON in reads else kind
+    return BUILDS_ON if kind not in declared and BUILDS_ON in declared else kind
 
 
 def measurements(each: str) -> Tuple[Stage, ...]:
@@ -272,28 +272,30 @@ def switched_on(stage: Stage, cfg: Dict[str, Any], target: str) -> bool:
 def aggregated_roles() -> Dict[str, str]:
     """{measuring stage: the report's role for it} (eval <- evaluate_engine, ...): what the report
     and MLflow read is what the table says the report reads."""
-    return {sources[0]: role for role, sources in BY_NAME["report"].reads.items()}
+    return {sources[0]: role for role, sources in BY_NAME["report"].inputs.items()}
 
 
 def declared_figures() -> Dict[str, Tuple[str, ...]]:
     """{role: the figures its stage declares} for the measuring stages read under their own name."""
-    return {role: BY_NAME[sources[0]].figures for role, sources in BY_NAME["report"].reads.items() if BY_NAME[sources[0]].figures}
+    return {
+        role: BY_NAME[sources[0]].figures for role, sources in BY_NAME["report"].inputs.items() if BY_NAME[sources[0]].figures
+    }
 
 
 def check_roles(stage: str, fed: Iterable[str]) -> None:
     """A stage fed without one of its declared, non-optional inputs is a planner bug."""
-    missing = sorted(set(BY_NAME[stage].reads) - set(BY_NAME[stage].optional) - {BUILDS_ON} - set(fed))
+    missing = sorted(set(BY_NAME[stage].inputs) - set(BY_NAME[stage].optional) - {BUILDS_ON} - set(fed))
     if missing:
         raise AssertionError(f"plan.py places {stage} without its input(s) {missing}, which flow.py declares required.")
 
 
 def check_edge(stage: str, role: str, source_stage: str) -> None:
     """Refuse an edge the table does not declare: the planner and the table must agree."""
-    allowed = BY_NAME[stage].reads.get(edge_kind(stage, role)) if stage in BY_NAME else None
+    allowed = BY_NAME[stage].inputs.get(edge_kind(stage, role)) if stage in BY_NAME else None
     if allowed is None or source_stage not in allowed:
         raise AssertionError(
             f"plan.py feeds {stage}'s input '{role}' from {source_stage}, which flow.py does not "
-            f"declare (it declares {BY_NAME[stage].reads if stage in BY_NAME else 'no such stage'}): "
+            f"declare (it declares {BY_NAME[stage].inputs if stage in BY_NAME else 'no such stage'}): "
             "add the edge to flow.STAGES or fix the planner."
         )
 
@@ -302,7 +304,7 @@ def describe() -> str:
     """The stage graph as text: each stage, what it does, and what feeds it."""
     lines = []
     for stage in STAGES:
-        feeds = ", ".join(f"{role} <- {'|'.join(sources)}" for role, sources in stage.reads.items()) or "(no inputs)"
+        feeds = ", ".join(f"{role} <- {'|'.join(sources)}" for role, sources in stage.inputs.items()) or "(no inputs)"
         flags = [
             flag
             for flag, on in (

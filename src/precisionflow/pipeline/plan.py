@@ -1,7 +1,7 @@
 """Sweep points -> content-addressed stage nodes -> one plan file for one Snakemake DAG.
 
 A node's id is `<readable slug>-<hash>`. The hash covers exactly what the stage reads:
-  * the parameters it declares (each stage module's `reads(Reading)`: nothing else of the config),
+  * the parameters it declares (each stage module's `node_params(NodeContext)`: nothing else of the config),
   * its upstream node ids (which cover their own inputs in turn),
   * the content of the files it opens outside the results folder (model files, image folders),
   * the versions of the packages it calls (`PACKAGES`; engine and timing stages also carry the
@@ -38,7 +38,7 @@ from precisionflow.budgets import budget_for
 from precisionflow.reporting.budget import resolution_warning
 from precisionflow.pipeline import flow
 from precisionflow.errors import ConfigError
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 STAGES = tuple(stage.name for stage in flow.STAGES)  # in the order of the stage graph
 TENSORRT = ("tensorrt", "")  # the TensorRT placement (PlanBuilder.placement): no CPU to name
@@ -125,8 +125,8 @@ class PlanBuilder:
 
     def data_params(self, cfg: Dict[str, Any]) -> Dict[str, Any]:
         """The data set's declared settings, plus a content fingerprint for folder data sets."""
-        at = Reading(cfg)
-        params = stage_module("prepare_dataset").reads(at)
+        at = NodeContext(cfg)
+        params = stage_module("prepare_dataset").node_params(at)
         if params["name"] not in ("image_folder", "coco_folder"):
             return params
         from precisionflow import data_splits as splits
@@ -198,7 +198,7 @@ class PlanBuilder:
         params: Dict[str, Any],
         inputs: Dict[str, Node],
         resources: Optional[Dict[str, Any]] = None,
-        at: Optional[Reading] = None,
+        at: Optional[NodeContext] = None,
     ) -> Node:
         """A node of `stage`, read at `at`: the stage contract's optional parts are called here for
         every stage that has them -- preflight(at, the data node's facts) before the node exists,
@@ -222,10 +222,10 @@ class PlanBuilder:
     def add_point(self, cfg: Dict[str, Any]) -> List[Node]:
         """Add one configuration's chain; return its measured nodes (evaluations, ratios, baselines)."""
         self.stage_resources = cfg.get("stage_resources") or {}
-        data = self.add("prepare_dataset", cfg["dataset"]["name"], self.data_params(cfg), {}, at=Reading(cfg))
-        model = trained = self.place_at("train_model", Reading(cfg), {"data": data})
+        data = self.add("prepare_dataset", cfg["dataset"]["name"], self.data_params(cfg), {}, at=NodeContext(cfg))
+        model = trained = self.place_at("train_model", NodeContext(cfg), {"data": data})
         if cfg["prune"]["method"] != "none":  # the QAT branch starts from the pruned model too
-            model = trained = self.place_at("prune_model", Reading(cfg), {"model": model, "data": data})
+            model = trained = self.place_at("prune_model", NodeContext(cfg), {"model": model, "data": data})
         if cfg["finetune"]["mode"] != "none":
             model = self._add_finetune(cfg, cfg["finetune"], model, data)
         onnx = self._add_export(cfg, model, data)
@@ -284,17 +284,17 @@ class PlanBuilder:
         runtime it runs on and the target's scheduler resources."""
         row = flow.BY_NAME[stage]
         runtime, resources = self._device(cfg, target, row.backend or cfg["engine"]["backend"])
-        return self.place_at(stage, Reading(cfg, target, runtime, precision), available, slug, resources, extra)
+        return self.place_at(stage, NodeContext(cfg, target, runtime, precision), available, slug, resources, extra)
 
-    def place_at(self, stage: str, at: Reading, available: Dict[str, Node], slug="", resources=None, extra=None) -> Node:
+    def place_at(self, stage: str, at: NodeContext, available: Dict[str, Node], slug="", resources=None, extra=None) -> Node:
         """The one way a stage's node is made: its params what the stage reads at `at` (plus `extra`,
         plus the content of the files a model spec opens), its inputs the roles flow.py declares for
         it taken from `available`, its readable name the table's (unless `slug` names it)."""
         row = flow.BY_NAME[stage]
-        params = {**stage_module(stage).reads(at), **(extra or {})}
+        params = {**stage_module(stage).node_params(at), **(extra or {})}
         if isinstance(params.get("model"), dict):  # a model is built from these files: their content is in the id
             params["model"]["files"] = self.model_files(params["model"])
-        inputs = {role: node for role, node in available.items() if flow.edge_kind(stage, role) in row.reads}
+        inputs = {role: node for role, node in available.items() if flow.edge_kind(stage, role) in row.inputs}
         flow.check_roles(stage, inputs)
         upstream = {role: node.id.rsplit("-", 1)[0] for role, node in inputs.items()}
         return self.add(stage, slug or row.slug(params, at, upstream), params, inputs, resources=resources, at=at)
@@ -312,10 +312,10 @@ class PlanBuilder:
         return self.runtime(backend, target_def), dict(target_def["resources"])
 
     def _add_finetune(self, cfg, finetune: Dict[str, Any], model: Node, data: Node) -> Node:
-        return self.place_at("finetune_model", Reading(cfg, finetune=finetune), {"model": model, "data": data})
+        return self.place_at("finetune_model", NodeContext(cfg, finetune=finetune), {"model": model, "data": data})
 
     def _add_export(self, cfg, model: Node, data: Node) -> Node:
-        return self.place_at("export_onnx", Reading(cfg), {"model": model, "data": data})
+        return self.place_at("export_onnx", NodeContext(cfg), {"model": model, "data": data})
 
     def placement(self, cfg, target: str) -> Tuple[str, str]:
         """Where a target's int8 Q/DQ goes: (the placement of the runtime that runs its engines, on
@@ -353,13 +353,13 @@ class PlanBuilder:
     ) -> Node:
         spec = precisions.get(precision)
         runtime, cpu = placement or TENSORRT
-        at = Reading(cfg, precision=precision, placement=runtime, cpu_dot_product=cpu)
+        at = NodeContext(cfg, precision=precision, placement=runtime, cpu_dot_product=cpu)
         inputs = {"onnx": onnx}
         if spec.qat_finetune:
             qat_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="qat"), trained, data)
             inputs["onnx"] = self._add_export(cfg, qat_model, data)
         if spec.calibration:
-            calibration_at = Reading(cfg, source=spec.calibration)
+            calibration_at = NodeContext(cfg, source=spec.calibration)
             inputs["calibration"] = self.place_at("calibrate", calibration_at, {"onnx": inputs["onnx"], "data": data})
             inputs["data"] = data
         if spec.builds_on:  # the graph node of the precision it builds on, the same placement
@@ -440,10 +440,10 @@ def build_plan(points: List[Dict[str, Any]], results_dir: str, overrides: Sequen
             }
         )
         if cfg["tracking"]["enabled"]:
-            tracking = stage_module("track_mlflow").reads(Reading(cfg))
+            tracking = stage_module("track_mlflow").node_params(NodeContext(cfg))
             measured_by_tracking.setdefault(json.dumps(tracking, sort_keys=True), {}).update(point)
     warn_unresolvable(builder, budgets)
-    report_params = {**stage_module("report").reads(dict(sorted(budgets.items()))), **declared_figures()}
+    report_params = {**stage_module("report").node_params(dict(sorted(budgets.items()))), **declared_figures()}
     report = _add_aggregate(builder, "report", "sweep", report_params, measured)
     final = [report]
     for tracking_key, nodes in measured_by_tracking.items():

@@ -1,7 +1,7 @@
 """One module per workflow stage. Each is one contract the planner assembles the graph from:
 
     PACKAGES                     the distributions whose versions enter its nodes' ids
-    reads(at: Reading) -> dict   what of the configuration it reads: its node's params (hashed into
+    node_params(at: NodeContext) -> dict   what of the configuration it reads: its node's params (hashed into
                                  the id; a key read nowhere else belongs nowhere here)
     run(params, inputs, out) -> summary dict   the work, writing only under `out`
   and where it has them:
@@ -11,7 +11,7 @@
   The planner calls preflight and checks for every stage that defines them (PlanBuilder.add), so a
   stage that gains one needs no edit of the planner.
     AGGREGATES = True            it reads every point of the sweep (report, track_mlflow): the
-                                 planner hands it what was measured, not one point's Reading
+                                 planner hands it what was measured, not one point's NodeContext
 
 No stage module imports another (tests/test_architecture.py); tests/test_stage_contracts.py
 holds every module to this shape.
@@ -22,7 +22,7 @@ from typing import Any, Dict, Optional
 
 
 @dataclass(frozen=True)
-class Reading:
+class NodeContext:
     """Where in the plan a stage is read: one sweep point's configuration, and for the nodes that
     exist per engine, which engine. Fields a stage has no use for stay None."""
 

@@ -12,12 +12,12 @@ from precisionflow.measure import speed
 from precisionflow.measure.keras_runner import KerasRunner
 from precisionflow.nodeio import write_json_atomic
 from precisionflow.datasets.store import Split
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 PACKAGES = ("tensorflow", "tf-keras", "numpy")
 
 
-def reads(at: Reading) -> Dict[str, Any]:
+def node_params(at: NodeContext) -> Dict[str, Any]:
     cfg, target, runtime = at.cfg, at.target, at.runtime
     from precisionflow.measure.targets import device_params, timing_settings
 

@@ -10,7 +10,7 @@ from precisionflow.backends import check_runtime, get_backend
 from precisionflow.errors import EngineMismatchError
 from precisionflow.nodeio import read_node, write_json_atomic
 from precisionflow.measure.targets import device_params
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 PACKAGES = ("onnx", "numpy")  # the backend's own version is in params["runtime"]
 # The engine settings each backend reads; the others do not enter its engines' ids.
@@ -42,7 +42,7 @@ def engine_settings(engine: Dict[str, Any], target_def: Dict[str, Any]) -> Dict[
     return settings
 
 
-def reads(at: Reading) -> Dict[str, Any]:
+def node_params(at: NodeContext) -> Dict[str, Any]:
     cfg, target, runtime = at.cfg, at.target, at.runtime
     settings = engine_settings(cfg["engine"], cfg["target_defs"][target])
     if settings["backend"] == "tensorrt" and cfg.get("prune", {}).get("method") == "sparse24":

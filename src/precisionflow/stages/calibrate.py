@@ -23,7 +23,7 @@ from precisionflow.quant import cache, qdq
 from precisionflow.quant.reader import array_reader, graph_input_name
 from precisionflow.datasets.facts import DataFacts
 from precisionflow.datasets.store import Split
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 PACKAGES = ("onnx", "onnxruntime", "numpy")
 CALIBRATION_KEYS = ("method", "num_samples", "batch_size", "split", "sampling", "seed", "exclude_conditions")
@@ -57,7 +57,7 @@ CALIBRATED_OPS = [
 ENTROPY_HISTOGRAM = {"num_bins": 2048, "num_quantized_bins": 128}
 
 
-def reads(at: Reading) -> Dict[str, Any]:
+def node_params(at: NodeContext) -> Dict[str, Any]:
     """source=ptq: the configured calibrator; source=qat: learned ranges, minmax only fills
     tensors QAT has no quantizer on. The percentile is read only by the percentile method; the
     TensorRT cache header version only when a cache is exported (track_mlflow)."""
@@ -71,7 +71,7 @@ def reads(at: Reading) -> Dict[str, Any]:
     return params
 
 
-def preflight(at: Reading, data: DataFacts) -> List[str]:
+def preflight(at: NodeContext, data: DataFacts) -> List[str]:
     """Before anything runs, the calibration settings against what the data node will hold
     (datasets.facts.DataFacts): more samples than the split has and a condition name the test split
     does not carry are refused; a sample that would barely see some classes or conditions gives

@@ -21,7 +21,7 @@ from precisionflow.backends import engine_loader
 from precisionflow.nodeio import write_json_atomic
 from precisionflow.datasets.store import Split
 from precisionflow.errors import PrecisionflowError, StageError
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 PACKAGES = ("numpy",)  # the engine backend's version is in params["runtime"], TensorFlow's in params["framework"]
 FRAMEWORK_PACKAGES = ("tensorflow", "tf-keras")
@@ -35,7 +35,7 @@ JOIN_TIMEOUT_S = 30
 RATIO_KEYS = ("timing_batch_sizes", "streams", "stream_batch_size", "warmup_s", "ratio_rounds", "ratio_window_s")
 
 
-def reads(at: Reading) -> Dict[str, Any]:
+def node_params(at: NodeContext) -> Dict[str, Any]:
     cfg, target, runtime = at.cfg, at.target, at.runtime
     from precisionflow.measure.targets import device_params, timing_settings
 

@@ -19,12 +19,12 @@ from precisionflow.reporting.compare import HEADLINE_METRICS, PER_SAMPLE_FILE, t
 from precisionflow.datasets.store import Split, predict_in_batches
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
 from precisionflow.measure.targets import device_params, timing_settings
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 PACKAGES = ("numpy",)  # the backend's own version is in params["runtime"]
 
 
-def reads(at: Reading) -> Dict[str, Any]:
+def node_params(at: NodeContext) -> Dict[str, Any]:
     cfg, precision, target, runtime = at.cfg, at.precision, at.target, at.runtime
     evaluate = {"batch_size": cfg["evaluate"]["batch_size"], **timing_settings(cfg, target)}
     task = {"task": cfg["task"]}

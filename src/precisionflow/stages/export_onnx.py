@@ -11,17 +11,17 @@ import numpy as np
 
 from precisionflow.errors import StageError
 from precisionflow.datasets.store import Split, predict_in_batches
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 PACKAGES = ("tensorflow", "tf-keras", "tf2onnx", "onnx", "onnxruntime", "numpy")
 
 
-def reads(at: Reading) -> Dict[str, Any]:
+def node_params(at: NodeContext) -> Dict[str, Any]:
     cfg = at.cfg
     return {"opset": cfg["export"]["opset"]}
 
 
-def checks(at: Reading) -> Dict[str, Any]:
+def checks(at: NodeContext) -> Dict[str, Any]:
     """Thresholds: checked against the node's summary, not part of its id (a changed threshold
     re-checks the existing export, it does not export again)."""
     return {"max_abs_diff": at.cfg["export"]["max_abs_diff"], "rtol": at.cfg["export"]["rtol"]}

@@ -14,13 +14,13 @@ import numpy as np
 
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
 from precisionflow.modeling import training
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy", "matplotlib", "h5py")
 FINETUNE_KEYS = ("mode", "epochs", "batch_size", "learning_rate", "seed")
 
 
-def reads(at: Reading) -> Dict[str, Any]:
+def node_params(at: NodeContext) -> Dict[str, Any]:
     """`finetune` is cfg["finetune"], or its QAT variant for the int8_qat branch."""
     cfg, finetune = at.cfg, at.finetune
     from precisionflow.modeling import models

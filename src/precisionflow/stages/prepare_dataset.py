@@ -22,7 +22,7 @@ from precisionflow import data_splits as layout
 from precisionflow.datasets import store
 from precisionflow.datasets.source import Source
 from precisionflow.nodeio import write_json_atomic
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 PACKAGES = ("numpy", "scikit-learn", "pillow")
 SPLIT_KEYS = ("val_fraction", "test_fraction", "seed", "max_samples")  # used only when we split
@@ -35,7 +35,7 @@ COCO_KEYS = ("name", "path", "image_size", "channels")
 DEFAULT_SCENE = {"shadow_reach": [0.6, 1.0], "shadow_darkness": [0.35, 0.55], "vehicle_scale": 1.0, "vehicle_colour": [60, 256]}
 
 
-def reads(at: Reading) -> Dict[str, Any]:
+def node_params(at: NodeContext) -> Dict[str, Any]:
     """The dataset settings this stage uses (the plan adds the folder's content fingerprint)."""
     cfg = at.cfg
     dataset = cfg["dataset"]

@@ -16,14 +16,14 @@ from typing import Any, Dict, List
 import numpy as np
 
 from precisionflow.nodeio import write_json_atomic
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy", "h5py")
 CHANNEL_KEYS = ("method", "criterion", "ratio", "threshold", "granularity", "min_channels", "bn_scale", "exclude_layers")
 SPARSE_KEYS = ("method", "epochs", "batch_size", "learning_rate", "seed", "exclude_layers")
 
 
-def reads(at: Reading) -> Dict[str, Any]:
+def node_params(at: NodeContext) -> Dict[str, Any]:
     cfg = at.cfg
     prune = cfg["prune"]
     return {"prune": {key: prune[key] for key in (CHANNEL_KEYS if prune["method"] == "channel" else SPARSE_KEYS)}}

@@ -11,12 +11,12 @@ from typing import Any, Dict
 from precisionflow import precisions
 from precisionflow.cpu_features import READ_WHERE_MADE
 from precisionflow.hashing import file_hash
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 PACKAGES = ("onnx", "onnxconverter-common", "onnxruntime", "matplotlib", "numpy")
 
 
-def reads(at: Reading) -> Dict[str, Any]:
+def node_params(at: NodeContext) -> Dict[str, Any]:
     """`placement`: the runtime int8 Q/DQ is placed for (qdq.placement_for the target)."""
     cfg, precision, placement = at.cfg, at.precision, at.placement
     params = {"precision": precision, **precisions.get(precision).graph_params(cfg, placement)}

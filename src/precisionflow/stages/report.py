@@ -154,7 +154,7 @@ HTML_COLUMNS = [
 ]
 
 
-def reads(budgets: Dict[str, Any]) -> Dict[str, Any]:
+def node_params(budgets: Dict[str, Any]) -> Dict[str, Any]:
     """The budgets of the engines it reports: a verdict is part of the page (a changed budget
     redraws the report -- seconds -- and nothing upstream)."""
     return {"budgets": budgets}

@@ -15,14 +15,14 @@ import numpy as np
 
 from precisionflow.measure.server_search import combined_searches, server_search
 from precisionflow.nodeio import write_json_atomic
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 PACKAGES = ("numpy", "mlcommons-loadgen")
 GPU_BOUND_MS, CPU_BOUND_MS = 15.0, 33.0
 MLPERF_MIN_DURATION_MS = 600_000
 
 
-def reads(at: Reading) -> Dict[str, Any]:
+def node_params(at: NodeContext) -> Dict[str, Any]:
     cfg, target, runtime = at.cfg, at.target, at.runtime
     from precisionflow.measure.targets import device_params, on_gpu, serving_settings
 

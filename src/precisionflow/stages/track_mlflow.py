@@ -11,7 +11,7 @@ import hashlib
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 from precisionflow.reporting import engine_models, tracking
 from precisionflow.reporting.compare import (
     HEADLINE_METRICS,
@@ -45,7 +45,7 @@ ARTIFACTS = {
 }
 
 
-def reads(at: Reading) -> Dict[str, Any]:
+def node_params(at: NodeContext) -> Dict[str, Any]:
     """Where the runs go, and the TensorRT version a calibration cache's header names (an exported
     cache is an artifact). The planner adds the command line's overrides (a run's tag) and hands it
     every measured node of the sweep points that share these settings."""

@@ -13,12 +13,12 @@ from typing import Any, Dict
 from precisionflow.errors import StageError
 from precisionflow.nodeio import read_json
 from precisionflow.modeling.training import at_chance_message, below_best_message, fit, optimizer, rebuild_fp32, save_outputs
-from precisionflow.stages import Reading
+from precisionflow.stages import NodeContext
 
 PACKAGES = ("tensorflow", "tf-keras", "numpy", "matplotlib", "h5py")
 
 
-def reads(at: Reading) -> Dict[str, Any]:
+def node_params(at: NodeContext) -> Dict[str, Any]:
     cfg = at.cfg
     from precisionflow.modeling import models
 
@@ -30,7 +30,7 @@ def reads(at: Reading) -> Dict[str, Any]:
 THRESHOLD_KEYS = ("at_chance",)  # checked against the summary (checks/check), never part of the id
 
 
-def checks(at: Reading) -> Dict[str, Any]:
+def checks(at: NodeContext) -> Dict[str, Any]:
     """Thresholds, not parameters (a changed one re-checks the finished training)."""
     return {"at_chance": at.cfg["train"]["at_chance"]}
 
