@@ -48,3 +48,12 @@ def test_the_ranking_line_is_true_of_the_rows_above_it():
     fp16 = {"precision": "fp16", "speed": {"median": 1.03}, "ran_reference_kernels": True}
     assert "ran fp32's kernels here" in why_no_ranking([fp16], [fp16]) and "(fp16)" in why_no_ranking([fp16], [fp16])
     assert why_no_ranking([], []) == "no engine passed its budget, so none is ranked by speed."
+
+
+def test_a_baseline_rows_marks_do_not_make_another_tasks_columns():
+    """The TensorFlow row's n/a marks its accuracy cells; they are not a detector's mAP to print."""
+    baseline = row(precision="tensorflow", ran="fp32 (cpu)", blank_as="n/a")
+    text = printed_table(ROWS + [baseline], serving_ran=True)
+    header = next(line for line in text.splitlines() if line.startswith("precision"))
+    assert "top1" in header and "map50" not in header and "spurious" not in header
+    assert "n/a = the TensorFlow model" in text

@@ -43,6 +43,7 @@ from precisionflow.reporting.report_galleries import (
 )
 from precisionflow.reporting.report_notes import not_built, notes
 from precisionflow.reporting.report_rows import (
+    BLANK_MARKS,
     COLUMNS,
     DETECTION_COLUMNS,
     blank_legend,
@@ -179,8 +180,13 @@ def format_table(rows: List[Dict[str, Any]], columns: List[str] = PRINTED, heade
 ALWAYS_PRINTED = ("precision", "ran", "change_95", "verdict", "variant", "x_fp32_bmax", "x_server_95")
 
 
+def has_figure(row: Dict[str, Any], column: str) -> bool:
+    """A cell that holds a figure: neither blank nor a blank's mark (ref, sim, twin, n/a)."""
+    return str(row.get(column, "")) not in ("", *BLANK_MARKS)
+
+
 def always_printed(rows: List[Dict[str, Any]]) -> List[str]:
-    detects = any(str(row.get("map50", "")) != "" for row in rows)
+    detects = any(has_figure(row, "map50") for row in rows)
     task = ["map50", "spurious_100"] if detects else ["top1"]
     return [c for c in PRINTED if c in ALWAYS_PRINTED or c in task]
 
@@ -189,7 +195,7 @@ def fitted(rows: List[Dict[str, Any]], width: int = TERMINAL_WIDTH) -> List[str]
     """The printed columns: ALWAYS_PRINTED's, then PRINTED's other filled ones (a single model's
     column says nothing) while the table fits in `width`, least important last."""
     kept = always_printed(rows)
-    columns = [c for c in PRINTED if c in kept or any(str(row.get(c, "")) != "" for row in rows)]
+    columns = [c for c in PRINTED if c in kept or any(has_figure(row, c) for row in rows)]
     if len({row["model"] for row in rows}) <= 1 and "model" in columns:
         columns.remove("model")  # named once above the table instead
     while len(columns) > len(kept) and len(format_table(rows, columns).splitlines()[1]) > width:
@@ -210,7 +216,7 @@ def empty_columns(rows: List[Dict[str, Any]], columns: List[str], serving_ran: b
     return [
         f"{HEADERS.get(c, c)}: empty -- {why.get(c, 'not measured in this sweep')}"
         for c in columns
-        if not any(str(row.get(c, "")) != "" for row in rows)
+        if not any(has_figure(row, c) for row in rows)
     ]
 
 
@@ -229,9 +235,7 @@ def printed_table(rows: List[Dict[str, Any]], serving_ran: bool = True) -> str:
         block = [row for row in shown if (row["model"], row["target"]) == (model, target)]
         full = next(str(row["model"]) for row in rows if short_model(str(row["model"])) == model)
         blocks += [f"model: {model} ({full.rsplit('-', 1)[-1]})   target: {target}", format_table(block, columns), ""]
-    left_out = [
-        c for c in PRINTED if c not in columns and c not in ("model", "target") and any(str(r.get(c, "")) != "" for r in rows)
-    ]
+    left_out = [c for c in PRINTED if c not in columns and c not in ("model", "target") and any(has_figure(r, c) for r in rows)]
     tail = blank_legend(rows) + empty_columns(rows, columns, serving_ran)
     tail += [f"(more columns in summary.csv and report.html: {', '.join(left_out)})"] if left_out else []
     return "\n".join(blocks[:-1] + tail)
