@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import OUT, RESULTS, ROOT  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from tests.conftest import wait_for_mlflow  # noqa: E402
+from tests.conftest import start_mlflow_server, wait_for_mlflow  # noqa: E402
 from tests.test_end_to_end import TINY  # noqa: E402 -- the small sizes the end-to-end tests run
 
 SMALL = [o for o in TINY if not o.startswith(("precisions=", "calibration"))]
@@ -83,25 +82,7 @@ def chromium(flags: list, url: str, budget_ms: int, screenshot: Path = None) -> 
 
 def mlflow_views(results: Path, runs_link: str, chart_link: str) -> dict:
     """The runs view and the chart at 1400x900: screenshots, and the chart's points."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{results / 'mlflow.db'}",
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
+    server, base = start_mlflow_server(results / "mlflow.db")
     profile = OUT / "four_sweeps" / "chromium"
     flags = [shutil.which("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
     flags += ["--disable-background-networking", f"--user-data-dir={profile}", "--window-size=1400,900"]

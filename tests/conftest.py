@@ -1,5 +1,7 @@
 """Shared fixtures: tiny ONNX graphs made in the test (no TensorFlow needed)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -161,6 +163,21 @@ def keras():
     from precisionflow.modeling.tfenv import import_tensorflow
 
     return import_tensorflow()[1]
+
+
+def start_mlflow_server(store: Path):
+    """(a real `mlflow server` on the SQLite store `store`, at a free port in its own session so that
+    os.killpg stops its workers too; its base URL). wait_for_mlflow(url) before asking it anything."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{store}", "--port", str(port)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return server, f"http://127.0.0.1:{port}"
 
 
 def wait_for_mlflow(uri: str, seconds: float = 60) -> None:

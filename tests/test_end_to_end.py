@@ -305,32 +305,18 @@ def test_the_printed_mlflow_links_open_the_trade_off_columns_and_chart(first_run
     sweep, precisionflow's columns; the chart link on the scatter of accuracy change against speed
     ratio (issue 42: a compare link that opens on the trade-off)."""
     import os
-    import socket
 
-    from tests.conftest import wait_for_mlflow
+    from tests.conftest import start_mlflow_server, wait_for_mlflow
 
     flags = chromium_flags(tmp_path, 25000)
     results, output = first_run
     link = re.search(r"^MLflow runs:\s+(\S+)", output, re.MULTILINE).group(1)
     chart_link = re.search(r"^MLflow chart:\s+(\S+)", output, re.MULTILINE).group(1)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    link = link.replace("http://127.0.0.1:5000", f"http://127.0.0.1:{port}")
-    chart_link = chart_link.replace("http://127.0.0.1:5000", f"http://127.0.0.1:{port}")
-    command = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "server",
-        "--backend-store-uri",
-        f"sqlite:///{results / 'mlflow.db'}",
-        "--port",
-        str(port),
-    ]
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server, base = start_mlflow_server(results / "mlflow.db")
+    link = link.replace("http://127.0.0.1:5000", base)
+    chart_link = chart_link.replace("http://127.0.0.1:5000", base)
     try:
-        wait_for_mlflow(f"http://127.0.0.1:{port}")
+        wait_for_mlflow(base)
         # MLflow's UI fills the table after its API calls return; on a loaded machine that once took
         # longer than 25 s of Chromium's virtual time (CI, 2026-12-02). Load the page again with a
         # longer budget rather than fail on a half-rendered page; the checks below are unchanged.
@@ -350,7 +336,7 @@ def test_the_printed_mlflow_links_open_the_trade_off_columns_and_chart(first_run
         subprocess.run(flags + [f"--screenshot={artifacts / 'mlflow-chart.png'}", chart_link], capture_output=True, timeout=180)
         # the Models tab (issue 63): one logged model per engine, as MLflow 3 lists them
         models_link = re.sub(r"(#/experiments/\d+).*", r"\1/models?workflowType=machine_learning", link)
-        models = logged_model_names(f"http://127.0.0.1:{port}")
+        models = logged_model_names(base)
         for budget_ms in (25000, 60000, 120000):
             flags = chromium_flags(tmp_path, budget_ms, width=1400)
             models_dom = subprocess.run(flags + ["--dump-dom", models_link], capture_output=True, text=True, timeout=240).stdout
