@@ -38,8 +38,10 @@ EVERYTHING = reached_from("prepare_dataset")
 QAT_BRANCH = reached_from("finetune_model") - {"benchmark_framework"}
 GRAPHS = reached_from("quantize_onnx")
 ENGINES = reached_from("build_engine")
-SERVING = {"serve_engine", "report", "track_mlflow"}
-TIMED_WINDOWS = {"evaluate_engine", "benchmark_framework", "report", "track_mlflow"}
+# the sweep-wide stages (the report, MLflow) read every measurement: from the table, not a list here
+AGGREGATES = set(flow.AGGREGATING)
+SERVING = reached_from("serve_engine")
+TIMED_WINDOWS = {"evaluate_engine", "benchmark_framework"} | AGGREGATES
 ALL_TIMING = TIMED_WINDOWS | {"compare_speed"}
 NOTHING = set()
 
@@ -136,7 +138,7 @@ EXPECTED = {
     "export.opset": TRAINED - {"train_model", "finetune_model", "benchmark_framework"},
     "export.max_abs_diff": NOTHING,
     "export.rtol": NOTHING,  # thresholds: re-checked, never re-exported
-    "precisions": {"report", "track_mlflow"},  # int8_qat's nodes leave the plan; the others keep their ids
+    "precisions": AGGREGATES,  # int8_qat's nodes leave the plan; the others keep their ids
     "fp16.op_block_list": GRAPHS,
     "calibration.method": {"calibrate"} | GRAPHS,
     "calibration.percentile": NOTHING,
@@ -150,7 +152,7 @@ EXPECTED = {
     "int8.exclude_nodes": GRAPHS,
     "int8.keep_output_layer": GRAPHS,
     "int8.mixed_keep_fp": NOTHING,
-    "int8.simulate_tensorrt": {"report", "track_mlflow"},  # the simulation rows leave the plan and its report
+    "int8.simulate_tensorrt": AGGREGATES,  # the simulation rows leave the plan and its report
     "int8.report_samples": GRAPHS,
     "int8.report_split": GRAPHS,
     "int8.mixed_max_val_drop": NOTHING,
@@ -172,7 +174,7 @@ EXPECTED = {
             "trt_int8_fp16",
         )
     },
-    "targets": {"report", "track_mlflow"},  # the cpu target's nodes join; local's keep their ids
+    "targets": AGGREGATES,  # the cpu target's nodes join; local's keep their ids
     # conditions: the default data (digits) has none, so these are refused at planning (see test_conditions.py)
     "dataset.conditions": None,
     **{f"dataset.scene.{key}": NOTHING for key in ("shadow_reach", "shadow_darkness", "vehicle_scale", "vehicle_colour")},
@@ -180,9 +182,9 @@ EXPECTED = {
     "evaluate.budget.max_condition_drop": None,
     "evaluate.budget.max_condition_spurious_per_image": None,
     "evaluate.budget.condition_limits": None,
-    "evaluate.budget.min_server_speedup": {"report", "track_mlflow"},
+    "evaluate.budget.min_server_speedup": AGGREGATES,
     # serving: the serve_engine jobs' own settings; switched off, they leave the plan (the report's inputs change)
-    "evaluate.serving.enabled": {"report", "track_mlflow"},
+    "evaluate.serving.enabled": AGGREGATES,
     **{
         f"evaluate.serving.{key}": SERVING
         for key in (
@@ -232,13 +234,13 @@ EXPECTED = {
     # The engine backend's version there: every engine and measurement of the target; TensorFlow's stays.
     "target_defs.local.backend_version": ENGINES,
     # No TensorFlow timed there: its baseline leaves the plan, the ratios lose their TensorFlow side.
-    "target_defs.local.framework": {"compare_speed", "report", "track_mlflow"},
+    "target_defs.local.framework": {"compare_speed"} | AGGREGATES,
     # CUDA provider settings: read only where an engine runs on a GPU (none here; see CONDITIONAL).
     **{
         f"engine.onnxruntime.{key}": NOTHING
         for key in ("prefer_nhwc", "cuda_graph", "cudnn_conv_algo_search", "use_tf32", "fuse_conv_bias")
     },
-    "evaluate.batch_size": {"evaluate_engine", "report", "track_mlflow"},
+    "evaluate.batch_size": {"evaluate_engine"} | AGGREGATES,
     "evaluate.timing_batch_sizes": ALL_TIMING,
     "evaluate.warmup_s": ALL_TIMING,
     "evaluate.duration_s": TIMED_WINDOWS,
@@ -246,13 +248,13 @@ EXPECTED = {
     "evaluate.repeats": TIMED_WINDOWS,
     "evaluate.streams": ALL_TIMING,
     "evaluate.stream_batch_size": ALL_TIMING,
-    "evaluate.ratio_rounds": {"compare_speed", "report", "track_mlflow"},
-    "evaluate.ratio_window_s": {"compare_speed", "report", "track_mlflow"},
+    "evaluate.ratio_rounds": {"compare_speed"} | AGGREGATES,
+    "evaluate.ratio_window_s": {"compare_speed"} | AGGREGATES,
     # budgets are thresholds: precisionflow check re-reads finished results, nothing reruns
     # budgets are thresholds: nothing measured reruns; the report (whose page starts with the
     # verdicts) is redrawn, and MLflow logs that page with the sweep
     **{
-        f"evaluate.budget.{key}": {"report", "track_mlflow"}
+        f"evaluate.budget.{key}": AGGREGATES
         for key in (
             "max_top1_drop",
             "min_agreement",
@@ -264,10 +266,10 @@ EXPECTED = {
             "max_spurious_per_image",
         )
     },
-    "evaluate.budgets": {"report", "track_mlflow"},
+    "evaluate.budgets": AGGREGATES,
     # how sure a verdict must be: a threshold too (the report's verdicts change, nothing is measured again)
-    "evaluate.confidence": {"report", "track_mlflow"},
-    "evaluate.accept_undecided": {"report", "track_mlflow"},
+    "evaluate.confidence": AGGREGATES,
+    "evaluate.accept_undecided": AGGREGATES,
     "tracking.enabled": NOTHING,  # the tracking node leaves the plan; no other node changes
     "tracking.uri": {"track_mlflow"},
     "tracking.experiment": {"track_mlflow"},
@@ -314,7 +316,7 @@ CONDITIONAL = [
     (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_keep_fp", 2, NOTHING),  # the search does not read it
     (["precisions=[fp32,int8,int8_mixed]"], "int8.mixed_max_val_drop", 0.5, GRAPHS),
     # int8_mixed's search decides by intervals: their confidence is part of its graph
-    (["precisions=[fp32,int8,int8_mixed]"], "evaluate.confidence", 0.9, GRAPHS | {"report", "track_mlflow"}),
+    (["precisions=[fp32,int8,int8_mixed]"], "evaluate.confidence", 0.9, GRAPHS | AGGREGATES),
     (["finetune=qat"], "finetune.epochs", 5, TRAINED - {"train_model"}),
     (["evaluate.serving.search_duration_ms=200"], "evaluate.serving.full_length_climb", 2, SERVING),
     # On a GPU target the GPU's defaults and the CUDA provider settings are read (one rule: runs_on_gpu)
@@ -340,7 +342,7 @@ CONDITIONAL = [
     # Detection: the scenes' count changes the data node; decoding/matching settings only the evaluations.
     (["experiment=detection"], "dataset.num_images", 800, EVERYTHING),
     *[
-        (["experiment=detection"], f"evaluate.detection.{key}", value, {"evaluate_engine", "report", "track_mlflow"})
+        (["experiment=detection"], f"evaluate.detection.{key}", value, {"evaluate_engine"} | AGGREGATES)
         for key, value in (("score_threshold", 0.5), ("match_iou", 0.7), ("min_score", 0.05), ("top_k", 20), ("nms_iou", 0.6))
     ],
     *[
@@ -531,16 +533,16 @@ SOURCE_EDITS = {
         "report",
         "track_mlflow",
     },
-    "stages/report.py": {"report", "track_mlflow"},  # MLflow logs the report it reads
+    "stages/report.py": AGGREGATES,  # MLflow logs the report it reads
     # the TensorFlow baseline's timing stage; the Keras runner it shares with compare_speed is a library module
-    "stages/benchmark_framework.py": {"benchmark_framework", "report", "track_mlflow"},
-    "measure/keras_runner.py": {"benchmark_framework", "compare_speed", "report", "track_mlflow"},
-    "stages/compare_speed.py": {"compare_speed", "report", "track_mlflow"},
+    "stages/benchmark_framework.py": {"benchmark_framework"} | AGGREGATES,
+    "measure/keras_runner.py": {"benchmark_framework", "compare_speed"} | AGGREGATES,
+    "stages/compare_speed.py": {"compare_speed"} | AGGREGATES,
     "stages/prune_model.py": set(),  # the default experiment prunes nothing: no prune node
-    "reporting/report_pages.py": {"report", "track_mlflow"},
+    "reporting/report_pages.py": AGGREGATES,
     # verdicts are drawn by the report; int8_mixed's search decides by the same intervals, but the
     # default plan has no int8_mixed node: its graphs (fp32, fp16, int8, int8_qat) never run stats.py
-    "stats.py": {"build_engine", "evaluate_engine", "compare_speed", "serve_engine", "report", "track_mlflow"},
+    "stats.py": {"build_engine", "evaluate_engine", "compare_speed", "serve_engine"} | AGGREGATES,
 }
 
 
@@ -601,7 +603,7 @@ def test_editing_the_report_template_reruns_the_report(default_point, tmp_path, 
     try:
         edited_copy(tmp_path, monkeypatch, "reporting/templates/report.html.j2", lambda text: text + "<!-- edited -->\n")
         changed = {key.split("/")[0] for key in before - plan_ids([default_point])}
-        assert changed == {"report", "track_mlflow"}
+        assert changed == AGGREGATES
     finally:
         monkeypatch.undo()
         identity.clear_caches()
