@@ -25,7 +25,7 @@ def test_drop_counts_only_discordant_pairs_and_keeps_a_width_when_nothing_flips(
     assert (drop.b, drop.c, drop.drop, drop.n) == (0, 0, 0.0, 144)
     # no image flipped on 144 images does not show a zero drop: about 3.8 / n either way
     assert drop.low < -1.0 and 1.0 < drop.high < 3.5
-    assert drop.one_image == pytest.approx(100 / 144)
+    assert drop.per_image_step == pytest.approx(100 / 144)
     engine = reference.copy()
     engine[:3] = False  # three images lost
     engine[120] = True  # one gained

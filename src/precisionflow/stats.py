@@ -90,11 +90,11 @@ class PairedDrop:
     confidence: float
 
     @property
-    def one_image(self) -> float:
+    def per_image_step(self) -> float:
         return 100.0 / self.n if self.n else float("inf")
 
     def to_json(self) -> Dict[str, float]:
-        return {**asdict(self), "one_image": round(self.one_image, 4)}
+        return {**asdict(self), "one_image": round(self.per_image_step, 4)}
 
 
 def paired_drop(reference_correct: Sequence[bool], engine_correct: Sequence[bool], confidence: float = 0.95) -> PairedDrop:

@@ -26,8 +26,8 @@ class Figure:
     low: float
     high: float
     n: int  # images
-    finest: float  # the smallest budget n images can ever pass (nothing changed on any image)
-    one_image: float  # what one image changes the value by (one image flipped, one box more)
+    smallest_passable: float  # the smallest budget n images can ever pass (nothing changed on any image)
+    per_image_step: float  # what one image changes the value by (one image flipped, one box more)
     counts: Dict[str, int] = field(default_factory=dict)  # lost/gained images, or spurious boxes in all
 
 
@@ -57,7 +57,7 @@ class TopOne:
             drop = stats.paired_drop(self.reference_right[idx], right[idx], self.confidence)
             finest = stats.zero_flip_resolution(drop.n, self.confidence)
             counts = {"lost": drop.b, "gained": drop.c}
-            found[name] = Figure(drop.drop, drop.low, drop.high, drop.n, finest, drop.one_image, counts)
+            found[name] = Figure(drop.drop, drop.low, drop.high, drop.n, finest, drop.per_image_step, counts)
         return found
 
     def reference_record(self) -> Dict[str, float]:

@@ -430,7 +430,7 @@ def headline_figures(overall, chosen_record: Dict[str, Any], limits: Dict[str, f
                 "max_drop_points": limits[OVERALL],
                 "drop_points": round(overall.value, 3),
                 "drop_interval": [round(overall.low, 3), round(overall.high, 3)],
-                "one_image_points": round(overall.one_image, 3),
+                "one_image_points": round(overall.per_image_step, 3),
             }
         )
     else:

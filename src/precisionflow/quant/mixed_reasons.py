@@ -88,15 +88,15 @@ def why_not_met(figures: Dict[str, Any], limits: Dict[str, float], judge) -> Tup
             )
             continue
         subject = "the selection split" if name == OVERALL else f"condition '{name}'"
-        finer = np.isfinite(figure.finest) and limit < figure.finest
+        finer = np.isfinite(figure.smallest_passable) and limit < figure.smallest_passable
         unresolvable = unresolvable or finer
         resolution = (
-            f"; the smallest budget {figure.n} images can ever pass is {figure.finest:.2f}: this split cannot resolve it"
+            f"; the smallest budget {figure.n} images can ever pass is {figure.smallest_passable:.2f}: this split cannot resolve it"
             if finer
             else f", {figure.high - limit:.2f} beyond it"
         )
         said.append(
             f"{subject}'s {figure.n} images: {figure.value:+.2f} [{figure.low:+.2f}, {figure.high:+.2f}] against {limit} "
-            f"(one image = {figure.one_image:.2f} {judge.unit}{resolution})"
+            f"(one image = {figure.per_image_step:.2f} {judge.unit}{resolution})"
         )
     return "no trial's interval cleared every budget; with all but one op in float: " + "; ".join(said), unresolvable

@@ -129,7 +129,7 @@ def drop_check(drop: stats.PairedDrop, limit: float, subject: str) -> Dict[str, 
         text += "; " + cannot_tell(
             drop.n,
             f"the drop's interval straddles the budget {limit}",
-            f"{drop.one_image:.2f} points",
+            f"{drop.per_image_step:.2f} points",
             stats.images_to_decide_drop(drop, limit),
         )
     return judged(verdict, text)
