@@ -81,7 +81,7 @@ def test_precision_sweep_trains_once():
 
 
 def test_code_version_change_renames_the_stage_and_its_downstream():
-    versions = planning.code_versions()
+    versions = planning.code_hash_per_stage()
     before, _ = _plan([], versions=versions)
     after, _ = _plan([], versions=dict(versions, export_onnx="edited"))
     changed = {key.split("/")[0] for key in set(after) - set(before)}

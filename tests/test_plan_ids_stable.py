@@ -27,7 +27,7 @@ PLANS = {
 class FixedVersions(planning.PlanBuilder):
     """A planner whose code, package, runtime and device identity is a constant."""
 
-    def identity_of(self, stage, params):
+    def code_and_packages(self, stage, params):
         return {"code": "fixed", "packages": {}}
 
     def runtime(self, backend, target_def):

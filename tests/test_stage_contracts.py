@@ -77,8 +77,8 @@ def test_a_new_measuring_stage_is_a_table_row_and_a_module(monkeypatch):
     monkeypatch.setattr(flow, "STAGES", stages)
     monkeypatch.setattr(flow, "BY_NAME", {stage.name: stage for stage in stages})
     monkeypatch.setattr(plan, "STAGES", tuple(stage.name for stage in stages))
-    real_versions = plan.code_versions
-    monkeypatch.setattr(plan, "code_versions", lambda: {**real_versions(), "energy_probe": "constructed"})
+    real_versions = plan.code_hash_per_stage
+    monkeypatch.setattr(plan, "code_hash_per_stage", lambda: {**real_versions(), "energy_probe": "constructed"})
 
     built = plan.build_plan(expand(["precisions=[fp32,fp16]"]), "/tmp/precisionflow-contract-test")
     probes = {key: spec for key, spec in built["nodes"].items() if key.startswith("energy_probe/")}

@@ -234,7 +234,7 @@ def node_source_hashes(stage: str, params: Dict) -> Dict[str, str]:
     return source_hashes(stage, node_backend(params), params.get("precision"))
 
 
-def code_version(stage: str, hashes: Optional[Dict[str, str]] = None) -> str:
+def code_hash(stage: str, hashes: Optional[Dict[str, str]] = None) -> str:
     hashes = hashes if hashes is not None else source_hashes(stage)
     digest = hashlib.sha256("".join(f"{rel}:{sha}\n" for rel, sha in sorted(hashes.items())).encode())
     return digest.hexdigest()[:12]

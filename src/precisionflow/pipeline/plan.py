@@ -77,12 +77,12 @@ def stage_module(stage: str):
     return importlib.import_module(f"precisionflow.stages.{stage}")
 
 
-def code_versions() -> Dict[str, str]:
+def code_hash_per_stage() -> Dict[str, str]:
     """Hash of each stage's import closure, read once per plan."""
-    return {stage: identity.code_version(stage) for stage in STAGES}
+    return {stage: identity.code_hash(stage) for stage in STAGES}
 
 
-def stage_identity(stage: str, versions: Dict[str, str]) -> Dict[str, Any]:
+def stage_code_and_packages(stage: str, versions: Dict[str, str]) -> Dict[str, Any]:
     return {"code": versions[stage], "packages": identity.package_versions(getattr(stage_module(stage), "PACKAGES", ()))}
 
 
@@ -94,8 +94,8 @@ class PlanBuilder:
     """Collects unique nodes across all sweep points."""
 
     def __init__(self, versions: Optional[Dict[str, str]] = None, cache_dir: Optional[Path] = None):
-        self.versions = versions or code_versions()
-        self.identities = {stage: stage_identity(stage, self.versions) for stage in STAGES}
+        self.versions = versions or code_hash_per_stage()
+        self.identities = {stage: stage_code_and_packages(stage, self.versions) for stage in STAGES}
         self.nodes: Dict[str, Node] = {}
         self.cache_dir = cache_dir
         self.fingerprints: Dict[str, str] = {}
@@ -180,7 +180,7 @@ class PlanBuilder:
                 found[path] = self.file_hashes[path]
         return found
 
-    def identity_of(self, stage: str, params: Dict[str, Any]) -> Dict[str, Any]:
+    def code_and_packages(self, stage: str, params: Dict[str, Any]) -> Dict[str, Any]:
         """The stage's code version and packages; an engine stage's covers only its own backend, a
         node of a precision its own precision's module (never the other precisions')."""
         backend, precision = identity.node_backend(params), params.get("precision")
@@ -188,7 +188,7 @@ class PlanBuilder:
             return self.identities[stage]
         key = f"{stage}@{backend}@{precision}"
         if key not in self.backend_versions:
-            self.backend_versions[key] = identity.code_version(stage, identity.node_source_hashes(stage, params))
+            self.backend_versions[key] = identity.code_hash(stage, identity.node_source_hashes(stage, params))
         return {**self.identities[stage], "code": self.backend_versions[key]}
 
     def add(
@@ -212,7 +212,7 @@ class PlanBuilder:
         for role, node in inputs.items():
             flow.check_edge(stage, role, node.stage)
         input_keys = {role: node.key for role, node in sorted(inputs.items())}
-        code = self.identity_of(stage, params)
+        code = self.code_and_packages(stage, params)
         hashed = {"stage": stage, "params": params, "inputs": input_keys, **code}
         digest = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:12]
         node = Node(stage, f"{_slugify(slug)}-{digest}", params, input_keys, code, checks or {}, resources or {})

@@ -42,7 +42,7 @@ def check_identity(spec: Dict[str, Any], stage_module) -> Dict[str, str]:
     sources = identity.node_source_hashes(spec["stage"], spec["params"])
     planned = spec.get("identity") or {}
     found = {
-        "code": identity.code_version(spec["stage"], sources),
+        "code": identity.code_hash(spec["stage"], sources),
         "packages": identity.package_versions(getattr(stage_module, "PACKAGES", ())),
     }
     for key in ("code", "packages"):
@@ -97,7 +97,7 @@ def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[s
         record = {
             **{k: spec[k] for k in ("stage", "id", "params", "inputs")},
             "identity": {**spec.get("identity", {}), "sources": sources},
-            "code_version": identity.code_version(spec["stage"], sources),
+            "code_version": identity.code_hash(spec["stage"], sources),
             "versions": package_versions(getattr(stage, "PACKAGES", ())),
             "host": platform.node(),
             "timings": {
