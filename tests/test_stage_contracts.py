@@ -20,7 +20,7 @@ def test_every_stage_keeps_the_contract(stage):
     parameters = inspect.signature(module.node_params).parameters
     assert list(parameters) == ["at"], f"{stage}.node_params takes one NodeContext, found {list(parameters)}"
     assert parameters["at"].annotation is NodeContext
-    assert hasattr(module, "checks") == hasattr(module, "check"), f"{stage}: checks() and check() come as a pair"
+    assert hasattr(module, "limits") == hasattr(module, "check"), f"{stage}: limits() and check() come as a pair"
 
 
 def test_a_reading_names_only_what_a_point_can_say():
@@ -30,19 +30,19 @@ def test_a_reading_names_only_what_a_point_can_say():
         reading.target = "h200"  # frozen: a stage cannot change where it is read
 
 
-def test_a_stage_that_gains_checks_or_a_preflight_is_called_at_planning(monkeypatch):
-    """checks/preflight were called by stage name for three stages: one added to another stage was
+def test_a_stage_that_gains_limits_or_a_preflight_is_called_at_planning(monkeypatch):
+    """limits/preflight were called by stage name for three stages: one added to another stage was
     never called. The planner calls them through the contract for every stage."""
     from precisionflow.config.compose import expand
     from precisionflow.pipeline.plan import build_plan
     from precisionflow.stages import build_engine, evaluate_engine
 
     seen = []
-    monkeypatch.setattr(build_engine, "checks", lambda at: {"max_build_seconds": 60, "target": at.target}, raising=False)
+    monkeypatch.setattr(build_engine, "limits", lambda at: {"max_build_seconds": 60, "target": at.target}, raising=False)
     monkeypatch.setattr(evaluate_engine, "preflight", lambda at, data: seen.append(data.split_sizes["test"]) or [], raising=False)
     plan = build_plan(expand(["precisions=[fp32]"]), "/tmp/precisionflow-contract-test")
     builds = [spec for key, spec in plan["nodes"].items() if key.startswith("build_engine/")]
-    assert builds and all(spec["checks"] == {"max_build_seconds": 60, "target": "local"} for spec in builds)
+    assert builds and all(spec["limits"] == {"max_build_seconds": 60, "target": "local"} for spec in builds)
     assert seen and all(size > 0 for size in seen)
 
 

@@ -7,7 +7,7 @@ A node's id is `<readable slug>-<hash>`. The hash covers exactly what the stage 
   * the versions of the packages it calls (`PACKAGES`; engine and timing stages also carry the
     backend version and the device in their params),
   * its code: the hash of its module's import closure (identity.py).
-Scheduler resources and pure thresholds (`checks`) travel with the node but stay out of the hash:
+Scheduler resources and pure thresholds (`limits`) travel with the node but stay out of the hash:
 a changed threshold re-checks the existing node (precisionflow run does, before anything runs),
 a changed resource only moves where the job runs.
 
@@ -51,7 +51,7 @@ class Node:
     params: Dict[str, Any]
     inputs: Dict[str, str] = field(default_factory=dict)  # role -> upstream node key
     identity: Dict[str, Any] = field(default_factory=dict)  # code version and package versions hashed
-    checks: Dict[str, Any] = field(default_factory=dict)  # thresholds checked against the summary; not hashed
+    limits: Dict[str, Any] = field(default_factory=dict)  # thresholds checked against the summary; not hashed
     resources: Dict[str, Any] = field(default_factory=dict)  # scheduler resources; not hashed
 
     @property
@@ -65,7 +65,7 @@ class Node:
             "params": self.params,
             "inputs": self.inputs,
             "identity": self.identity,
-            "checks": self.checks,
+            "limits": self.limits,
             "resources": self.resources,
             # it runs an engine (flow.Stage.gpu): the runner holds a GPU slot for it where its target
             # runs on one (gpuslots), without importing the stage table into every node's code
@@ -202,20 +202,20 @@ class PlanBuilder:
     ) -> Node:
         """A node of `stage`, read at `at`: the stage contract's optional parts are called here for
         every stage that has them -- preflight(at, the data node's facts) before the node exists,
-        checks(at) for the thresholds kept beside its id."""
+        limits(at) for the thresholds kept beside its id."""
         resources = {**self.stage_resources.get(stage, {}), **(resources or {})}  # never hashed
         module = stage_module(stage)
         if at is not None and hasattr(module, "preflight") and "data" in inputs:
             for warning in module.preflight(at, self.facts(inputs["data"])):
                 self.warn_once(warning)
-        checks = module.checks(at) if at is not None and hasattr(module, "checks") else None
+        limits = module.limits(at) if at is not None and hasattr(module, "limits") else None
         for role, node in inputs.items():
             flow.check_edge(stage, role, node.stage)
         input_keys = {role: node.key for role, node in sorted(inputs.items())}
         code = self.code_and_packages(stage, params)
         hashed = {"stage": stage, "params": params, "inputs": input_keys, **code}
         digest = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:12]
-        node = Node(stage, f"{_slugify(slug)}-{digest}", params, input_keys, code, checks or {}, resources or {})
+        node = Node(stage, f"{_slugify(slug)}-{digest}", params, input_keys, code, limits or {}, resources or {})
         self.nodes.setdefault(node.key, node)
         return self.nodes[node.key]
 
@@ -547,5 +547,5 @@ def recheck_finished(plan: Dict[str, Any]) -> None:
         if not (results / key / NODE_FILE).is_file():
             continue
         record = verify_finished_node(results / key)
-        if spec.get("checks"):
-            stage_module(spec["stage"]).check(spec["checks"], record["summary"])
+        if spec.get("limits"):
+            stage_module(spec["stage"]).check(spec["limits"], record["summary"])

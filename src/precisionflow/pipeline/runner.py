@@ -92,8 +92,8 @@ def run_node(plan: Dict[str, Any], key: str, results_dir: Path = None) -> Dict[s
 
     with staged_node_dir(results / key) as out, gpuslots.for_node(spec, results) as gpu:
         summary = declined_upstream(stage, spec, inputs) or stage.run(spec["params"], inputs, out) or {}
-        if spec.get("checks") and "declined" not in summary:
-            stage.check(spec["checks"], summary)  # a failed check publishes nothing
+        if spec.get("limits") and "declined" not in summary:
+            stage.check(spec["limits"], summary)  # a failed check publishes nothing
         record = {
             **{k: spec[k] for k in ("stage", "id", "params", "inputs")},
             "identity": {**spec.get("identity", {}), "sources": sources},

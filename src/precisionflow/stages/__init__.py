@@ -7,8 +7,8 @@
   and where it has them:
     preflight(at, data_facts) -> [warning]  its settings against what its data node will hold
                                  (datasets.facts.DataFacts), before anything runs; raises ConfigError
-    checks(at) -> limits / check(limits, summary)   thresholds kept outside the id, checked on its summary
-  The planner calls preflight and checks for every stage that defines them (PlanBuilder.add), so a
+    limits(at) / check(limits, summary)     thresholds kept outside the id, checked on its summary
+  The planner calls preflight and limits for every stage that defines them (PlanBuilder.add), so a
   stage that gains one needs no edit of the planner.
     AGGREGATES = True            it reads every point of the sweep (report, track_mlflow): the
                                  planner hands it what was measured, not one point's NodeContext

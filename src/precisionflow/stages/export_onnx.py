@@ -21,7 +21,7 @@ def node_params(at: NodeContext) -> Dict[str, Any]:
     return {"opset": cfg["export"]["opset"]}
 
 
-def checks(at: NodeContext) -> Dict[str, Any]:
+def limits(at: NodeContext) -> Dict[str, Any]:
     """Thresholds: checked against the node's summary, not part of its id (a changed threshold
     re-checks the existing export, it does not export again)."""
     return {"max_abs_diff": at.cfg["export"]["max_abs_diff"], "rtol": at.cfg["export"]["rtol"]}

@@ -27,10 +27,10 @@ def node_params(at: NodeContext) -> Dict[str, Any]:
     return {"model": models.reads(cfg["model"]), "train": train, "cache": cfg["dataset"]["cache"], "task": cfg["task"]}
 
 
-THRESHOLD_KEYS = ("at_chance",)  # checked against the summary (checks/check), never part of the id
+THRESHOLD_KEYS = ("at_chance",)  # checked against the summary (limits/check), never part of the id
 
 
-def checks(at: NodeContext) -> Dict[str, Any]:
+def limits(at: NodeContext) -> Dict[str, Any]:
     """Thresholds, not parameters (a changed one re-checks the finished training)."""
     return {"at_chance": at.cfg["train"]["at_chance"]}
 
