@@ -25,7 +25,7 @@ def reached_from(stage: str) -> set:
     while frontier:
         source = frontier.pop()
         for row in flow.STAGES:
-            feeds = any(source in sources for sources in row.reads.values())
+            feeds = any(source in sources for sources in row.inputs.values())
             if feeds and row.name not in reached and row.name in DEFAULT_PLAN_STAGES:
                 reached.add(row.name)
                 frontier.append(row.name)

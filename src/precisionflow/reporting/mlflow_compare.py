@@ -141,7 +141,7 @@ def derived(run, row: dict) -> dict:
     if server != "" and None not in (get["x_server_low"], get["x_server_high"]):
         server = f"{float(server):.2f} [{get['x_server_low']:.2f}, {get['x_server_high']:.2f}]"
     elif server != "":
-        server = f"{float(server):.2f} (no interval)"
+        server = f"{float(server):.2f} (1 ratio)"  # one pair, or pairs that agree: no interval to give
     found = {"variant": ", ".join(variant), "ran": ran, "change": change, "x_fp32": speed, "x_server": server}
     return {**found, **blank_reasons(found, row["precision"], bool(get["simulates"]))}
 

@@ -188,6 +188,8 @@ def has_figure(row: Dict[str, Any], column: str) -> bool:
 def always_printed(rows: List[Dict[str, Any]]) -> List[str]:
     detects = any(has_figure(row, "map50") for row in rows)
     task = ["map50", "spurious_100"] if detects else ["top1"]
+    # the worst condition, where the data has conditions: the row's story (shadows counted as cars)
+    task += ["worst_cond"] if any(has_figure(row, "worst_cond") for row in rows) else []
     return [c for c in PRINTED if c in ALWAYS_PRINTED or c in task]
 
 
