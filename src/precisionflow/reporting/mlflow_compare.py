@@ -188,7 +188,6 @@ WIDTH = 120
 
 def shown_columns(rows: List[dict], all_columns: bool) -> List[str]:
     """The columns, most important first, that keep the rendered markdown table within WIDTH."""
-    from tabulate import tabulate
 
     names = [name for name, _ in COLUMNS]
     if len({row["model"] for row in rows}) > 1:  # engines of several models: the model names the row, so it comes second
@@ -200,10 +199,20 @@ def shown_columns(rows: List[dict], all_columns: bool) -> List[str]:
     chosen: List[str] = list(core)
     for name in [name for name in names if name not in core and any(row[name] != "" for row in rows)]:
         trial = chosen + [name]
-        text = tabulate([[row[n] for n in trial] for row in rows], headers=trial, tablefmt="github", disable_numparse=True)
-        if max(len(line) for line in text.splitlines()) <= WIDTH:
+        if rendered_width(rows, trial) <= WIDTH:
             chosen = trial
-    return [name for name in names if name in chosen]  # the table's order, whatever fitted
+    chosen = [name for name in names if name in chosen]  # the table's order, whatever fitted
+    # the core columns themselves can be wider than WIDTH (long intervals): the last ones give way
+    while len(chosen) > 4 and rendered_width(rows, chosen) > WIDTH:
+        chosen.pop()
+    return chosen
+
+
+def rendered_width(rows: List[dict], names: List[str]) -> int:
+    from tabulate import tabulate
+
+    text = tabulate([[row[n] for n in names] for row in rows], headers=names, tablefmt="github", disable_numparse=True)
+    return max(len(line) for line in text.splitlines())
 
 
 def render(rows: List[dict], fmt: str, all_columns: bool = False) -> str:
