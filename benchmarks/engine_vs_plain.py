@@ -548,6 +548,7 @@ def bf16_on_gpu(graph_dir: Path, out: Path, names, seconds: float, work: Path) -
 
     from precisionflow.backends import onnxruntime_backend as backend
     from precisionflow.precisions import bf16
+    from precisionflow.precisions.spec import GraphJob
 
     device = os.environ.get("PF_DEVICE", "cuda")
     target = {"device": device}
@@ -566,7 +567,8 @@ def bf16_on_gpu(graph_dir: Path, out: Path, names, seconds: float, work: Path) -
             graph = work / f"{name}_{variant}_bf16.onnx"
             record = {"graph": name, "what": "bf16", "variant": variant}
             try:
-                record["conversion"] = bf16.to_bf16(source, graph, {"bf16": {"placement": "tensorrt"}}, {}, None)
+                job = GraphJob(source, graph, {"bf16": {"placement": "tensorrt"}}, {}, work)
+                record["conversion"] = bf16.to_bf16(job)
                 where = work / f"engine-{name}-{variant}-bf16"
                 where.mkdir(parents=True, exist_ok=True)
                 description = backend.build(graph, where, params, target, "bf16")

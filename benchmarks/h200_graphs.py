@@ -70,6 +70,7 @@ def refill(path: Path, seed: int = 0) -> None:
 
 def main(out: Path) -> None:
     from precisionflow.precisions.fp16 import to_fp16
+    from precisionflow.precisions.spec import GraphJob
     from precisionflow.schema import Fp16Conf
 
     out.mkdir(parents=True, exist_ok=True)
@@ -80,7 +81,7 @@ def main(out: Path) -> None:
             make(name, fp32)
             zeroed(fp32)
             blocked = {"fp16": {"op_block_list": block_list if kind == "product" else []}}
-            to_fp16(fp32, out / f"{name}_{kind}_fp16.onnx", blocked, {}, out)
+            to_fp16(GraphJob(fp32, out / f"{name}_{kind}_fp16.onnx", blocked, {}, out))
             print(f"{fp32.name} and its fp16 written", flush=True)
 
 

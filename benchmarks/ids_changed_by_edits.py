@@ -21,8 +21,8 @@ PLANS = {
 }
 NEW_PRECISION = (
     "from precisionflow.precisions.fp32 import copy_graph\n"
-    "from precisionflow.precisions.spec import PrecisionSpec\n\n"
-    'SPEC = PrecisionSpec(name="toy", summary="a copy of fp32", make_graph=copy_graph)\n'
+    "from precisionflow.precisions.spec import GraphRecipe, PrecisionSpec\n\n"
+    'SPEC = PrecisionSpec(name="toy", summary="a copy of fp32", graph=GraphRecipe(make=copy_graph))\n'
 )
 
 

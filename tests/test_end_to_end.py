@@ -440,25 +440,25 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from precisionflow.precisions.spec import PrecisionSpec
+from precisionflow.precisions.spec import GraphRecipe, Judging, PrecisionSpec
 
 
-def rounded(source, target, params, inputs, out):
-    model = onnx.load(str(source))
+def rounded(job):
+    decimals = job.params["rounded"]["decimals"]
+    model = onnx.load(str(job.source))
     for init in model.graph.initializer:
         if init.data_type == onnx.TensorProto.FLOAT:
-            values = np.round(numpy_helper.to_array(init), params["rounded"]["decimals"]).astype(np.float32)
+            values = np.round(numpy_helper.to_array(init), decimals).astype(np.float32)
             init.CopyFrom(numpy_helper.from_array(values, init.name))
-    onnx.save(model, str(target))
-    return {"rounded_to_decimals": params["rounded"]["decimals"]}
+    onnx.save(model, str(job.target))
+    return {"rounded_to_decimals": decimals}
 
 
 SPEC = PrecisionSpec(
     name="rounded_fp32",
     summary="fp32 with its weights rounded to 3 decimals (a test's toy)",
-    make_graph=rounded,
-    graph_params=lambda cfg, placement: {"rounded": {"decimals": 3}},
-    runs_in="fp32",
+    graph=GraphRecipe(make=rounded, params=lambda cfg, placement: {"rounded": {"decimals": 3}}),
+    judging=Judging(runs_in="fp32"),
 )
 '''
 

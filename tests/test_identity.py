@@ -641,9 +641,9 @@ def code_line(text: str) -> str:
 
 
 NEW_PRECISION = """from precisionflow.precisions.fp32 import copy_graph
-from precisionflow.precisions.spec import PrecisionSpec
+from precisionflow.precisions.spec import GraphRecipe, PrecisionSpec
 
-SPEC = PrecisionSpec(name="toy", summary="a copy of fp32", make_graph=copy_graph)
+SPEC = PrecisionSpec(name="toy", summary="a copy of fp32", graph=GraphRecipe(make=copy_graph))
 """
 
 

@@ -12,7 +12,7 @@ from precisionflow.config.compose import expand
 from precisionflow.errors import ConfigError
 from precisionflow.pipeline import gpuslots, plan as planning
 from precisionflow.pipeline.flow import gpu_stages
-from precisionflow.precisions.spec import PrecisionSpec
+from precisionflow.precisions.spec import GraphRecipe, PrecisionSpec
 
 
 @pytest.fixture
@@ -106,11 +106,12 @@ def test_gpu_slots_and_shipping_read_the_stage_table():
 
 def test_a_plug_in_building_on_int8_gets_int8s_graph_for_its_placement(cpu_host, monkeypatch):
     base = precisions.get("int8")
-    toy = PrecisionSpec(name="int8_toy", summary="int8's graph, again", make_graph=base.make_graph, builds_on="int8")
+    recipe = GraphRecipe(make=base.graph.make, builds_on="int8")
+    toy = PrecisionSpec(name="int8_toy", summary="int8's graph, again", graph=recipe)
     monkeypatch.setitem(precisions.REGISTRY, "int8", base)
     registered = precisions.register(toy)
     try:
-        assert registered.placement_dependent  # inherited from int8, which has a graph per placement
+        assert registered.graph.per_placement  # inherited from int8, which has a graph per placement
         nodes = planned(["precisions=[fp32,int8,int8_toy]", "int8.simulate_tensorrt=false"])
         toy_graphs = [node for key, node in nodes.items() if key.startswith("quantize_onnx/int8_toy")]
         assert toy_graphs and all(node.inputs["int8"].split("/")[1].startswith("int8-ortcpu") for node in toy_graphs), [

@@ -93,12 +93,12 @@ def page() -> str:
     from precisionflow.config.compose import with_precision_sections
 
     Config = with_precision_sections()  # a precision's own settings are a section like any other
-    notes = comments(inspect.getsourcefile(spec.settings) for spec in precisions.with_settings())
+    notes = comments(inspect.getsourcefile(spec.graph.settings) for spec in precisions.with_settings())
     lines = [
         "# Configuration reference",
         "",
         "Every key precisionflow reads, generated from `src/precisionflow/schema.py` and the settings each",
-        "precision declares (`PrecisionSpec.settings`; a plug-in's too: run the tool with",
+        "precision declares (`PrecisionSpec.graph.settings`; a plug-in's too: run the tool with",
         "`PRECISIONFLOW_PRECISIONS` set) by",
         "`tools/config_reference.py` (`make docs`): the key, its type, the schema's default and its comment.",
         "The built-in groups (`conf/`) and presets set other values: `precisionflow config [overrides]`",

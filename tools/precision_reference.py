@@ -23,19 +23,24 @@ def cell(value) -> str:
     return str(value)
 
 
+def field_of(spec, dotted: str):
+    part, field = dotted.split(".")
+    return getattr(getattr(spec, part), field)
+
+
 def page() -> str:
     from precisionflow import precisions
 
     columns = (
-        ("calibration", "calibration"),
-        ("fine-tune", "qat_finetune"),
-        ("builds on", "builds_on"),
-        ("per placement", "placement_dependent"),
-        ("TensorRT simulation row", "simulate_tensorrt"),
+        ("calibration", "graph.calibration"),
+        ("fine-tune", "graph.from_qat_finetune"),
+        ("builds on", "graph.builds_on"),
+        ("per placement", "graph.per_placement"),
+        ("TensorRT simulation row", "tensorrt.simulated_on_cpu"),
         ("judged against", None),
-        ("label: runs in", "runs_in"),
-        ("backends", "backends"),
-        ("tasks", "tasks"),
+        ("label: runs in", "judging.runs_in"),
+        ("backends", "support.backends"),
+        ("tasks", "support.tasks"),
     )
     lines = [
         "# Precisions",
@@ -49,13 +54,15 @@ def page() -> str:
     ]
     for name in precisions.names():
         spec = precisions.get(name)
-        against = "itself (the reference)" if spec.is_reference else "its fp32 twin" if spec.judged_against_twin else "fp32"
-        values = [against if field is None else cell(getattr(spec, field)) for _, field in columns]
+        against = (
+            "itself (the reference)" if spec.judging.is_reference else "its fp32 twin" if spec.judging.against_twin else "fp32"
+        )
+        values = [against if field is None else cell(field_of(spec, field)) for _, field in columns]
         lines.append(f"| `{name}` | {spec.summary} | " + " | ".join(values) + " |")
     refusals = [
         f"* `{name}`: {why}."
         for name in precisions.names()
-        for why in (precisions.get(name).why_not_tensorrt, precisions.get(name).why_not_detection)
+        for why in (precisions.get(name).support.why_not_tensorrt, precisions.get(name).support.why_not_detection)
         if why
     ]
     lines += ["", "Refused at planning, with the reason:", "", *refusals] if refusals else []

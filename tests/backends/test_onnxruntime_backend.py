@@ -53,9 +53,10 @@ def test_unknown_backend_and_level_are_config_errors(tiny_onnx, tmp_path):
 
 def test_an_fp16_graph_on_the_cpu_provider_is_labelled_as_the_fp32_it_runs(tiny_onnx, tmp_path):
     from precisionflow.precisions.fp16 import to_fp16
+    from precisionflow.precisions.spec import GraphJob
 
     (tmp_path / "fp16").mkdir()
-    to_fp16(tiny_onnx, tmp_path / "fp16" / "model.onnx", {"fp16": {"op_block_list": []}}, {}, tmp_path)
+    to_fp16(GraphJob(tiny_onnx, tmp_path / "fp16" / "model.onnx", {"fp16": {"op_block_list": []}}, {}, tmp_path))
     backend = get_backend("onnxruntime")
     executed = backend.build(tmp_path / "fp16" / "model.onnx", tmp_path / "fp16", ENGINE, dict(LOCAL, device="cpu"), "fp16")[
         "executed"

@@ -17,23 +17,25 @@ RUNS_IN = {"integer", "fp32", "fp16", "bf16"}
 
 def test_the_registry_holds_the_builtins_and_one_reference():
     assert {"fp32", "fp16", "int8", "int8_qat", "int8_mixed", "int8_dynamic"} <= set(NAMES)
-    assert [name for name in NAMES if precisions.get(name).is_reference] == ["fp32"]
+    assert [name for name in NAMES if precisions.get(name).judging.is_reference] == ["fp32"]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_spec_is_complete_and_consistent(name):
     spec = precisions.get(name)
     assert spec.name == name and spec.summary and callable(spec.make_graph)
-    assert spec.runs_in in RUNS_IN and spec.calibration in (None, "ptq", "qat")
-    assert set(spec.backends) <= {"onnxruntime", "tensorrt"} and spec.backends
-    assert "tensorrt" in spec.backends or spec.why_not_tensorrt  # a refusal says why
-    assert "detection" in spec.tasks or spec.why_not_detection
-    if spec.builds_on:
-        assert spec.builds_on in NAMES and precisions.get(spec.builds_on).placement_dependent == spec.placement_dependent
-    if spec.qat_finetune:
-        assert spec.calibration == "qat"  # QAT's ranges travel as a calibration cache
-    if spec.simulate_tensorrt:
-        assert spec.placement_dependent and "tensorrt" in spec.backends
+    assert spec.judging.runs_in in RUNS_IN and spec.graph.calibration in (None, "ptq", "qat")
+    assert set(spec.support.backends) <= {"onnxruntime", "tensorrt"} and spec.support.backends
+    assert "tensorrt" in spec.support.backends or spec.support.why_not_tensorrt  # a refusal says why
+    assert "detection" in spec.support.tasks or spec.support.why_not_detection
+    if spec.graph.builds_on:
+        assert (
+            spec.graph.builds_on in NAMES and precisions.get(spec.graph.builds_on).graph.per_placement == spec.graph.per_placement
+        )
+    if spec.graph.from_qat_finetune:
+        assert spec.graph.calibration == "qat"  # QAT's ranges travel as a calibration cache
+    if spec.tensorrt.simulated_on_cpu:
+        assert spec.graph.per_placement and "tensorrt" in spec.support.backends
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -55,17 +57,17 @@ def test_every_precision_plans_with_the_default_experiment(name):
     ]
     assert graphs
     for graph in graphs:
-        assert ("calibration" in graph.inputs) == bool(spec.calibration)
-        if spec.builds_on:
-            assert builder.nodes[graph.inputs[spec.builds_on]].params["precision"] == spec.builds_on
+        assert ("calibration" in graph.inputs) == bool(spec.graph.calibration)
+        if spec.graph.builds_on:
+            assert builder.nodes[graph.inputs[spec.graph.builds_on]].params["precision"] == spec.graph.builds_on
     evaluations = [n for n in measured if n.stage == "evaluate_engine" and n.params["precision"] == name]
-    assert evaluations and all(("qat_model" in n.inputs) == spec.compared_with_trained_model for n in evaluations)
+    assert evaluations and all(("qat_model" in n.inputs) == spec.judging.against_trained_model for n in evaluations)
     twins = [n for n in measured if n.stage == "evaluate_engine" and n.params.get("twin_of")]
-    assert bool(twins) == spec.judged_against_twin
+    assert bool(twins) == spec.judging.against_twin
 
 
 def without_calibration():
-    return [name for name in NAMES if not precisions.get(name).calibration and not precisions.get(name).builds_on]
+    return [name for name in NAMES if not precisions.get(name).graph.calibration and not precisions.get(name).graph.builds_on]
 
 
 @pytest.mark.parametrize("name", without_calibration())
@@ -90,9 +92,9 @@ def test_its_graph_is_made_built_and_labelled_by_what_ran(name, tiny_onnx, tmp_p
     )
     executed = built["executed"]
     assert executed["graph_precision"] == name and executed["label"].startswith(f"{name} graph, ran ")
-    if spec.runs_in == "integer":  # some compute in integer kernels, counted from the optimised engine
+    if spec.judging.runs_in == "integer":  # some compute in integer kernels, counted from the optimised engine
         assert executed["as_requested"] and executed["compute_op_types"].get("int8", 0) >= 1
-    if spec.is_reference:
+    if spec.judging.is_reference:
         assert executed["as_requested"] and executed["executed_precision"] == "fp32"
 
 
@@ -128,8 +130,8 @@ def test_a_plug_in_precision_needs_no_edit_of_the_package(tmp_path):
 
     (tmp_path / "toy_precision.py").write_text(
         "from precisionflow.precisions.fp32 import copy_graph\n"
-        "from precisionflow.precisions.spec import PrecisionSpec\n"
-        "SPEC = PrecisionSpec(name='copied_fp32', summary='a toy', make_graph=copy_graph)\n"
+        "from precisionflow.precisions.spec import GraphRecipe, PrecisionSpec\n"
+        "SPEC = PrecisionSpec(name='copied_fp32', summary='a toy', graph=GraphRecipe(make=copy_graph))\n"
     )
     env = {**os.environ, "PRECISIONFLOW_PRECISIONS": "toy_precision", "PYTHONPATH": str(tmp_path)}
     code = (
@@ -153,6 +155,7 @@ def test_bf16_casts_a_tensor_two_ops_read_once(tmp_path):
     from onnx import TensorProto, helper, numpy_helper
 
     from precisionflow.precisions.bf16 import to_bf16
+    from precisionflow.precisions.spec import GraphJob
 
     weights = [numpy_helper.from_array(np.ones((4, 4), np.float32), name) for name in ("w1", "w2")]
     graph = helper.make_graph(
@@ -169,7 +172,8 @@ def test_bf16_casts_a_tensor_two_ops_read_once(tmp_path):
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "in.onnx"))
     for placement in ("onnxruntime_cpu", "tensorrt"):
-        made = to_bf16(tmp_path / "in.onnx", tmp_path / f"{placement}.onnx", {"bf16": {"placement": placement}}, {}, tmp_path)
+        job = GraphJob(tmp_path / "in.onnx", tmp_path / f"{placement}.onnx", {"bf16": {"placement": placement}}, {}, tmp_path)
+        made = to_bf16(job)
         casts = [
             n for n in onnx.load(str(tmp_path / f"{placement}.onnx")).graph.node if n.op_type == "Cast" and n.input[0] == "shared"
         ]
@@ -180,6 +184,44 @@ def test_bf16_warns_at_planning_on_a_gpu_placement_only():
     """Measured on the H200: ONNX Runtime's CUDA provider runs no bf16 convolution, so a bf16 row there
     is slower than fp32; planning says so, and stays quiet on the CPU placement (whose label says fp32)."""
     spec = precisions.get("bf16")
-    gpu = spec.planning_warning({"bf16": {"placement": "tensorrt"}}, lambda: {})
+    gpu = spec.graph.planning_warning({"bf16": {"placement": "tensorrt"}}, lambda: {})
     assert gpu and "no bfloat16 convolution" in gpu and "slower than fp32" in gpu
-    assert spec.planning_warning({"bf16": {"placement": "onnxruntime_cpu"}}, lambda: {}) is None
+    assert spec.graph.planning_warning({"bf16": {"placement": "onnxruntime_cpu"}}, lambda: {}) is None
+
+
+def test_a_recipe_with_settings_reads_its_section_and_makes_its_graph_from_them_typed(tmp_path):
+    """A precision that declares settings and no params of its own: its graph node's params are its
+    configuration section (so they are in its id), and `make` gets them as the dataclass, not a dict."""
+    from dataclasses import dataclass
+
+    from precisionflow.precisions.spec import GraphRecipe, PrecisionSpec
+
+    @dataclass
+    class Lean:
+        alpha: float = 1.0
+
+    handed = []
+    spec = PrecisionSpec(
+        name="leaning", summary="a toy", graph=GraphRecipe(make=lambda job: handed.append(job) or {}, settings=Lean)
+    )
+    params = spec.graph_params({"leaning": {"alpha": 3.0}, "fp16": {"op_block_list": []}}, "onnxruntime_cpu")
+    assert params == {"leaning": {"alpha": 3.0}}
+    spec.make_graph(tmp_path / "in.onnx", tmp_path / "out.onnx", params, {}, tmp_path)
+    assert handed[0].settings == Lean(alpha=3.0) and handed[0].params == params
+
+
+def test_a_plug_in_written_for_the_flat_spec_is_refused_with_where_to_look(tmp_path, monkeypatch):
+    """PrecisionSpec's fields were flat before it had parts: such a plug-in gets a ConfigError naming
+    the module and the shape expected, not a traceback from its import."""
+    from precisionflow.errors import ConfigError
+
+    (tmp_path / "flat_precision.py").write_text(
+        "from precisionflow.precisions.fp32 import copy_graph\n"
+        "from precisionflow.precisions.spec import PrecisionSpec\n"
+        "SPEC = PrecisionSpec(name='flat', summary='old shape', make_graph=copy_graph, runs_in='fp32')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(precisions.PLUGIN_VARIABLE, "flat_precision")
+    with pytest.raises(ConfigError, match=r"module 'flat_precision' could not define its SPEC .*make_graph.*add-a-precision"):
+        precisions._register_plugins()
+    assert "flat" not in precisions.REGISTRY

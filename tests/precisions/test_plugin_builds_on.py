@@ -14,7 +14,7 @@ PLUGIN = """
 import shutil
 from dataclasses import dataclass
 
-from precisionflow.precisions.spec import PrecisionSpec
+from precisionflow.precisions.spec import GraphRecipe, Judging, PrecisionSpec
 
 
 @dataclass
@@ -22,26 +22,24 @@ class Fp16VariantSettings:
     alpha: float = 1.0  # how far the variant leans
 
 
-def copy_fp16_graph(source, target, params, inputs, out):
-    shutil.copy(inputs["fp16"] / "model.onnx", target)  # the fp16 graph it builds on
-    return {"alpha": params["fp16_variant"]["alpha"]}
+def copy_fp16_graph(job):
+    shutil.copy(job.inputs["fp16"] / "model.onnx", job.target)  # the fp16 graph it builds on
+    assert isinstance(job.settings, Fp16VariantSettings)  # its section, typed
+    return {"alpha": job.settings.alpha}
 
 
 SPEC = PrecisionSpec(
     name="fp16_variant",
     summary="fp16's graph, with a setting of its own",
-    make_graph=copy_fp16_graph,
-    graph_params=lambda cfg, placement: {"fp16_variant": cfg["fp16_variant"]},
-    builds_on="fp16",
-    settings=Fp16VariantSettings,
-    runs_in="fp16",
+    graph=GraphRecipe(make=copy_fp16_graph, builds_on="fp16", settings=Fp16VariantSettings),
+    judging=Judging(runs_in="fp16"),
 )
 """
 BAD = """
 from precisionflow.precisions.fp32 import copy_graph
-from precisionflow.precisions.spec import PrecisionSpec
+from precisionflow.precisions.spec import GraphRecipe, PrecisionSpec
 
-SPEC = PrecisionSpec(name="lost", summary="builds on nothing real", make_graph=copy_graph, builds_on="fp61")
+SPEC = PrecisionSpec(name="lost", summary="builds on nothing real", graph=GraphRecipe(make=copy_graph, builds_on="fp61"))
 """
 
 

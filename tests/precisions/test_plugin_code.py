@@ -11,10 +11,10 @@ from precisionflow.pipeline import remote
 
 PLUGIN = """
 from precisionflow.precisions.fp32 import copy_graph
-from precisionflow.precisions.spec import PrecisionSpec
+from precisionflow.precisions.spec import GraphRecipe, PrecisionSpec
 from toy_helper import SCALE
 
-SPEC = PrecisionSpec(name="toy_scaled", summary="fp32's graph, scaled", make_graph=copy_graph)
+SPEC = PrecisionSpec(name="toy_scaled", summary="fp32's graph, scaled", graph=GraphRecipe(make=copy_graph))
 """
 
 

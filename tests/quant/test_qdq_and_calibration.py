@@ -9,6 +9,7 @@ from precisionflow.hashing import file_hash
 from precisionflow.quant import cache, qdq, qdq_check
 from precisionflow.stages import calibrate, quantize_onnx
 from precisionflow.precisions.static_int8 import read_rows
+from precisionflow.precisions.spec import GraphJob
 from tests.conftest import make_tiny_cnn
 
 CALIBRATION = {
@@ -283,9 +284,8 @@ def test_the_int8_mixed_graph_stage_publishes_the_reason_and_no_graph(tmp_path, 
         "int8": {"placement": "onnxruntime_cpu", "exclude_nodes": [], "keep_output_layer": False},
         "cpu_dot_product": "avx512_vnni",
     }
-    details = static_int8.to_int8(
-        source, out / "model.onnx", params, {"calibration": calibration, "data": data}, out, choose_float
-    )
+    job = GraphJob(source, out / "model.onnx", params, {"calibration": calibration, "data": data}, out)
+    details = static_int8.to_int8(job, choose_float)
     assert details["declined"] == "no mix worth building (constructed)" and not (out / "model.onnx").exists()
 
 

@@ -156,7 +156,7 @@ def label(graph_precision: str, counts: Counter, provider: str, typing: str = ""
     output layer in float). `typing`: how TensorRT chose the types (strongly typed: the graph's)."""
     from precisionflow import precisions
 
-    runs_in = precisions.get(graph_precision).runs_in
+    runs_in = precisions.get(graph_precision).judging.runs_in
     ran = executed_precision(counts)
     notes = []
     if runs_in == "integer":

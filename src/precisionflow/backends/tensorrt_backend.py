@@ -72,7 +72,7 @@ def int8_over_fp16(precision: str, engine_params: Dict[str, Any], version: str) 
     int8_mixed. TensorRT 11 is always strongly typed: those layers run in the graph's types."""
     from precisionflow import precisions
 
-    weak = precisions.get(precision).trt_weak_typing  # never int8_mixed: its float ops were chosen in fp32
+    weak = precisions.get(precision).tensorrt.weak_typing  # never int8_mixed: its float ops were chosen in fp32
     return weak and bool(engine_params.get("trt_int8_fp16")) and check_version(version)[0] == 10
 
 
@@ -99,7 +99,9 @@ def builder_flag_changes(precision: str, engine_params: Dict[str, Any], version:
     the types (no FP16/INT8 flags); an int8 engine allowed fp16 layers sets both."""
     from precisionflow import precisions
 
-    changes = {"TF32": not precisions.get(precision).clears_tf32}  # TF32 is on by default; a true fp32 baseline clears it
+    changes = {
+        "TF32": not precisions.get(precision).tensorrt.clears_tf32
+    }  # TF32 is on by default; a true fp32 baseline clears it
     if int8_over_fp16(precision, engine_params, version):
         changes.update({name: True for name in TRT10_WEAK_TYPING_FLAGS})
     if engine_params.get("sparse_weights"):

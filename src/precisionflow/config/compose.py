@@ -90,7 +90,7 @@ def _compose(group_overrides: Tuple[str, ...]):
 
 def with_precision_sections() -> type:
     """The schema's Config, plus one section per precision that declares its own settings (a
-    plug-in's PrecisionSpec.settings): `toy.alpha=3` is then a typed key like any other. A section
+    plug-in's PrecisionSpec.graph.settings): `toy.alpha=3` is then a typed key like any other. A section
     that would replace one of the configuration's own is refused."""
     import dataclasses
 
@@ -104,7 +104,7 @@ def with_precision_sections() -> type:
                 f"precision '{spec.name}': its settings section would replace the configuration's own "
                 f"'{spec.name}' section; name the precision otherwise."
             )
-        extra.append((spec.name, spec.settings, dataclasses.field(default_factory=spec.settings)))
+        extra.append((spec.name, spec.graph.settings, dataclasses.field(default_factory=spec.graph.settings)))
     return dataclasses.make_dataclass("Config", extra, bases=(Config,)) if extra else Config
 
 
@@ -345,12 +345,12 @@ def check_task(cfg: Dict[str, Any]) -> None:
             f"task=detection needs a detector (model=center_net, or model=keras_file with its output "
             f"contract), found model={model}."
         )
-    refused = [name for name in cfg["precisions"] if "detection" not in precisions.get(name).tasks]
+    refused = [name for name in cfg["precisions"] if "detection" not in precisions.get(name).support.tasks]
     if refused:
         spec = precisions.get(refused[0])
-        working = [name for name in precisions.names() if "detection" in precisions.get(name).tasks]
+        working = [name for name in precisions.names() if "detection" in precisions.get(name).support.tasks]
         raise ConfigError(
-            f"precisions: {spec.why_not_detection}; drop {spec.name} for task=detection ({', '.join(working)} work)."
+            f"precisions: {spec.support.why_not_detection}; drop {spec.name} for task=detection ({', '.join(working)} work)."
         )
     if cfg["prune"]["method"] != "none":
         raise ConfigError(
@@ -369,7 +369,7 @@ def check_finetune(cfg: Dict[str, Any]) -> None:
         "finetune.mode=" + finetune["mode"]
         if finetune["mode"] != "none"
         else "int8_qat engines come from a QAT fine-tune"
-        if any(precisions.get(name).qat_finetune for name in cfg["precisions"])
+        if any(precisions.get(name).graph.from_qat_finetune for name in cfg["precisions"])
         else ""
     )
     for leaf in ("epochs", "batch_size"):
@@ -392,10 +392,10 @@ def check_precisions(cfg: Dict[str, Any]) -> None:
     backend = str(getattr(cfg["engine"]["backend"], "value", cfg["engine"]["backend"]))
     for name in cfg["precisions"]:
         spec = precisions.get(name)
-        if backend not in spec.backends:
+        if backend not in spec.support.backends:
             raise ConfigError(
-                f"precisions: {name} with engine.backend={backend}: {spec.why_not_tensorrt or 'not supported'}. "
-                f"Use engine.backend={spec.backends[0]} for {name}, or drop it."
+                f"precisions: {name} with engine.backend={backend}: {spec.support.why_not_tensorrt or 'not supported'}. "
+                f"Use engine.backend={spec.support.backends[0]} for {name}, or drop it."
             )
 
 

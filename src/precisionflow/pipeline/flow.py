@@ -56,7 +56,7 @@ class Stage:
 
 
 DATA = ("prepare_dataset",)
-# A precision that builds on another (PrecisionSpec.builds_on) reads that precision's graph node
+# A precision that builds on another (PrecisionSpec.graph.builds_on) reads that precision's graph node
 # under the other precision's name as its role (int8_mixed reads "int8"): any such role is of this kind.
 BUILDS_ON = "builds_on"
 MODEL = ("train_model", "finetune_model")
@@ -75,7 +75,7 @@ def _graph(params, at, upstream) -> str:
 
     placed = "-ortcpu" if at.placement == "onnxruntime_cpu" else ""
     placed += f"-{at.cpu_dot_product}" if placed and at.cpu_dot_product else ""  # a CPU its targets declare
-    return at.precision + placed + precisions.get(at.precision).slug_suffix(at.cfg)
+    return at.precision + placed + precisions.get(at.precision).graph.slug_suffix(at.cfg)
 
 
 def _engine(params, at, upstream) -> str:

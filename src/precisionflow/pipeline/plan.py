@@ -232,10 +232,10 @@ class PlanBuilder:
         placements = {target: self.placement(cfg, target) for target in cfg["targets"]}
         graphs: Dict[tuple, Node] = {}  # (precision, placement: placement-dependent ones only) -> graph
         for precision in cfg["precisions"]:  # a precision may build on an earlier one's graph (int8_mixed: int8's report)
-            for placement in sorted(set(placements.values())) if precisions.get(precision).placement_dependent else [None]:
+            for placement in sorted(set(placements.values())) if precisions.get(precision).graph.per_placement else [None]:
                 graphs[(precision, placement)] = self._add_graph(cfg, precision, onnx, data, graphs, trained, placement)
         graph_of = {
-            (p, t): graphs[(p, placements[t] if precisions.get(p).placement_dependent else None)]
+            (p, t): graphs[(p, placements[t] if precisions.get(p).graph.per_placement else None)]
             for p in cfg["precisions"]
             for t in cfg["targets"]
         }
@@ -243,7 +243,7 @@ class PlanBuilder:
         reference = precisions.reference().name
         measured = []
         for precision in cfg["precisions"]:  # int8_qat's fair reference: its fine-tune, run in fp32
-            if precisions.get(precision).judged_against_twin:
+            if precisions.get(precision).judging.against_twin:
                 measured += self._add_qat_twin(cfg, trained, graph_of[(precision, cfg["targets"][0])], onnx, data)
         for (precision, target), engine in engines.items():
             # Every engine is compared with the same fp32 reference: the main path's exported model.
@@ -258,7 +258,7 @@ class PlanBuilder:
             if cfg["target_defs"][target]["framework"]:
                 available["model"] = model
             measured += self.place_measurements(cfg, "engine", target, available, precision)
-            simulated = precisions.get(precision).simulate_tensorrt and cfg["int8"]["simulate_tensorrt"]
+            simulated = precisions.get(precision).tensorrt.simulated_on_cpu and cfg["int8"]["simulate_tensorrt"]
             if simulated and placements[target] != TENSORRT:
                 measured.append(self._add_tensorrt_simulation(cfg, precision, target, onnx, data, graphs, trained))
         for target in cfg["targets"]:
@@ -302,7 +302,7 @@ class PlanBuilder:
     def trained_model_of(self, precision: str, graph: Node) -> Dict[str, Node]:
         """A precision deployed as it was trained (int8_qat) is also compared with that model itself:
         the export its graph was made from, and the fine-tune behind it."""
-        if not precisions.get(precision).compared_with_trained_model:
+        if not precisions.get(precision).judging.against_trained_model:
             return {}
         qat_export = self.nodes[graph.inputs["onnx"]]
         return {"qat_export": qat_export, "qat_model": self.nodes[qat_export.inputs["model"]]}
@@ -355,21 +355,21 @@ class PlanBuilder:
         runtime, cpu = placement or TENSORRT
         at = NodeContext(cfg, precision=precision, placement=runtime, cpu_dot_product=cpu)
         inputs = {"onnx": onnx}
-        if spec.qat_finetune:
+        if spec.graph.from_qat_finetune:
             qat_model = self._add_finetune(cfg, dict(cfg["finetune"], mode="qat"), trained, data)
             inputs["onnx"] = self._add_export(cfg, qat_model, data)
-        if spec.calibration:
-            calibration_at = NodeContext(cfg, source=spec.calibration)
+        if spec.graph.calibration:
+            calibration_at = NodeContext(cfg, source=spec.graph.calibration)
             inputs["calibration"] = self.place_at("calibrate", calibration_at, {"onnx": inputs["onnx"], "data": data})
             inputs["data"] = data
-        if spec.builds_on:  # the graph node of the precision it builds on, the same placement
-            inputs[spec.builds_on] = graphs.get((spec.builds_on, placement)) or self._add_graph(
-                cfg, spec.builds_on, onnx, data, graphs, trained, placement
+        if spec.graph.builds_on:  # the graph node of the precision it builds on, the same placement
+            inputs[spec.graph.builds_on] = graphs.get((spec.graph.builds_on, placement)) or self._add_graph(
+                cfg, spec.graph.builds_on, onnx, data, graphs, trained, placement
             )
         # its speed trials (CPU placement) run under the timing exclusivity (common.smk); never hashed
-        timed_here = {"timing": 1} if spec.times_its_graph and runtime == "onnxruntime_cpu" else {}
+        timed_here = {"timing": 1} if spec.graph.times_candidates and runtime == "onnxruntime_cpu" else {}
         graph = self.place_at("quantize_onnx", at, inputs, resources=timed_here)
-        self.warn_once(spec.planning_warning(graph.params, lambda: self.split_sizes(data)))
+        self.warn_once(spec.graph.planning_warning(graph.params, lambda: self.split_sizes(data)))
         return graph
 
     def _add_engine(self, cfg, graph: Node, target: str) -> Node:

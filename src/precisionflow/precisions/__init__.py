@@ -44,11 +44,11 @@ def register(spec: PrecisionSpec) -> PrecisionSpec:
     precision, itself, or a chain that comes back to it."""
     if not str(spec.name).isidentifier():
         raise ConfigError(f"precision '{spec.name}': expected a name usable as an identifier (letters, digits, _).")
-    if spec.settings is not None:
-        if not dataclasses.is_dataclass(spec.settings):
-            raise ConfigError(f"precision '{spec.name}': settings must be a dataclass type, found {spec.settings!r}.")
-    if spec.builds_on is not None:
-        chain, current = [spec.name], spec.builds_on
+    settings, base = spec.graph.settings, spec.graph.builds_on
+    if settings is not None and not dataclasses.is_dataclass(settings):
+        raise ConfigError(f"precision '{spec.name}': settings must be a dataclass type, found {settings!r}.")
+    if base is not None:
+        chain, current = [spec.name], base
         while current is not None:
             if current == spec.name or current in chain:
                 raise ConfigError(
@@ -61,11 +61,11 @@ def register(spec: PrecisionSpec) -> PrecisionSpec:
                     f"[{', '.join(names())}].{closest(current)}"
                 )
             chain.append(current)
-            current = get(current).builds_on
-        if get(spec.builds_on).placement_dependent and not spec.placement_dependent:
+            current = get(current).graph.builds_on
+        if get(base).graph.per_placement and not spec.graph.per_placement:
             # it reads its base's graph, and the base has one per placement: so does it, or a CPU
             # target would get the base's TensorRT-placed graph
-            spec = dataclasses.replace(spec, placement_dependent=True)
+            spec = dataclasses.replace(spec, graph=dataclasses.replace(spec.graph, per_placement=True))
     REGISTRY[spec.name] = spec
     return spec
 
@@ -108,7 +108,7 @@ def find(name: str) -> Optional[PrecisionSpec]:
 
 def with_settings() -> List[PrecisionSpec]:
     """The precisions that declare settings of their own (loads every built-in: planning only)."""
-    return [spec for spec in (get(name) for name in names()) if spec.settings is not None]
+    return [spec for spec in (get(name) for name in names()) if spec.graph.settings is not None]
 
 
 def reference() -> PrecisionSpec:
@@ -137,6 +137,12 @@ def _register_plugins() -> None:
             raise ConfigError(
                 f"{PLUGIN_VARIABLE}: expected importable modules, found '{module_name}' ({err}). Put its folder on "
                 "PYTHONPATH, or unset the variable."
+            ) from err
+        except TypeError as err:  # a spec written for another shape of PrecisionSpec
+            raise ConfigError(
+                f"{PLUGIN_VARIABLE}: module '{module_name}' could not define its SPEC ({err}). Expected "
+                "PrecisionSpec(name=..., summary=..., graph=GraphRecipe(make=...), judging=..., support=..., "
+                "tensorrt=...): see docs/how-to/add-a-precision.md."
             ) from err
         spec = getattr(module, "SPEC", None)
         if not isinstance(spec, PrecisionSpec):

@@ -12,7 +12,7 @@ fp32, slower than fp32, and refuses a bfloat16 Conv outright at opset 22 -- so p
 
 from typing import Dict
 
-from precisionflow.precisions.spec import PrecisionSpec
+from precisionflow.precisions.spec import GraphRecipe, Judging, PrecisionSpec, Support
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 # ops the GPU placement may run in bfloat16 when their schema allows it (float operands only)
@@ -53,11 +53,12 @@ def store_weights_in_bf16(model, stored: Dict[str, str], nodes: list) -> None:
     del model.graph.value_info[:]  # shapes stay, types changed: let the runtime infer them again
 
 
-def to_bf16(source, target, params, inputs, out):
+def to_bf16(job):
     import onnx
     from onnx import TensorProto, helper
 
-    model = onnx.load(str(source))
+    params = job.params
+    model = onnx.load(str(job.source))
     opset = next(entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx"))
     on_gpu = params["bf16"]["placement"] != "onnxruntime_cpu"
     floats = {init.name for init in model.graph.initializer if init.data_type == TensorProto.FLOAT}
@@ -104,7 +105,7 @@ def to_bf16(source, target, params, inputs, out):
             nodes.append(node)
     store_weights_in_bf16(model, stored, nodes)
     onnx.checker.check_model(model)
-    onnx.save(model, str(target))
+    onnx.save(model, str(job.target))
     return {**counts, "weights_in_bf16": len(stored), "placement": params["bf16"]["placement"], "opset": opset}
 
 
@@ -132,11 +133,10 @@ def gpu_warning(params, split_sizes):
 SPEC = PrecisionSpec(
     name="bf16",
     summary="bfloat16 weights and compute where the runtime has bf16 kernels (ONNX Runtime's CPU provider has none: fp32 on bf16 operands)",
-    make_graph=to_bf16,
-    graph_params=bf16_params,
-    placement_dependent=True,
-    planning_warning=gpu_warning,
-    runs_in="bf16",
-    backends=("onnxruntime",),
-    why_not_tensorrt="its graph's bf16 placement has been run on ONNX Runtime only; TensorRT's bf16 path is not written yet",
+    graph=GraphRecipe(make=to_bf16, params=bf16_params, per_placement=True, planning_warning=gpu_warning),
+    judging=Judging(runs_in="bf16"),
+    support=Support(
+        backends=("onnxruntime",),
+        why_not_tensorrt="its graph's bf16 placement has been run on ONNX Runtime only; TensorRT's bf16 path is not written yet",
+    ),
 )

@@ -2,19 +2,18 @@
 
 import shutil
 
-from precisionflow.precisions.spec import PrecisionSpec
+from precisionflow.precisions.spec import GraphRecipe, Judging, PrecisionSpec, TensorRTFlags
 
 
-def copy_graph(source, target, params, inputs, out):
-    shutil.copyfile(source, target)
+def copy_graph(job):
+    shutil.copyfile(job.source, job.target)
     return {}
 
 
 SPEC = PrecisionSpec(
     name="fp32",
     summary="the exported float32 graph; the reference (TensorRT builds it without TF32)",
-    make_graph=copy_graph,
-    runs_in="fp32",
-    clears_tf32=True,
-    is_reference=True,
+    graph=GraphRecipe(make=copy_graph),
+    judging=Judging(runs_in="fp32", is_reference=True),
+    tensorrt=TensorRTFlags(clears_tf32=True),
 )

@@ -1,16 +1,12 @@
 """int8: post-training quantization -- explicit Q/DQ from a calibration of the fp32 graph."""
 
-from precisionflow.precisions.spec import PrecisionSpec
+from precisionflow.precisions.spec import GraphRecipe, Judging, PrecisionSpec, TensorRTFlags
 from precisionflow.precisions.static_int8 import int8_params, to_int8
 
 SPEC = PrecisionSpec(
     name="int8",
     summary="int8 by post-training calibration (explicit Q/DQ, placed for the runtime)",
-    make_graph=to_int8,
-    graph_params=int8_params,
-    calibration="ptq",
-    placement_dependent=True,
-    simulate_tensorrt=True,
-    runs_in="integer",
-    trt_weak_typing=True,
+    graph=GraphRecipe(make=to_int8, params=int8_params, calibration="ptq", per_placement=True),
+    judging=Judging(runs_in="integer"),
+    tensorrt=TensorRTFlags(weak_typing=True, simulated_on_cpu=True),
 )

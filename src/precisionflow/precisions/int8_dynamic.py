@@ -2,19 +2,20 @@
 batch's own range -- no calibration node, so no calibration sample can be unlike the test data
 (the seeds' failure mode). ONNX Runtime only: TensorRT has no run-time activation quantization."""
 
-from precisionflow.precisions.spec import PrecisionSpec
+from precisionflow.precisions.spec import GraphRecipe, Judging, PrecisionSpec, Support
 
 
 def dynamic_params(cfg, placement):
     return {"int8": {key: cfg["int8"][key] for key in ("exclude_nodes", "keep_output_layer")}}
 
 
-def to_dynamic_int8(source, target, params, inputs, out):
+def to_dynamic_int8(job):
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from precisionflow.quant import qdq
 
+    source, target, params = job.source, job.target, job.params
     model = onnx.load(str(source))
     excluded = list(params["int8"]["exclude_nodes"])
     output_layer = sorted(qdq.output_layer_nodes(model)) if params["int8"]["keep_output_layer"] else []
@@ -49,9 +50,10 @@ def to_dynamic_int8(source, target, params, inputs, out):
 SPEC = PrecisionSpec(
     name="int8_dynamic",
     summary="int8 weights per channel, activations quantized at run time: no calibration to go wrong",
-    make_graph=to_dynamic_int8,
-    graph_params=dynamic_params,
-    runs_in="integer",
-    backends=("onnxruntime",),
-    why_not_tensorrt="TensorRT quantizes activations with ranges fixed at build time; it has no run-time (dynamic) int8",
+    graph=GraphRecipe(make=to_dynamic_int8, params=dynamic_params),
+    judging=Judging(runs_in="integer"),
+    support=Support(
+        backends=("onnxruntime",),
+        why_not_tensorrt="TensorRT quantizes activations with ranges fixed at build time; it has no run-time (dynamic) int8",
+    ),
 )

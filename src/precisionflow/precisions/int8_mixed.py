@@ -4,7 +4,7 @@ drops; a detector: spurious boxes per image overall and per condition), or the i
 worst ops of int8's per-tensor report."""
 
 from precisionflow.budgets import budget_for
-from precisionflow.precisions.spec import PrecisionSpec
+from precisionflow.precisions.spec import GraphRecipe, Judging, PrecisionSpec, TensorRTFlags
 from precisionflow.precisions.static_int8 import int8_params, read_rows, to_int8
 
 
@@ -72,18 +72,18 @@ def choose_float(source, fp32_model, ranges, nodes, inputs, int8):
     return layer_error.worst_nodes(fp32_model, rows, nodes, int8["mixed_keep_fp"]), {}
 
 
-def to_mixed(source, target, params, inputs, out):
+def to_mixed(job):
     """The graph (or the reason none is built) and, from the search, sensitivity.csv: each op alone
     in int8, its figure (top-1 drop, or spurious boxes per image) overall and per condition on the
     selection split -- written whether
     or not a mix is built (it answers "which ops lose the dim images" either way)."""
-    details = to_int8(source, target, params, inputs, out, choose_float)
+    details = to_int8(job, choose_float)
     search = details.get("mixed_search") or {}
     rows = search.pop("sensitivity_table", None)
     if rows:
         from precisionflow.quant import sensitivity
 
-        sensitivity.write_csv(rows, out / SENSITIVITY_FILE)
+        sensitivity.write_csv(rows, job.out / SENSITIVITY_FILE)
         search["costliest"] = {  # per subset, the three ops that cost it most (the console names them)
             subset: [[row["op"], sensitivity.value(row)] for row in sensitivity.costliest(rows, subset)]
             for subset in dict.fromkeys(row["condition"] for row in rows)
@@ -138,16 +138,17 @@ SPEC = PrecisionSpec(
     summary="int8 with the ops that hurt accuracy most kept in float (a search against the budgets: top-1 and "
     "int8.mixed_max_val_drop, or a detector's spurious boxes per image, overall and per condition); "
     "builds nothing, and says why, when no mix beats both int8's accuracy and fp32's speed",
-    make_graph=to_mixed,
-    graph_params=mixed_params,
-    calibration="ptq",
-    builds_on="int8",
-    times_its_graph=True,
-    placement_dependent=True,
-    simulate_tensorrt=True,
-    runs_in="integer",
-    tasks=("classification", "detection"),  # a detector's search holds the spurious-box budgets
-    slug_suffix=slug_suffix,
-    planning_warning=search_warning,
+    graph=GraphRecipe(
+        make=to_mixed,
+        params=mixed_params,
+        calibration="ptq",
+        builds_on="int8",
+        per_placement=True,
+        times_candidates=True,
+        slug_suffix=slug_suffix,
+        planning_warning=search_warning,
+    ),
+    judging=Judging(runs_in="integer"),
+    tensorrt=TensorRTFlags(simulated_on_cpu=True),
     check_config=check_config,
 )

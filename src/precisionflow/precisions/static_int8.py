@@ -6,6 +6,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from precisionflow.errors import ConfigError
 from precisionflow.hashing import file_hash
+from precisionflow.precisions.spec import GraphJob
 
 INT8_KEYS = ("exclude_nodes", "keep_output_layer", "report_samples", "report_split")
 # (source, its fp32 model, ranges, quantizable nodes, input folders, int8 params) -> (kept float, search record)
@@ -22,9 +23,7 @@ def int8_params(cfg: Dict[str, Any], placement: str, extra: Dict[str, Any] = Non
     return {"int8": params}
 
 
-def to_int8(
-    source: Path, target: Path, params: Dict[str, Any], inputs: Dict[str, Path], out: Path, choose_float: ChooseFloat = None
-) -> Dict[str, Any]:
+def to_int8(job: GraphJob, choose_float: ChooseFloat = None) -> Dict[str, Any]:
     """The int8 graph: explicit symmetric Q/DQ from the calibration cache (refused if the cache is of
     another graph), placed for the runtime, checked for TensorRT legality where it goes there, with a
     per-tensor error report. `choose_float`: the ops a precision keeps in float (int8_mixed)."""
@@ -33,6 +32,7 @@ def to_int8(
     from precisionflow.quant import cache, layer_error, qdq, qdq_check
     from precisionflow.datasets.store import Split
 
+    source, target, params, inputs = job.source, job.target, job.params, job.inputs
     ranges, lineage = cache.load_cache(inputs["calibration"], file_hash(source))
     fp32_model = onnx.load(str(source))
     int8 = params["int8"]
@@ -53,7 +53,7 @@ def to_int8(
     # The per-tensor report ranks ops for int8_mixed: a decision, so it never sees the test split.
     images, drawn = report_sample(Split(inputs["data"], int8["report_split"]), int8)
     rows = layer_error.per_tensor_error(source, target, images)
-    layer_error.write_report(rows, out)
+    layer_error.write_report(rows, job.out)
     return {
         "quantized_nodes": len(nodes),
         "quantizable_ops": len(candidates),

@@ -408,7 +408,7 @@ def judge_entry(
         "timed": timed,
         # an fp16 or int8 graph whose backend ran fp32 kernels buys no speed of its own: no speed-up to claim
         "ran_reference_kernels": spec["params"]["precision"] not in (precisions.reference().name, TWIN)
-        and ran == precisions.reference().runs_in,
+        and ran == precisions.reference().judging.runs_in,
         **speed_and_serving(engine_ratios if timed else None, budget),
         "verdict": judged_by["verdict"],
         "checks": judged_by["checks"],
