@@ -365,6 +365,7 @@ def test_the_search_always_measures_int8_itself_on_the_selection_split():
 
     chosen, record = mixed.choose(8, predictions, labels.copy(), labels, 2.0, 0.95)
     assert 0 in asked and "0" in record["trials"] and chosen >= 1
+    assert record["chosen_trial"] == chosen  # the trial the built mix's figures are read from
     assert "int8 itself drops +5.00" in mixed.int8_itself(record) and "beyond the budget" in mixed.int8_itself(record)
 
 

@@ -106,6 +106,19 @@ def find(name: str) -> Optional[PrecisionSpec]:
     return get(name) if name in names() else None
 
 
+def calibrated_by(name: str) -> Optional[str]:
+    """ "ptq", "qat" or None: the calibration a precision's graph reads (None also for a row of no
+    precision: int8_qat's fp32 twin)."""
+    spec = find(name)
+    return spec.graph.calibration if spec is not None else None
+
+
+def runs_in(name: str) -> Optional[str]:
+    """How a precision's "ran" label is read ("integer", "fp16", ...); None for a row of no precision."""
+    spec = find(name)
+    return spec.judging.runs_in if spec is not None else None
+
+
 def with_settings() -> List[PrecisionSpec]:
     """The precisions that declare settings of their own (loads every built-in: planning only)."""
     return [spec for spec in (get(name) for name in names()) if spec.graph.settings is not None]

@@ -28,6 +28,7 @@ import numpy as np
 
 from precisionflow.quant import qdq
 from precisionflow.quant.mixed_reasons import nothing_to_build, record_limits, trial_text, why_not_met
+from precisionflow.quant.mixed_record import DROP, JOINED, SearchRecord, Trial
 
 
 def _outputs(graph: Path, images: np.ndarray, exact_fake_quant: bool = False) -> np.ndarray:
@@ -234,7 +235,7 @@ def fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placed, rec
             "interval": [round(overall.low, 3), round(overall.high, 3)],
         }
         if all(figures[name].high <= limit for name, limit in limits.items()):
-            candidates["isolated int8 ops joined to float"] = joined
+            candidates[JOINED] = joined
     if placement != "onnxruntime_cpu":
         record["speed"] = "not weighed: the TensorRT placement's graph runs only simulated on this machine"
         return kept, ""
@@ -262,14 +263,15 @@ def int8_itself(record: Dict[str, Any]) -> str:
     """What int8 with no op kept float measured on the selection split, as a clause: the reason a
     NOT BUILT quotes, from the trial itself ("int8 breaks the budget" was once said unmeasured),
     with every budget it breaks named (a detector's may hold its spurious boxes and break mAP)."""
-    trial = record["trials"].get("0")
+    search = SearchRecord.read(record)
+    trial = search.int8_itself
     if trial is None:
         return "int8 itself was not measured on this split"
-    if "drop" in trial:
-        measured = f"int8 itself drops {trial['drop']:+.2f} [{trial['low']:+.2f}, {trial['high']:+.2f}] points"
+    if trial.figure == DROP:
+        measured = f"int8 itself drops {trial.value:+.2f} [{trial.low:+.2f}, {trial.high:+.2f}] points"
     else:
-        measured = f"int8 itself makes {trial_text(record, trial)}"
-    measured += f" on the {record.get('split', 'selection')} split"
+        measured = f"int8 itself makes {trial_text(search, trial)}"
+    measured += f" on the {search.split} split"
     held = budgets_held(record, trial)
     if not held:
         return measured
@@ -282,7 +284,7 @@ def int8_itself(record: Dict[str, Any]) -> str:
     return f"{measured}, within the budget {', '.join(held)}"
 
 
-def budgets_held(record: Dict[str, Any], trial: Dict[str, Any]) -> Dict[str, str]:
+def budgets_held(record: Dict[str, Any], trial: Trial) -> Dict[str, str]:
     """{'2.0' / 'mAP drop 2.0' / 'dim 5.0': 'within' | 'beyond' | 'undecided'}: each budget the search
     held, judged on one trial's intervals."""
     from precisionflow.quant.judges import MAP, map50_tag
@@ -291,13 +293,13 @@ def budgets_held(record: Dict[str, Any], trial: Dict[str, Any]) -> Dict[str, str
     found = {}
     for name, limit in record_limits(record).items():
         if name == OVERALL:
-            figure, said = trial, f"{limit}"
+            figure, said = {"low": trial.low, "high": trial.high}, f"{limit}"
         elif name == MAP:
-            figure, said = trial.get("map_drop"), f"mAP drop {limit}"
+            figure, said = trial.map_drop, f"mAP drop {limit}"
         elif map50_tag(name):
-            figure, said = (trial.get("map50_drop_by_condition") or {}).get(map50_tag(name)), f"{name} drop {limit}"
+            figure, said = trial.map50_drop_by_condition.get(map50_tag(name)), f"{name} drop {limit}"
         else:
-            figure, said = (trial.get("conditions") or {}).get(name), f"{name} {limit}"
+            figure, said = trial.conditions.get(name), f"{name} {limit}"
         if figure is None:
             continue
         found[said] = "beyond" if figure["low"] > limit else "undecided" if figure["high"] > limit else "within"
@@ -486,12 +488,14 @@ def choose_by(ops: int, figures: Callable[[int], Dict[str, Any]], limits: Dict[s
     record = {
         **judge.reference_record(),
         "figure": judge.metric,
+        "trial_key": judge.key,  # each trial's overall figure (mixed_record.SearchRecord reads it)
         "unit": judge.unit,
         "condition_limits": {name: limit for name, limit in limits.items() if name not in (OVERALL, MAP) and not map50_tag(name)},
         "confidence": confidence,
         "budget_met": met,
         "images": overall.n,
         "trials": {str(k): trial_record(v, judge) for k, v in sorted(trials.items())},
+        "chosen_trial": chosen,
     }
     record.update(headline_figures(overall, chosen_record, limits, judge))
     if record["condition_limits"]:

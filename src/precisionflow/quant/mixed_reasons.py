@@ -6,6 +6,8 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
+from precisionflow.quant.mixed_record import DROP, SearchRecord, Trial
+
 
 def nothing_to_build(record: Dict[str, Any], chosen: int) -> str:
     """Why no mix is worth building on accuracy alone, or ''."""
@@ -21,8 +23,9 @@ def nothing_to_build(record: Dict[str, Any], chosen: int) -> str:
             f"buys no speed over fp32: nothing built. Read the int8 and fp32 rows, or {remedy}."
         )
     if chosen == 0:
+        search = SearchRecord.read(record)
         return (
-            f"int8 itself is within the budget on the {record['split']} split ({trial_text(record, record['trials']['0'])}, "
+            f"int8 itself is within the budget on the {search.split} split ({trial_text(search, search.int8_itself)}, "
             f"budgets {budgets_text(record)}): int8_mixed would be the int8 graph again -- nothing built; read the int8 row."
         )
     return ""
@@ -58,14 +61,14 @@ def budgets_text(record: Dict[str, Any]) -> str:
     return ", ".join(said + ([named] if named else []))
 
 
-def trial_text(record: Dict[str, Any], trial: Dict[str, Any]) -> str:
+def trial_text(search: SearchRecord, trial: Trial) -> str:
     """One trial's overall figure as words: 'drop +2.10 [0.40, 3.90] points' or '0.05 [0.02, 0.09]
     spurious boxes per image'."""
-    if "drop" in trial:
-        return f"drop {trial['drop']:+.2f} [{trial['low']:+.2f}, {trial['high']:+.2f}] points"
-    said = f"{trial['spurious_per_image']:.3f} [{trial['low']:.3f}, {trial['high']:.3f}] {record['unit']}"
-    if "map_drop" in trial:
-        drop = trial["map_drop"]
+    if trial.figure == DROP:
+        return f"drop {trial.value:+.2f} [{trial.low:+.2f}, {trial.high:+.2f}] points"
+    said = f"{trial.value:.3f} [{trial.low:.3f}, {trial.high:.3f}] {search.unit}"
+    if trial.map_drop:
+        drop = trial.map_drop
         said += f", a mAP drop of {drop['drop']:+.2f} [{drop['low']:+.2f}, {drop['high']:+.2f}] points"
     return said
 

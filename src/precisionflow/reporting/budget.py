@@ -78,8 +78,8 @@ def _finished(results: Path, key: str) -> Optional[Dict[str, Any]]:
 def twin_key(spec: Dict[str, Any]) -> Optional[tuple]:
     """int8_qat and its fp32 twin (the same fine-tune without fake-quant) meet on this key: the QAT
     fine-tune node and the target."""
-    judged_against_twin = getattr(precisions.find(spec["params"]["precision"]), "judged_against_twin", False)
-    if judged_against_twin and "qat_model" in spec["inputs"]:
+    precision = precisions.find(spec["params"]["precision"])  # None for the twin's own row
+    if precision is not None and precision.judging.against_twin and "qat_model" in spec["inputs"]:
         return spec["inputs"]["qat_model"], spec["params"]["target"]
     if spec["params"].get("twin_of"):
         return spec["params"]["twin_of"], spec["params"]["target"]

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 
 from precisionflow import precisions, stats
 from precisionflow.nodeio import NODE_FILE, named_lineage, read_json
+from precisionflow.quant.mixed_record import DROP, JOINED, SearchRecord, Trial
 from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.detection_checks import boxes_by_condition, map50_figures
 
@@ -28,7 +29,7 @@ def add_condition_context(entry, tags, plan, results: Path, key: str, metrics, c
         costly = costly_ops(plan, results, key)
         entry["costly_ops"] = {tag: costly[tag] for tag in failed_conditions if costly.get(tag)}
         unranked = [tag for tag in failed_conditions if tag not in entry["costly_ops"]]
-        if unranked and getattr(precisions.find(entry["precision"]), "calibration", None) == "ptq":
+        if unranked and precisions.calibrated_by(entry["precision"]) == "ptq":
             entry["costly_ops_hint"] = (
                 f"no int8_mixed search ranked the ops for {', '.join(repr(tag) for tag in unranked)}: add int8_mixed to "
                 f"precisions (with evaluate.budget.{'max_condition_spurious_per_image' if entry.get('task') == 'detection' else 'max_condition_drop'}) "
@@ -88,6 +89,14 @@ def condition_figures(
     }
 
 
+def trial_words(trial: Trial, unit: str) -> str:
+    """A trial's overall figure as the console prints the chosen one: a top-1 change (the drop's
+    sign turned), or spurious boxes per image."""
+    if trial.figure == DROP:
+        return f"{0.0 - trial.value:+.2f} [{0.0 - trial.high:+.2f}, {0.0 - trial.low:+.2f}] {unit}"
+    return f"{trial.value:.3f} [{trial.low:.3f}, {trial.high:.3f}] {unit}"
+
+
 def mixed_validation(eval_dir: Path) -> Dict[str, Any]:
     """int8_mixed: what its search decided on (the selection split), overall and per budgeted
     condition, to print beside what the test split says."""
@@ -110,6 +119,9 @@ def mixed_validation(eval_dir: Path) -> Dict[str, Any]:
             drop = search["map_drop"]
             chosen += f", mAP {0.0 - drop['drop']:+.2f} [{0.0 - drop['high']:+.2f}, {0.0 - drop['low']:+.2f}] (budget {search['max_map_drop']})"
         chosen += f"; budgets {met}"
+    built = SearchRecord.read(search)
+    if built.built_joined and built.joined is not None:  # the mix built is not the trial quoted above
+        chosen += f"; built with {JOINED}: {trial_words(built.joined, built.unit)}"
     return {
         "validation": f"chosen on {search['split']} ({search['images']} images): {chosen}",
         "validation_conditions": {

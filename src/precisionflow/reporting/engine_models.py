@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from precisionflow.quant.mixed_record import DROP, SearchRecord
+
 ENGINE_TAG = "precisionflow.engine"  # the engine's node key: how a model is found again
 # A model's figures are logged through its run (MLflow's log_batch), so they join the run's metrics:
 # under their own names, never as a second value of the run's own (a run's `agreement` stays one value).
@@ -95,11 +97,18 @@ def figures_by_data_set(
     for tag, figures in (verdict.get("per_condition") or {}).items():
         found[f"{TEST}/{tag}"] = {key: float(value) for key, value in figures.items() if _number(value)}
     if search and search.get("trials"):
-        chosen = search["trials"].get(str(search.get("kept", 0))) or {}
-        selection = {key: float(chosen[key]) for key in ("drop", "low", "high") if _number(chosen.get(key))}
-        if selection:
-            found[search["split"]] = {f"drop_{k}" if k != "drop" else "drop_points": v for k, v in selection.items()}
+        found.update(selection_figures(SearchRecord.read(search)))
     return {name: values for name, values in found.items() if values}
+
+
+def selection_figures(search: SearchRecord) -> Dict[str, Dict[str, float]]:
+    """{selection split: the built graph's figure with its interval}, as the search measured it:
+    a classifier's top-1 drop in points, a detector's spurious boxes per image."""
+    built = search.built
+    if built is None:
+        return {}
+    name, short = ("drop_points", "drop") if built.figure == DROP else (built.figure, "spurious")
+    return {search.split: {name: float(built.value), f"{short}_low": float(built.low), f"{short}_high": float(built.high)}}
 
 
 def _number(value: Any) -> bool:

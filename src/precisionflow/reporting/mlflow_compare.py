@@ -122,7 +122,7 @@ def signed(value: float) -> str:
 def derived(run, row: dict) -> dict:
     """variant, ran, the signed change with its interval, the speed-up with its interval."""
     get = {name: _field(run, column) for name, column in SOURCES.items()}
-    calibrated = getattr(precisions.find(row["precision"]), "calibration", None) == "ptq"  # QAT's ranges are learned
+    calibrated = precisions.calibrated_by(row["precision"]) == "ptq"  # QAT's ranges are learned
     variant = [str(get["method"])] if get["method"] and calibrated else []
     variant += ["TRT-sim"] if get["simulates"] else []
     variant += [str(get["differs"])] if get["differs"] else []

@@ -324,9 +324,7 @@ def engine_row(
             "qat_agreement": round(metrics["qat"]["vs_qat_model"]["agreement"], 4) if "qat" in metrics else "",
             # one definition: the share of compute ops the built engine ran in integer kernels (the
             # label's "int8 k/n"), not the share of graph nodes quantize_onnx asked for
-            "int8_frac": executed.get("integer_fraction", "")
-            if getattr(precisions.find(metrics["precision"]), "integer", False)
-            else "",
+            "int8_frac": executed.get("integer_fraction", "") if precisions.runs_in(metrics["precision"]) == "integer" else "",
             **speed_columns(metrics["speed"]),
             **ratio_columns(ratios.get(engine_key(eval_dir))),
             **serving_columns((served or {}).get(engine_key(eval_dir))),
