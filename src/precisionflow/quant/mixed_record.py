@@ -48,7 +48,6 @@ class SearchRecord:
     figure: str  # the key of every trial's overall figure (the search's judge.key)
     unit: str
     split: str  # the selection split the search judged on
-    budget_met: bool
     trials: Dict[int, Trial]
     chosen: Optional[int]  # the trial the bisection chose (None: a record without one, e.g. by count)
     built_joined: bool  # the graph built is the chosen mix with its isolated int8 ops joined to float
@@ -62,7 +61,6 @@ class SearchRecord:
             figure=figure,
             unit=record.get("unit", ""),
             split=record.get("split", "selection"),
-            budget_met=bool(record.get("budget_met")),
             trials={int(kept): Trial.read(int(kept), figure, fields) for kept, fields in (record.get("trials") or {}).items()},
             chosen=record.get("chosen_trial"),
             built_joined=record.get("fastest") == JOINED,

@@ -119,9 +119,9 @@ def mixed_validation(eval_dir: Path) -> Dict[str, Any]:
             drop = search["map_drop"]
             chosen += f", mAP {0.0 - drop['drop']:+.2f} [{0.0 - drop['high']:+.2f}, {0.0 - drop['low']:+.2f}] (budget {search['max_map_drop']})"
         chosen += f"; budgets {met}"
-    built = SearchRecord.read(search)
-    if built.built_joined and built.joined is not None:  # the mix built is not the trial quoted above
-        chosen += f"; built with {JOINED}: {trial_words(built.joined, built.unit)}"
+    record = SearchRecord.read(search)
+    if record.built_joined and record.built is not None:  # the mix built is not the trial quoted above
+        chosen += f"; built with {JOINED}: {trial_words(record.built, record.unit)}"
     return {
         "validation": f"chosen on {search['split']} ({search['images']} images): {chosen}",
         "validation_conditions": {
