@@ -1,3 +1,5 @@
+import threading
+
 import numpy as np
 import pytest
 
@@ -28,24 +30,58 @@ def test_time_runs_honours_minimum_iterations():
     assert len(calls) >= 26  # at least one warm-up call
 
 
-def test_concurrent_streams_aggregate_throughput_of_independent_streams():
-    import time as clock
+class _FakeClock:
+    """A clock that moves only when the code under test says a call took time: the measurement's
+    arithmetic is checked exactly, whatever else the machine is doing. Each thread has its own time
+    (all start at 0), as concurrent streams each spend their own."""
 
-    # sleep releases the GIL like an engine run does: 4 streams of 5 ms calls ~ 4 x 200/s
-    stats = timing.concurrent_streams([lambda: clock.sleep(0.005)] * 4, batch_size=1, warmup_s=0.01, duration_s=0.3)
-    assert stats["streams"] == 4
-    assert 250 < stats["throughput_sps"] < 820  # one stream alone could not exceed 200/s
-    assert 4.9 < stats["p50_ms"] < 10
+    def __init__(self):
+        self.local = threading.local()
+
+    def __call__(self) -> float:
+        return getattr(self.local, "now", 0.0)
+
+    def advance(self, seconds: float) -> None:
+        self.local.now = self() + seconds
 
 
-def test_repeated_windows_report_spread_and_flag_noise():
+@pytest.fixture
+def fake_clock(monkeypatch):
+    clock = _FakeClock()
+    monkeypatch.setattr(timing, "clock", clock)
+    return clock
+
+
+def test_concurrent_streams_add_up_the_streams_over_their_common_window(fake_clock):
+    # 4 streams of 5-ms calls over one 0.3-s window: 4 x 200 calls/s of 2 samples, each call 5 ms
+    stats = timing.concurrent_streams([lambda: fake_clock.advance(0.005)] * 4, batch_size=2, warmup_s=0.01, duration_s=0.3)
+    assert stats["streams"] == 4 and stats["iterations"] == 4 * 60
+    assert stats["throughput_sps"] == pytest.approx(2 * 4 * 200) and stats["p50_ms"] == pytest.approx(5.0)
+
+
+def test_concurrent_streams_run_their_calls_at_the_same_time():
+    """Real threads: every stream's first call waits inside the call until all four are inside theirs,
+    which only streams running concurrently can do (a relation that holds under any load)."""
+    all_inside = threading.Barrier(4, timeout=60)
+    first_calls = threading.local()
+
+    def call():
+        if not getattr(first_calls, "done", False):
+            first_calls.done = True
+            all_inside.wait()
+
+    stats = timing.concurrent_streams([call] * 4, batch_size=1, warmup_s=0.0, duration_s=0.01)
+    assert stats["streams"] == 4 and not all_inside.broken
+
+
+def test_repeated_windows_report_spread_and_flag_noise(fake_clock):
     delays = iter([0.001] * 40 + [0.004] * 40 + [0.001] * 1000)
-    import time as clock
-
     settings = {"repeats": 2, "warmup_s": 0.0, "duration_s": 0.0, "min_iterations": 40}
-    stats = timing.repeated_windows(lambda: clock.sleep(next(delays)), 1, settings)
-    assert len(stats["window_mean_ms"]) == 2
-    assert stats["cv_percent"] > 20 and stats["noisy"] is True
+    stats = timing.repeated_windows(lambda: fake_clock.advance(next(delays)), 1, settings)
+    # each window starts with one warm-up call: window one times 39 calls of 1 ms and one of 4 ms,
+    # window two (after a 4-ms warm-up call) 38 of 4 ms and two of 1 ms
+    assert stats["window_mean_ms"] == [pytest.approx(1.075), pytest.approx(3.85)]
+    assert stats["cv_percent"] == pytest.approx(100 * 1.3875 / 2.4625) and stats["noisy"] is True
 
 
 class _SharedMachine:
@@ -105,12 +141,15 @@ def test_a_failing_stream_fails_the_measurement_instead_of_hanging_it():
         timing.concurrent_streams([lambda: None, broken, lambda: None], batch_size=1, warmup_s=0.01, duration_s=0.05)
 
 
-def test_device_timed_windows_report_the_device_clock_and_keep_the_host_one():
-    stats = timing.repeated_windows(
-        lambda: 0.002, 4, {"repeats": 2, "warmup_s": 0.0, "duration_s": 0.0, "min_iterations": 5}, device_timed=True
-    )
+def test_device_timed_windows_report_the_device_clock_and_keep_the_host_one(fake_clock):
+    def launch():  # the host spends 0.1 ms launching; the device reports 2 ms of work
+        fake_clock.advance(0.0001)
+        return 0.002
+
+    settings = {"repeats": 2, "warmup_s": 0.0, "duration_s": 0.0, "min_iterations": 5}
+    stats = timing.repeated_windows(launch, 4, settings, device_timed=True)
     assert stats["clock"] == "device" and stats["mean_ms"] == pytest.approx(2.0)
-    assert stats["throughput_sps"] == pytest.approx(2000) and stats["host"]["mean_ms"] < 1.0
+    assert stats["throughput_sps"] == pytest.approx(2000) and stats["host"]["mean_ms"] == pytest.approx(0.1)
 
 
 def test_a_timing_job_knows_what_other_processes_used_while_it_timed():

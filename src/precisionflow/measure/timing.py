@@ -6,11 +6,14 @@ pXX = sorted[max(N - 1 - int((1 - XX/100) * N), 0)].
 """
 
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 PERCENTILES = (50, 90, 95, 99)
+# Every host time below is read through this name, so a test can drive the measurement with a clock
+# of its own (tests/test_timing.py): a wall-clock assertion on a shared machine fails under load.
+clock = time.perf_counter
 NOISY_CV_PERCENT = 5.0
 
 
@@ -23,9 +26,9 @@ def percentile(sorted_values: Sequence[float], pct: float) -> float:
 
 def warm_up(run_once: Callable[[], object], seconds: float) -> None:
     """At least one call, then calls until `seconds` have passed (caches, lazy allocations, clocks)."""
-    warm_until = time.perf_counter() + seconds
+    warm_until = clock() + seconds
     run_once()
-    while time.perf_counter() < warm_until:
+    while clock() < warm_until:
         run_once()
 
 
@@ -40,11 +43,11 @@ def time_runs(
     seconds the device took: those are appended to `device_times`."""
     warm_up(run_once, warmup_s)
     latencies = []
-    window_end = time.perf_counter() + duration_s
-    while time.perf_counter() < window_end or len(latencies) < min_iterations:
-        start = time.perf_counter()
+    window_end = clock() + duration_s
+    while clock() < window_end or len(latencies) < min_iterations:
+        start = clock()
         device_seconds = run_once()
-        latencies.append(time.perf_counter() - start)
+        latencies.append(clock() - start)
         if device_times is not None:
             device_times.append(float(device_seconds))
     return latencies
@@ -109,18 +112,23 @@ def concurrent_streams(
     barrier = threading.Barrier(len(run_fns) + 1)
 
     failures: List[BaseException] = []
+    # Each stream's own window (first start, last end): the concurrent window is theirs, not the
+    # main thread's, which may wake from the barrier late on a loaded machine.
+    spans: List[Tuple[float, float]] = [(0.0, 0.0)] * len(run_fns)
 
     def stream(index: int) -> None:
         run_once = run_fns[index]
         try:
             warm_up(run_once, warmup_s)
             barrier.wait()
-            window_end = time.perf_counter() + duration_s
-            while time.perf_counter() < window_end:
-                start = time.perf_counter()
+            began = clock()
+            window_end = began + duration_s
+            while clock() < window_end:
+                start = clock()
                 run_once()
-                latencies[index].append(time.perf_counter() - start)
+                latencies[index].append(clock() - start)
                 counts[index] += 1
+            spans[index] = (began, clock())
         except threading.BrokenBarrierError:
             pass
         except Exception as err:  # noqa: BLE001 -- re-raised below: a failed stream must not hang the others
@@ -134,12 +142,11 @@ def concurrent_streams(
         barrier.wait()
     except threading.BrokenBarrierError:
         pass
-    started = time.perf_counter()
     for thread in threads:
         thread.join()
-    wall = time.perf_counter() - started
     if failures:
         raise failures[0]
+    wall = max(end for _, end in spans) - min(start for start, _ in spans)
     every = sorted(t for stream_latencies in latencies for t in stream_latencies)
     return {
         "streams": len(run_fns),
@@ -152,11 +159,11 @@ def concurrent_streams(
 
 def window_throughput(run_once: Callable[[], object], batch_size: int, seconds: float) -> float:
     """Samples/s of back-to-back calls over one window (at least one call)."""
-    calls, started = 0, time.perf_counter()
+    calls, started = 0, clock()
     while True:
         run_once()
         calls += 1
-        elapsed = time.perf_counter() - started
+        elapsed = clock() - started
         if elapsed >= seconds:
             return batch_size * calls / elapsed
 
