@@ -36,12 +36,20 @@ test-fast: setup
 
 # ruff: the formatter's check and the linter (pycodestyle, pyflakes, bugbear, bandit; pyproject.toml).
 LINTED := src tests benchmarks tools setup.py
+# The workflow: Snakemake's own linter at the root (every rule names its conda environment, no
+# function beside a rule), and snakefmt's format check on every .smk it can parse (it cannot parse a
+# rule made inside a function: workflow/rules/stages.smk is left to the linter).
+SNAKEFILES := Snakefile workflow/Snakefile workflow/rules/common.smk workflow/rules/report.smk
 lint: setup
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/ruff check $(LINTED)
+	$(BIN)/snakefmt --check --line-length 130 $(SNAKEFILES)
+	$(BIN)/snakemake --lint > .lint.log 2>&1 && grep -q "in a good condition" .lint.log || { cat .lint.log; exit 1; }
+	rm -f .lint.log
 
 format: setup
 	$(BIN)/ruff format $(LINTED)
+	$(BIN)/snakefmt --line-length 130 $(SNAKEFILES)
 
 # Re-resolve the lock from pyproject.toml's ranges (needs network; review the diff).
 lock:

@@ -10,5 +10,6 @@ include: "workflow/Snakefile"
 # this rule names the included `all` as the default here.
 rule default:
     default_target: True
-    input: rules.all.input
+    input:
+        rules.all.input,
     localrule: True

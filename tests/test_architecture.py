@@ -20,6 +20,7 @@ TOP_LAYER = {
     "precisionflow.pipeline.plan",
     "precisionflow.pipeline.runner",
     "precisionflow.pipeline.remote",
+    "precisionflow.pipeline.software",
     "precisionflow.pipeline.why",
     "precisionflow.doctor",
     "precisionflow.starter",

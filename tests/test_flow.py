@@ -42,8 +42,9 @@ def test_the_snakefile_makes_its_rules_from_the_table():
     from precisionflow.assets import snakefile
 
     workflow = snakefile().parent
-    assert sorted(path.name for path in (workflow / "rules").glob("*.smk")) == ["common.smk", "report.smk"]
-    assert "for each in FLOW.STAGES:" in (workflow / "Snakefile").read_text()
+    assert sorted(path.name for path in (workflow / "rules").glob("*.smk")) == ["common.smk", "report.smk", "stages.smk"]
+    assert "for each in FLOW.STAGES:" in (workflow / "rules" / "stages.smk").read_text()
+    assert 'include: "rules/stages.smk"' in (workflow / "Snakefile").read_text()
 
 
 def test_the_flow_command_prints_every_stage(capsys):

@@ -15,6 +15,36 @@ PLAN = read_json(PLAN_FILE)
 RESULTS = PLAN["results_dir"]
 PYTHON = sys.executable
 
+# With `--sdm conda` each job runs in its kind's conda environment (software_env below): the command
+# calls that environment's python, which finds precisionflow's own code through a folder holding
+# only a link to it (the environments hold the third-party packages at the lock's versions).
+from snakemake.settings.types import DeploymentMethod
+
+if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+    import precisionflow
+
+    CODE_LINK = Path(RESULTS) / ".code" / "precisionflow"
+    CODE_LINK.parent.mkdir(parents=True, exist_ok=True)
+    if not CODE_LINK.exists():
+        CODE_LINK.symlink_to(Path(precisionflow.__file__).parent, target_is_directory=True)
+    os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(CODE_LINK.parent), os.environ.get("PYTHONPATH")])))
+    PYTHON = "python"
+
+
+def software_env(stage):
+    """The conda environment file of a stage's kind (flow.Stage.software; workflow/envs/, written by
+    tools/stage_envs.py): an engine stage's is the GPU one where its node's target runs on a GPU."""
+    if stage.software != "engines":
+        return "../envs/{}.yaml".format("engines-cpu" if stage.software == "graphs" else stage.software)
+
+    def env(wildcards):
+        target_def = PLAN["nodes"][f"{stage.name}/{wildcards.node}"]["params"].get("target_def")
+        on_gpu = bool(target_def) and runs_on_gpu(target_def)
+        return "../envs/engines-gpu.yaml" if on_gpu else "../envs/engines-cpu.yaml"
+
+    return env
+
+
 wildcard_constraints:
     node="[^/]+",
 
@@ -29,17 +59,21 @@ def node_log(stage):
 
 def upstream(stage):
     """Input function: the node.json of every upstream node of {node}."""
+
     def inputs(wildcards):
         spec = PLAN["nodes"][f"{stage}/{wildcards.node}"]
         return [f"{RESULTS}/{key}/node.json" for key in spec["inputs"].values()]
+
     return inputs
 
 
 def node_resource(stage, key, default):
     """A Snakemake resource from the node's plan entry: its target's scheduler hints (engine and
     timing stages) or `stage_resources.<stage>` (e.g. the training GPU class). Not part of its id."""
+
     def value(wildcards):
         return PLAN["nodes"][f"{stage}/{wildcards.node}"]["resources"].get(key, default)
+
     return value
 
 
@@ -48,8 +82,10 @@ def job_resources(stage, mem_mb=1000, runtime=60, timing=False):
     slurm_partition -> -p (empty: the cluster's default), mem_mb -> --mem, runtime (minutes) -> -t.
     Timing jobs hold the whole host locally (host_share) and a whole node on SLURM (--exclusive),
     so what they measure never shares the machine with other work of the workflow."""
-    resources = {key: node_resource(stage, key, default) for key, default in
-                 (("gpu", 0), ("gpu_model", ""), ("slurm_partition", ""), ("mem_mb", mem_mb), ("runtime", runtime))}
+    resources = {
+        key: node_resource(stage, key, default)
+        for key, default in (("gpu", 0), ("gpu_model", ""), ("slurm_partition", ""), ("mem_mb", mem_mb), ("runtime", runtime))
+    }
     if timing:
         resources.update(host_share=timing_share(stage), slurm_extra="--exclusive")
     else:  # a node of another stage that times (int8_mixed's speed trials) says so in its plan entry
@@ -59,17 +95,21 @@ def job_resources(stage, mem_mb=1000, runtime=60, timing=False):
 
 def node_timing_share(stage):
     """The whole host for a node whose plan resources say it times (`timing`), else one unit."""
+
     def value(wildcards):
         timed = PLAN["nodes"][f"{stage}/{wildcards.node}"]["resources"].get("timing")
         return timing_share(stage)(wildcards) if timed else 1
+
     return value
 
 
 def node_slurm_extra(stage):
     """On SLURM, a whole node (--exclusive) for a node whose plan resources say it times, as for the
     timing stages: int8_mixed's speed trials once ran beside another job."""
+
     def value(wildcards):
         return "--exclusive" if PLAN["nodes"][f"{stage}/{wildcards.node}"]["resources"].get("timing") else ""
+
     return value
 
 
@@ -86,6 +126,7 @@ def timing_share(stage):
         on_gpu = bool(target_def) and runs_on_gpu(target_def)  # the one rule (devices.py)
         cores = os.cpu_count() or 1
         return max(1, WHOLE_HOST * GPU_TIMING_CORES // cores) if on_gpu and cores > GPU_TIMING_CORES else WHOLE_HOST
+
     return value
 
 
@@ -117,7 +158,9 @@ os.environ["PRECISIONFLOW_PLAN"] = PLAN_FILE
 # One id per workflow run, recorded with every timing: the report says when a table mixes runs.
 os.environ.setdefault("PRECISIONFLOW_RUN", time.strftime("%Y-%m-%dT%H:%M:%S"))
 os.environ["PRECISIONFLOW_PYTHON"] = PYTHON
-STAGE_COMMAND = '"$PRECISIONFLOW_PYTHON" -m precisionflow.pipeline.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node:q} > {log:q} 2>&1'
+STAGE_COMMAND = (
+    '"$PRECISIONFLOW_PYTHON" -m precisionflow.pipeline.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node:q} > {log:q} 2>&1'
+)
 # Training stages also show their per-epoch progress on the console (Snakemake sets pipefail).
 STAGE_COMMAND_SHOWN = '"$PRECISIONFLOW_PYTHON" -u -m precisionflow.pipeline.runner --plan "$PRECISIONFLOW_PLAN" --node {params.node:q} 2>&1 | tee {log:q}'
 

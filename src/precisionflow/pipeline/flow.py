@@ -38,6 +38,11 @@ class Stage:
     # (pipeline/gpuslots.py locally, the scheduler's allocation on SLURM) and ships to a GPU node
     # (pipeline/remote.py).
     gpu: bool = False
+    # The software its jobs need, one conda environment per kind (workflow/envs/, written from
+    # requirements.lock by tools/stage_envs.py; pipeline/software.py says what each kind holds):
+    # "training" (TensorFlow), "graphs" (ONNX tools on a CPU), "engines" (the engine runtime: the
+    # CPU or the GPU environment by the node's target), "reporting" (the page and MLflow).
+    software: str = "training"
     # The readable part of its nodes' ids: slug(its params, the NodeContext it was read at, {input role:
     # the readable part of that input's id}). Every node is made the same way (plan.py, place_at).
     slug: Callable[[Dict[str, Any], Any, Dict[str, str]], str] = lambda params, at, upstream: "node"
@@ -135,6 +140,7 @@ STAGES: Tuple[Stage, ...] = (
         mem_mb=2000,
         group="graphs",
         slug=lambda params, at, up: f"{at.source}-{params['method']}-n{params['num_samples']}",
+        software="graphs",
     ),
     Stage(
         "quantize_onnx",
@@ -144,6 +150,7 @@ STAGES: Tuple[Stage, ...] = (
         group="graphs",
         slug=_graph,
         optional=("calibration", "data"),  # a float graph is converted, an int8 one calibrated on the data
+        software="graphs",
     ),
     Stage(
         "build_engine",
@@ -151,6 +158,7 @@ STAGES: Tuple[Stage, ...] = (
         {"graph": ("quantize_onnx",)},
         gpu=True,
         slug=lambda params, at, up: f"{up['graph']}-{at.target}",
+        software="engines",
     ),
     Stage(
         "evaluate_engine",
@@ -168,6 +176,7 @@ STAGES: Tuple[Stage, ...] = (
         each="engine",
         slug=_engine,
         optional=("qat_export", "qat_model"),  # a QAT precision's deployed model is also its trained one
+        software="engines",
     ),
     Stage(
         "compare_speed",
@@ -179,6 +188,7 @@ STAGES: Tuple[Stage, ...] = (
         each="engine",
         slug=_engine,
         optional=("fp32_engine", "model"),  # the model: where the target times TensorFlow too
+        software="engines",
     ),
     Stage(
         "serve_engine",
@@ -191,6 +201,7 @@ STAGES: Tuple[Stage, ...] = (
         slug=_engine,
         optional=("fp32_engine",),
         switch="evaluate.serving.enabled",
+        software="engines",
     ),
     Stage(
         "benchmark_framework",
@@ -213,6 +224,7 @@ STAGES: Tuple[Stage, ...] = (
             "serve": ("serve_engine",),
         },
         mem_mb=2000,
+        software="reporting",
     ),
     Stage(
         "track_mlflow",
@@ -225,6 +237,7 @@ STAGES: Tuple[Stage, ...] = (
             "report": ("report",),
         },
         local=True,
+        software="reporting",
     ),
 )
 
