@@ -245,3 +245,48 @@ def test_why_compares_like_with_like_and_prints_no_unchanged_budget(tmp_path):
         if line.startswith(("build_engine/", "quantize_onnx/")) and "[vs " in line:
             planned, against = line.split("/", 1)[1].split("  [vs ")
             assert planned.rsplit("-", 1)[0] == against.rstrip("]").rsplit("-", 1)[0], line  # like with like
+
+
+def _plan_on_a_machine(monkeypatch, overrides, gpu: bool, onnxruntime: str):
+    """The plan a machine makes: with or without an NVIDIA GPU, with `onnxruntime` installed (or not)."""
+    from precisionflow import devices, identity
+
+    real = identity.installed_version
+    monkeypatch.setattr(identity, "installed_version", lambda name: onnxruntime if name == "onnxruntime" else real(name))
+    monkeypatch.setattr(devices, "has_nvidia_gpu", lambda: gpu)
+    facts = {"device_name": "NVIDIA H200", "compute_capability": "9.0", "driver": "580", "gpu": "0"}
+    monkeypatch.setattr(devices, "gpu_facts", lambda selector=None: facts if gpu else {})
+    return _plan(overrides)[0]
+
+
+def test_a_named_gpu_target_is_planned_the_same_on_a_login_node_without_gpu_or_onnx_runtime(monkeypatch):
+    """h200 declared with its runtime (1.31.1, as experiment=h200 does); a100 declares none, so its engines take the version the
+    building machine has (read there, recorded in engine.json). Neither the planner's GPU nor its
+    ONNX Runtime enters an engine node's parameters; the graphs upstream (export, calibration, Q/DQ)
+    run where the model is made and carry that machine's versions, as every node does."""
+    for target, declared in (("h200", ["target_defs.h200.backend_version=1.31.1"]), ("a100", [])):
+        overrides = [f"targets=[{target}]", "precisions=[fp32,fp16]", f"target_defs.{target}.framework=false", *declared]
+        on_login_node = _plan_on_a_machine(monkeypatch, overrides, gpu=False, onnxruntime="1.32.0")
+        on_gpu_node = _plan_on_a_machine(monkeypatch, overrides, gpu=True, onnxruntime="1.32.0")
+        assert set(on_login_node) == set(on_gpu_node), target
+        expected = "1.31.1" if target == "h200" else "read where built"
+        engine_params = []
+        for onnxruntime in ("not installed", "1.31.1", "9.9.9"):
+            nodes = _plan_on_a_machine(monkeypatch, overrides, gpu=False, onnxruntime=onnxruntime)
+            engines = {key.split("-")[0]: node.params for key, node in nodes.items() if key.startswith("build_engine/")}
+            assert engines and all(params["runtime"]["backend_version"] == expected for params in engines.values())
+            engine_params.append(engines)
+        assert engine_params[0] == engine_params[1] == engine_params[2], target
+
+
+def test_an_engine_read_where_built_is_built_with_any_version_and_a_declared_one_with_its_own():
+    import pytest
+
+    from precisionflow.backends import READ_WHERE_BUILT, check_runtime
+    from precisionflow.errors import EngineMismatchError
+
+    found = {"backend": "onnxruntime", "backend_version": "1.31.1"}
+    check_runtime({"backend_version": READ_WHERE_BUILT}, found, "a100")
+    check_runtime({"backend_version": "1.31.1"}, found, "h200")
+    with pytest.raises(EngineMismatchError, match="planned with onnxruntime 1.32.0, this machine has 1.31.1"):
+        check_runtime({"backend_version": "1.32.0"}, found, "h200")

@@ -280,8 +280,10 @@ class TargetConf:
     resources: Dict[str, Any] = field(default_factory=dict)
     # Timing settings for this target that replace `evaluate`'s (e.g. trtexec's 3 s windows on GPUs).
     timing: Dict[str, Any] = field(default_factory=dict)
-    # The engine backend's version on that target's machines, when they are not this one (a GPU
-    # node image); empty: the version installed here. Part of engine ids; a build elsewhere refuses to run.
+    # The engine backend's version on that target's machines (a GPU node image): part of engine ids,
+    # and a build with another version refuses to run. Empty: for `local`, the version installed here;
+    # for a named target, whatever its building machine has, read there and recorded in engine.json
+    # (the planning machine's version never enters a named target's ids).
     backend_version: str = ""
     # Serving settings for this target that replace evaluate.serving's (e.g. longer LoadGen runs on a GPU).
     serving: Dict[str, Any] = field(default_factory=dict)

@@ -12,6 +12,10 @@ from typing import Any, Dict
 
 from precisionflow.errors import ConfigError, EngineMismatchError
 
+# A named target's engine runtime version when the target declares none (target_defs.<t>.backend_version):
+# whatever the machine that builds has, read there and recorded in engine.json; in the ids, this text.
+READ_WHERE_BUILT = "read where built"
+
 BACKENDS = {"onnxruntime": "precisionflow.backends.onnxruntime_backend", "tensorrt": "precisionflow.backends.tensorrt_backend"}
 
 
@@ -44,8 +48,9 @@ def check_buildable_here(params: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def check_runtime(planned: Dict[str, str], found: Dict[str, Any], target: str) -> None:
-    """Refuse to build with another backend version than the node's id names."""
-    if planned["backend_version"] != found["backend_version"]:
+    """Refuse to build with another backend version than the node's id names (any version, where the
+    id says it is read where built: engine.json records the one found)."""
+    if planned["backend_version"] not in (found["backend_version"], READ_WHERE_BUILT):
         raise EngineMismatchError(
             f"Target '{target}' was planned with {found['backend']} {planned['backend_version']}, this machine has "
             f"{found['backend_version']}: the engine's id would not describe it. Plan with "

@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from precisionflow import precisions
 from precisionflow import identity
+from precisionflow.backends import READ_WHERE_BUILT
 from precisionflow.budgets import budget_for
 from precisionflow.reporting.budget import resolution_warning
 from precisionflow.pipeline import flow
@@ -111,8 +112,13 @@ class PlanBuilder:
         backend or moving to another machine builds new engines instead of failing on the old ones."""
         from precisionflow.devices import local_device_name
 
-        # A cluster/GPU-node target names its engine backend's version there; TensorFlow's is this machine's.
+        # A cluster/GPU-node target names its engine backend's version there; TensorFlow's is this
+        # machine's. A named target that declares none builds with whatever version its machine has,
+        # read and recorded there (engine.json): this machine's installed version never enters its id,
+        # so a plan made on a login node without ONNX Runtime is the plan the GPU node would make.
         declared = target_def.get("backend_version") if backend != "tensorflow" else ""
+        if not declared and backend != "tensorflow" and target_def["device"] != "auto":
+            declared = READ_WHERE_BUILT
         key = (backend, target_def["device"], target_def.get("expect_device") or "", declared or "")
         if key not in self.runtimes:
             # A named target's device is what it declares (expect_device, else its kind: "cuda" or
