@@ -23,7 +23,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 SUMMARY = "mlperf_log_summary.txt"
@@ -104,7 +104,7 @@ class BatchingSUT:
             finished = time.perf_counter()
             self.batches[size] += 1
             self._complete([query for query, _ in batch], outputs if self.answer else None)
-            self.timeline.record(started, finished, [arrival for _, arrival in batch])
+            self.timeline.record(started, finished, [arrival for _, arrival in batch], size)
 
     def _complete(self, queries, outputs=None) -> None:
         """Tell LoadGen these queries are answered; with `outputs`, each response carries its row
@@ -140,12 +140,18 @@ class Timeline:
         self.waits_s: List[float] = []  # per query
         self.service_s: List[float] = []  # per batch
         self.shares: List[float] = []  # per query: the engine call's share of its time in the SUT
+        self.calls: List[Tuple[float, float, int, bool]] = []  # per batch: (start, seconds, size, size switched)
+        self.last_size: Dict[int, int] = {}  # worker thread -> the batch size of its previous call
 
-    def record(self, started: float, finished: float, arrivals: List[float]) -> None:
+    def record(self, started: float, finished: float, arrivals: List[float], size: int = 0) -> None:
         if len(self.service_s) >= self.LIMIT:
             return
         service = finished - started
         self.service_s.append(service)
+        worker = threading.get_ident()
+        switched = self.last_size.get(worker, size) != size
+        self.last_size[worker] = size
+        self.calls.append((started, service, size, switched))
         for arrival in arrivals:
             wait = max(0.0, started - arrival)
             self.waits_s.append(wait)
@@ -173,6 +179,75 @@ class Timeline:
             "queries_per_batch": round(len(self.waits_s) / len(self.service_s), 2),
             "engine_share": round(sum(self.shares) / len(self.shares), 3),
         }
+
+
+class GcPauses:
+    """Python's garbage collections during a run, each as (start, seconds, generation), from
+    gc.callbacks: a collection stops every Python thread, the SUT's workers among them, so an engine
+    call it overlaps takes as long as the pause (a candidate cause of slow calls, measured here)."""
+
+    LIMIT = 100_000
+
+    def __init__(self):
+        self.pauses: List[Tuple[float, float, int]] = []
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: Dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif len(self.pauses) < self.LIMIT:
+            self.pauses.append((self._started, time.perf_counter() - self._started, int(info.get("generation", -1))))
+
+    def __enter__(self) -> "GcPauses":
+        import gc
+
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import gc
+
+        gc.callbacks.remove(self._callback)
+
+
+SLOW_FACTOR = 2.0  # a call slower than twice its batch size's median call, and ...
+SLOW_EXTRA_S = 0.001  # ... by at least 1 ms, is a stall
+
+
+def stalls(calls: List[Tuple[float, float, int, bool]], pauses: List[Tuple[float, float, int]]) -> Dict[str, Any]:
+    """The run's slow engine calls and what each overlapped: a garbage collection, a switch of batch
+    size on its worker (a new input shape: cuDNN plans, another CUDA graph), or neither. `excess_ms`
+    is the time the slow calls took beyond their size's median, the measured share of each cause."""
+    if not calls:
+        return {}
+    by_size: Dict[int, List[float]] = collections.defaultdict(list)
+    for _, seconds, size, _ in calls:
+        by_size[size].append(seconds)
+    median = {size: sorted(values)[len(values) // 2] for size, values in by_size.items()}
+    causes = {"gc": [0, 0.0], "size_switch": [0, 0.0], "unexplained": [0, 0.0]}
+    for started, seconds, size, switched in calls:
+        if seconds <= SLOW_FACTOR * median[size] or seconds - median[size] < SLOW_EXTRA_S:
+            continue
+        in_gc = any(start < started + seconds and start + pause > started for start, pause, _ in pauses)
+        cause = causes["gc" if in_gc else "size_switch" if switched else "unexplained"]
+        cause[0] += 1
+        cause[1] += seconds - median[size]
+    longest = max(calls, key=lambda call: call[1])
+    return {
+        "calls": len(calls),
+        "longest_call_ms": round(1000 * longest[1], 3),
+        "longest_call_size": longest[2],
+        "median_call_ms": {str(size): round(1000 * value, 4) for size, value in sorted(median.items())},
+        "slow_calls": {
+            cause: {"calls": count, "excess_ms": round(1000 * excess, 3)} for cause, (count, excess) in causes.items()
+        },
+        "gc": {
+            "collections": len(pauses),
+            "by_generation": {str(g): sum(1 for *_, gen in pauses if gen == g) for g in sorted({gen for *_, gen in pauses})},
+            "pause_max_ms": round(1000 * max((pause for _, pause, _ in pauses), default=0.0), 3),
+            "pause_total_ms": round(1000 * sum(pause for _, pause, _ in pauses), 3),
+        },
+    }
 
 
 def accuracy_log(outdir: Path) -> Dict[int, Any]:
@@ -250,14 +325,17 @@ def run_scenario(
     sut = make_sut(scenario)
     if scenario == "Server":
         sut.queue_limit += late_allowance(rate, settings)
+    collections_seen = GcPauses()
     try:
-        lg.StartTestWithLogSettings(sut.handle, qsl, test, log)
+        with collections_seen:
+            lg.StartTestWithLogSettings(sut.handle, qsl, test, log)
     finally:
         sut.close()
         lg.DestroyQSL(qsl)
     found = parse_summary((outdir / SUMMARY).read_text())
     found.update({"scenario": scenario, "target_qps": rate, "batches": dict(sut.batches), "overloaded": sut.overloaded})
     found["where_time_went"] = sut.timeline.summary()
+    found["stalls"] = stalls(sut.timeline.calls, collections_seen.pauses)
     if sut.overloaded:  # answered at once to end the run: its latencies are not the engine's
         found["valid"] = False
         found["why_invalid"] = f"overloaded: more than {sut.queue_limit} queries waited; the queue was cut, not served"

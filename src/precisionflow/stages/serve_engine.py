@@ -169,6 +169,7 @@ class ServedSide:
             "engine_call_ms": {str(size): round(1000 * seconds, 4) for size, seconds in sorted(service_s.items())},
             "server_max_batch": self.server_batch,
             "queue_limit": self.limit,
+            "runs": [],  # every LoadGen run of this side, probes and re-checks included (run_record)
         }
         self.offline_rate = None  # single_and_offline sets it: LoadGen's Offline rate where VALID
         self.repeats = []
@@ -190,7 +191,9 @@ class ServedSide:
             self.settings, seed=self.settings["seed"] + seed_offset, single_stream_expected_ns=self.expected_single_ns
         )
         scenario_settings["min_duration_ms"] = duration_ms or self.settings["min_duration_ms"]
-        return serving.run_scenario(self.make_sut, scenario, scenario_settings, folder, rate)
+        found = serving.run_scenario(self.make_sut, scenario, scenario_settings, folder, rate)
+        self.found["runs"].append(run_record(folder.name, scenario_settings["min_duration_ms"], found))
+        return found
 
     def single_and_offline(self) -> None:
         largest = max(self.service_s)
@@ -212,6 +215,27 @@ class ServedSide:
         self.found["Server"] = server = combined_searches(self.repeats)
         if server.get("rate") and self.offline_rate:
             self.found["server_over_offline"] = round(server["rate"] / self.offline_rate, 3)
+
+
+def run_record(name: str, duration_ms: int, found: Dict[str, Any]) -> Dict[str, Any]:
+    """One LoadGen run in a line of the record: what it asked, whether it held, its p99 and its
+    longest engine call, and its slow calls by what they overlapped (serving.stalls), so a statement
+    about stalls rests on every run, not only the runs of the answer."""
+    stalls = found.get("stalls") or {}
+    return {
+        "run": name,
+        "scenario": found.get("scenario"),
+        "target_qps": found.get("target_qps"),
+        "duration_ms": duration_ms,
+        "valid": bool(found.get("valid")),
+        "p99_ms": round(found["p99_ns"] / 1e6, 3) if found.get("p99_ns") is not None else None,
+        "longest_call_ms": stalls.get("longest_call_ms"),
+        "calls": stalls.get("calls", 0),
+        "slow_calls": {cause: figures["calls"] for cause, figures in (stalls.get("slow_calls") or {}).items()},
+        "slow_excess_ms": {cause: figures["excess_ms"] for cause, figures in (stalls.get("slow_calls") or {}).items()},
+        "gc_collections": (stalls.get("gc") or {}).get("collections", 0),
+        "gc_pause_max_ms": (stalls.get("gc") or {}).get("pause_max_ms", 0.0),
+    }
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
