@@ -39,17 +39,22 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    write_patches(args.out, args.per_class, args.size, args.seed)
+    print(f"wrote {8 * args.per_class} patches of {args.size}x{args.size} in 8 classes to {args.out}")
+
+
+def write_patches(out: Path, per_class: int, size: int, seed: int = 0) -> None:
+    """<out>/<photo>_<quadrant>/NNNN.png: `per_class` patches of size x size per quadrant."""
     from sklearn.datasets import load_sample_images
 
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(seed)
     photos = load_sample_images()
     for photo, name in zip(photos.images, ("china", "flower"), strict=True):
         for index, region in enumerate(quadrants(photo)):
-            folder = args.out / f"{name}_{index}"
+            folder = out / f"{name}_{index}"
             folder.mkdir(parents=True, exist_ok=True)
-            for n in range(args.per_class):
-                patch(region, photo.shape[0], args.size, rng).save(folder / f"{n:04d}.png")
-    print(f"wrote {8 * args.per_class} patches of {args.size}x{args.size} in 8 classes to {args.out}")
+            for n in range(per_class):
+                patch(region, photo.shape[0], size, rng).save(folder / f"{n:04d}.png")
 
 
 if __name__ == "__main__":

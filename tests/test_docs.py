@@ -96,3 +96,29 @@ def test_the_samples_cite_the_model_ids_a_fresh_clone_trains():
     spec.loader.exec_module(samples)
     assert all(samples.cited(ROOT / name) for name in samples.FILES), "a sample lost its markers or its model line"
     assert samples.drifted() == [], "the samples cite models a fresh clone does not train: run `make samples`"
+
+
+def test_the_reference_shows_the_defaults_a_run_uses():
+    """The page's default column is the default run's configuration (conf/ composed), and every key
+    conf/config.yaml sets itself has that value in the schema too: one value for a default, wherever read."""
+    import dataclasses
+    import re
+
+    import yaml
+
+    from precisionflow.config.compose import expand
+    from precisionflow.schema import Config
+
+    composed = expand([])[0]
+    page = (ROOT / "docs" / "reference" / "config.md").read_text()
+    shown = dict(re.findall(r"^\| `([^`]+)` \| [^|]*(?:\\\|[^|]*)* \| `(.*?)` \|", page, re.MULTILINE))
+    for key, value in (("precisions", composed["precisions"]), ("evaluate.budget.max_top1_drop", 2.0)):
+        assert shown[key] == repr(value), key
+    assert shown["evaluate.budget.min_agreement"] == repr(composed["evaluate"]["budget"]["min_agreement"])
+    top = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
+    defaults = {field.name: field for field in dataclasses.fields(Config)}
+    for key, value in top.items():
+        if key in defaults and not isinstance(value, dict) and key != "defaults":
+            field = defaults[key]
+            schema_default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+            assert schema_default == value, f"{key}: schema.py says {schema_default}, conf/config.yaml {value}"

@@ -58,20 +58,50 @@ def type_name(kind) -> str:
     return getattr(kind, "__name__", str(kind))
 
 
-def rows(schema, prefix: str, notes: dict):
+def rows(schema, prefix: str, notes: dict, composed: dict):
+    """(key, type, default, meaning) per key. The default is the value the default run uses (conf/
+    composed, as `precisionflow run` and `precisionflow config` compose it); under a mapping's
+    `<name>` (a section a user adds: a target, a precision's budget) it is the schema's."""
     hints = typing.get_type_hints(schema)
     for field in dataclasses.fields(schema):
         key, kind = f"{prefix}{field.name}", hints[field.name]
         inner = typing.get_args(kind)[0] if typing.get_origin(kind) is typing.Union else kind
         if dataclasses.is_dataclass(inner):
-            yield from rows(inner, key + ".", notes)
+            yield from rows(inner, key + ".", notes, composed)
             continue
+        note = notes.get((schema.__name__, field.name), "").replace("|", "\\|")
         values = typing.get_args(kind)[1] if typing.get_origin(kind) in (dict, typing.Dict) else None
         if dataclasses.is_dataclass(values):  # a mapping of sections (target_defs): the mapping, then each key
-            yield key, type_name(kind), shown_default(field), notes.get((schema.__name__, field.name), "").replace("|", "\\|")
-            yield from rows(values, key + ".<name>.", notes)
+            yield key, type_name(kind), shown_sections(key, field, composed), note
+            yield from rows(values, key + ".<name>.", notes, composed)
             continue
-        yield key, type_name(kind), shown_default(field), notes.get((schema.__name__, field.name), "").replace("|", "\\|")
+        yield key, type_name(kind), shown_value(key, field, composed), note
+
+
+def composed_value(key: str, composed: dict):
+    """The default run's value of `key`, or MISSING under a `<name>` section."""
+    value = composed
+    for part in key.split("."):
+        if part == "<name>" or not isinstance(value, dict) or part not in value:
+            return dataclasses.MISSING
+        value = value[part]
+    return value
+
+
+def shown_value(key: str, field, composed: dict) -> str:
+    value = composed_value(key, composed)
+    if value is dataclasses.MISSING:
+        return shown_default(field)
+    value = [item.value if isinstance(item, Enum) else item for item in value] if isinstance(value, list) else value
+    value = value.value if isinstance(value, Enum) else value
+    return "null" if value is None else repr(value).replace("|", "\\|")
+
+
+def shown_sections(key: str, field, composed: dict) -> str:
+    value = composed_value(key, composed)
+    if not isinstance(value, dict):
+        return shown_default(field)
+    return "{" + ", ".join(f"{name}: ..." for name in value) + "}"  # each section's keys have rows
 
 
 def shown_default(field) -> str:
@@ -90,9 +120,14 @@ def page() -> str:
 
     sys.path.insert(0, str(ROOT / "src"))
     from precisionflow import precisions
-    from precisionflow.config.compose import with_precision_sections
+    from precisionflow.config.compose import expand, with_precision_sections
 
-    Config = with_precision_sections()  # a precision's own settings are a section like any other
+    Config = with_precision_sections()
+    composed = expand(
+        []
+    )[
+        0
+    ]  # the default run's configuration: conf/ composed over the schema  # a precision's own settings are a section like any other
     notes = comments(inspect.getsourcefile(spec.graph.settings) for spec in precisions.with_settings())
     lines = [
         "# Configuration reference",
@@ -100,14 +135,16 @@ def page() -> str:
         "Every key precisionflow reads, generated from `src/precisionflow/schema.py` and the settings each",
         "precision declares (`PrecisionSpec.graph.settings`; a plug-in's too: run the tool with",
         "`PRECISIONFLOW_PRECISIONS` set) by",
-        "`tools/config_reference.py` (`make docs`): the key, its type, the schema's default and its comment.",
-        "The built-in groups (`conf/`) and presets set other values: `precisionflow config [overrides]`",
-        "prints what a run would use. Unknown keys, wrong types and bad choices are refused before anything runs.",
+        "`tools/config_reference.py` (`make docs`): the key, its type, its default and the schema's comment.",
+        "The default is the value `precisionflow run` uses with no overrides (`conf/` composed over the",
+        "schema; under `<name>`, a section you add, the schema's); presets and overrides change it:",
+        "`precisionflow config [overrides]` prints what a run would use. Unknown keys, wrong types and bad",
+        "choices are refused before anything runs.",
         "",
         "| key | type | default | meaning |",
         "|---|---|---|---|",
     ]
-    lines += [f"| `{key}` | {kind} | `{default}` | {note} |" for key, kind, default, note in rows(Config, "", notes)]
+    lines += [f"| `{key}` | {kind} | `{default}` | {note} |" for key, kind, default, note in rows(Config, "", notes, composed)]
     return "\n".join(lines) + "\n"
 
 

@@ -409,7 +409,9 @@ class Config:
     finetune: FinetuneConf = field(default_factory=FinetuneConf)
     export: ExportConf = field(default_factory=ExportConf)
     # Names from the precision registry (precisions/: one file per precision), checked in compose.validate.
-    precisions: List[str] = field(default_factory=lambda: ["fp32", "fp16"])
+    precisions: List[str] = field(
+        default_factory=lambda: ["fp32", "fp16", "int8", "int8_qat"]
+    )  # as conf/config.yaml (a test holds them equal)
     fp16: Fp16Conf = field(default_factory=Fp16Conf)
     calibration: CalibrationConf = field(default_factory=CalibrationConf)
     int8: Int8Conf = field(default_factory=Int8Conf)

@@ -1,0 +1,56 @@
+#!/bin/bash
+# The GPU node's side of the users' path (docs/how-to/gpu-node.md), as the GPU acceptance runs it on a
+# lent machine whose calls last at most 10 minutes: the bundle `precisionflow ship` made, with the lean
+# packages the node image would carry (numpy, onnx, onnxruntime-gpu, LoadGen and their needs, unpacked),
+# run by `python -m precisionflow.pipeline.remote run` in the background, collected when it ends.
+#
+#   bash benchmarks/gpu_path.sh stage PART          # keep one part of the payload (lean.tar.xz + bundle.tar.xz, split)
+#   bash benchmarks/gpu_path.sh start LEAN_BYTES    # unpack, doctor, start `remote run` (its own session)
+#   bash benchmarks/gpu_path.sh wait SECONDS        # until the run ends or SECONDS pass; at the end, the
+#                                                   # plain-loop cross-check and collected.tar.xz in $OUT
+# Nothing here builds or measures: the runner does, node by node, exactly as on a user's GPU node.
+set -euo pipefail
+WHERE=/root/gpu_path
+mkdir -p "$WHERE/stage"
+LIBS=$(find /opt /usr/local /usr/lib -xdev \( -name 'libcudart.so.1*' -o -name 'libcudnn.so.9*' -o -name 'libcublasLt.so.1*' \
+       -o -name 'libcufft.so.1*' -o -name 'libcurand.so.1*' -o -name 'libnvrtc.so.1*' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
+export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}" PYTHONPATH="$WHERE/lean:$PWD/src" PYTHONUNBUFFERED=1
+PY="python3 -S"  # no site-packages: the image's CPU onnxruntime 1.30 cannot be imported by mistake
+
+case "$1" in
+stage)
+  cp "$2" "$WHERE/stage/"
+  ls -l "$WHERE/stage"
+  ;;
+start)
+  mkdir -p "$WHERE/lean" "$WHERE/bundle"
+  cat "$WHERE"/stage/part?? > "$WHERE/payload"
+  head -c "$2" "$WHERE/payload" | xz -d | tar x -C "$WHERE/lean"
+  tail -c +$(($2 + 1)) "$WHERE/payload" | xz -d | tar x -C "$WHERE/bundle"
+  rm "$WHERE/payload"
+  $PY -c "import sys, numpy, onnx, onnxruntime; print(sys.version.split()[0], 'numpy', numpy.__version__, 'onnx', onnx.__version__, \
+'onnxruntime', onnxruntime.__version__, onnxruntime.__file__, onnxruntime.get_available_providers())" | tee "$WHERE/doctor.txt"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$WHERE/doctor.txt"
+  $PY -m precisionflow.pipeline.remote doctor "$WHERE/bundle" | tee -a "$WHERE/doctor.txt"
+  date +%s > "$WHERE/started"
+  setsid nohup bash -c "$PY -m precisionflow.pipeline.remote run $WHERE/bundle --keep-going > $WHERE/run.log 2>&1; \
+echo \$? > $WHERE/run.rc" > /dev/null 2>&1 &
+  sleep 5; cat "$WHERE/run.log"
+  ;;
+wait)
+  deadline=$(($(date +%s) + $2))
+  while [ ! -f "$WHERE/run.rc" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+  grep -v "No registered plugin" "$WHERE/run.log" | tail -40
+  if [ -f "$WHERE/run.rc" ]; then
+    echo "remote run exit $(cat "$WHERE/run.rc") after $(($(date +%s) - $(cat "$WHERE/started"))) s (finished at most 5 s earlier)"
+    cp "$WHERE/run.log" "$WHERE/doctor.txt" "$OUT/"
+    $PY benchmarks/gpu_crosscheck.py "$WHERE/bundle" "$OUT/crosscheck.json" --seconds 1.5 --batches 1 128 || true
+    rm -rf "$WHERE/collected"
+    $PY -m precisionflow.pipeline.remote collect "$WHERE/bundle" "$WHERE/collected" --without-engine-files > /dev/null
+    tar cf - -C "$WHERE/collected" . | xz > "$OUT/collected.tar.xz"
+    ls -l "$OUT"
+  else
+    echo "still running after $(($(date +%s) - $(cat "$WHERE/started"))) s"
+  fi
+  ;;
+esac
