@@ -50,6 +50,17 @@ CASES = {
     ),
     "server, limit None": lambda: rules.server_check(SERVED, None, True, 0.95),
     "server, not a record": lambda: rules.server_check("served", 1.1, True, 0.95),
+    # a truncated or hand-edited metrics.json: a part the check opens is not a mapping
+    "server, results a list": lambda: rules.server_check({**SERVED, "results": []}, 1.1, True, 0.95),
+    "server, results.engine a string": lambda: rules.server_check({**SERVED, "results": {"engine": "x"}}, 1.1, True, 0.95),
+    "server, settings a string": lambda: rules.server_check({**SERVED, "settings": "15 ms"}, 1.1, True, 0.95),
+    "server, Server a number": lambda: rules.server_check(
+        {**SERVED, "results": {**SERVED["results"], "fp32": {"Server": 8000.0}}}, 1.1, True, 0.95
+    ),
+    "server, ratio a list": lambda: rules.server_check({**SERVED, "server_ratio": [1.5]}, 1.1, True, 0.95),
+    "server, ratio median NaN": lambda: rules.server_check(
+        {**SERVED, "server_ratio": {"median": math.nan, "per_pair": []}}, 1.1, True, 0.95
+    ),
 }
 
 
@@ -57,6 +68,7 @@ CASES = {
 def test_a_bad_input_is_undecided_with_its_reason(name):
     found = CASES[name]()
     assert found["verdict"] == rules.UNDECIDED and found["text"], found
+    assert "nanx" not in found["text"], found  # a bad figure is named as such, never printed as a ratio
 
 
 def test_the_good_inputs_beside_them_still_decide():

@@ -481,6 +481,22 @@ def server_ratio_at(ratio: Optional[Dict[str, Any]], confidence: float) -> Optio
     return {**found, "low": low, "high": high}
 
 
+def malformed_serve_record(served: Dict[str, Any]) -> str:
+    """What in a serve node's metrics.json is not the shape the check reads (a truncated or hand-edited
+    file), or "": each part the check opens must be a mapping where present."""
+    parts = {"settings": served.get("settings"), "results": served.get("results")}
+    results = served.get("results") if isinstance(served.get("results"), dict) else {}
+    for side in ("engine", "fp32"):
+        parts[f"results.{side}"] = results.get(side)
+        if isinstance(results.get(side), dict):
+            parts[f"results.{side}.Server"] = results[side].get("Server")
+    parts["server_ratio"] = served.get("server_ratio")
+    for name, value in parts.items():
+        if value is not None and not isinstance(value, dict):
+            return f"{name} is {type(value).__name__} {str(value)[:40]!r}, not a mapping"
+    return ""
+
+
 def server_check(served: Optional[Dict[str, Any]], limit: float, timed: bool, confidence: float) -> Optional[Dict[str, str]]:
     """The largest valid Server rate over the fp32 engine's under the same bound, which must be at
     least `limit`: judged by SERVER_METHOD over at least MIN_SEARCHES paired searches, at
@@ -496,6 +512,9 @@ def server_check(served: Optional[Dict[str, Any]], limit: float, timed: bool, co
         return judged(
             UNDECIDED, f"no serving run measured yet (min {limit}x the fp32 engine's Server rate): run its serve_engine job"
         )
+    malformed = malformed_serve_record(served)
+    if malformed:
+        return judged(UNDECIDED, f"the serve record is malformed ({malformed}): rerun its serve_engine job")
     bound = (served.get("settings") or {}).get("latency_bound_ms")
     within = f"p99 <= {bound:g} ms" if finite(bound) else "the latency bound"
     results = served.get("results") or {}
@@ -514,9 +533,10 @@ def server_check(served: Optional[Dict[str, Any]], limit: float, timed: bool, co
         return judged(UNDECIDED, f"the fp32 engine has no valid Server rate within {within} to compare with ({why})")
     if not finite(ratio.get("median"), ratio.get("low"), ratio.get("high")):
         searches = ratio.get("pairs")
+        median = f"{ratio['median']:.2f}x fp32's" if finite(ratio.get("median")) else "no finite ratio to fp32's"
         return judged(
             UNDECIDED,
-            f"Server rate {engine['rate']:g}/s within {within}, {ratio.get('median')}x fp32's: "
+            f"Server rate {engine['rate']:g}/s within {within}, {median}: "
             f"{ratio.get('why') or f'no interval ({searches} paired searches; {MIN_SEARCHES} with some spread needed)'} "
             f"(min {limit}x); raise evaluate.serving.search_repeats",
         )
