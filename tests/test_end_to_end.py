@@ -99,6 +99,9 @@ def test_first_run_produces_sane_table(first_run):
     assert abs(float(rows["int8"]["top1"]) - float(rows["fp32"]["top1"])) <= 0.02
     assert number(rows["fp32"]["p50_ms_b1"]) > 0 and number(rows["fp16"]["sps_bmax"]) > 0
     assert "fp16" in output and f"precisionflow ui --results {results}" in output
+    # the reference model's kept epoch, on the console twice: as training ends, and with the table
+    assert re.search(r"reference: kept epoch \d of 4: validation top-1 0\.\d{3} \(best epoch \d: ", output), output[-3000:]
+    assert re.search(r"reference train_model/small_cnn-fp32-e4-\w+: kept epoch \d of 4", output), output[-3000:]
     page = report_dir(output) / "report.html"
     assert (page.parent / "figures" / "pareto-local.png").stat().st_size > 0 and "figures/pareto-local.png" in page.read_text()
 
@@ -118,6 +121,12 @@ def test_mlflow_holds_one_parent_and_one_child_per_engine(first_run):
     children = runs[runs["tags.mlflow.parentRunId"].notna()]
     training = runs[runs["tags.precisionflow.node"].str.startswith("train_model/")]
     assert len(training) == 1 and training.iloc[0]["metrics.val_accuracy"] > 0.5  # curves logged per epoch
+    # the reference said: the epoch whose weights are kept, and its validation top-1 beside the best epoch's
+    kept = training.iloc[0]
+    assert (
+        1 <= kept["metrics.kept_epoch"] <= 4
+        and kept["metrics.best_epoch_val_accuracy"] >= kept["metrics.kept_val_accuracy"] > 0.5
+    )
     children = children[children["tags.precision"].notna()]
     assert len(runs) == 5 and len(children) == 3
     assert children["tags.training_run.train_model"].eq(training.iloc[0]["run_id"]).all()

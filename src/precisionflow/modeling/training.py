@@ -216,6 +216,18 @@ def below_best_message(summary: Dict[str, Any]) -> str:
     )
 
 
+def kept_epoch_line(summary: Dict[str, Any]) -> str:
+    """Which epoch's weights are the model every engine is judged against, and how they compare with
+    the best and the last epoch on validation ('' where the summary has no validation top-1)."""
+    kept, best = summary.get("val_accuracy"), summary.get("best_epoch_val_accuracy")
+    if kept is None or best is None or summary.get("kept_epoch") is None:
+        return ""
+    return (
+        f"kept epoch {summary['kept_epoch']} of {summary.get('epochs_run', '?')}: validation top-1 {kept:.3f} "
+        f"(best epoch {summary['best_epoch']}: {best:.3f}; last epoch {summary.get('last_epoch_val_accuracy', float('nan')):.3f})"
+    )
+
+
 def reference_message(summary: Dict[str, Any]) -> str:
     """'' or what is wrong with a trained model as the reference: at chance, or below its own best."""
     return at_chance_message(summary) or below_best_message(summary)

@@ -69,6 +69,19 @@ def chance_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     return [f"(!) {key}: {message}." for key, message in sorted(found.items())]
 
 
+def reference_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
+    """Each trained model the engines are judged against, with the epoch whose weights it keeps and
+    that epoch's validation top-1 beside the best and the last epoch's, once each."""
+    from precisionflow.modeling.training import kept_epoch_line
+
+    found = {}
+    for eval_dir in metrics:
+        for record in lineage(eval_dir).values():
+            if record["stage"] in ("train_model", "finetune_model") and kept_epoch_line(record["summary"]):
+                found[node_key(record)] = kept_epoch_line(record["summary"])
+    return [f"reference {key}: {line}" for key, line in sorted(found.items())]
+
+
 def not_built(inputs: Dict[str, Path]) -> List[str]:
     """One line per engine the workflow declined to build, with the reason its graph stage gave."""
     return [f"NOT BUILT {path.name.rsplit('-', 1)[0]}: {why}" for path, why in declined_evaluations(inputs)]
@@ -145,6 +158,7 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> Li
     lines += load_notes(rows)
     lines += serving_notes(rows)
     lines += non_finite_notes(metrics)
+    lines += reference_notes(metrics)
     lines += chance_notes(metrics)
     runs = sorted({row["timed"] for row in rows if row["timed"]})
     if len(runs) > 1:

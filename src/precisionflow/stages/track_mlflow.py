@@ -35,6 +35,14 @@ AGGREGATES = True
 PACKAGES = ("mlflow",)
 PARAM_LIMIT = 500  # characters; longer values (long lists) are cut, MLflow stores up to 6000
 TRAINING_STAGES = ("train_model", "finetune_model")
+# A training run's metrics naming the model the engines are judged against (its summary's keys).
+REFERENCE_EPOCH = {
+    "kept_epoch": "kept_epoch",
+    "kept_val_accuracy": "val_accuracy",
+    "best_epoch": "best_epoch",
+    "best_epoch_val_accuracy": "best_epoch_val_accuracy",
+    "last_epoch_val_accuracy": "last_epoch_val_accuracy",
+}
 # Files logged with each engine's run, by the stage that wrote them.
 ARTIFACTS = {
     "evaluate_engine": ("metrics.json", "flipped.csv", "box_changes.csv", "worst_boxes.json"),
@@ -164,6 +172,9 @@ def log_training(client, context, record: Dict[str, Any]) -> str:
     folder = context["results"] / node_key(record)
     history = read_json(folder / "history.json")
     metrics = [Metric(key, float(value), 0, step) for key, values in history.items() for step, value in enumerate(values, 1)]
+    # the weights kept (every engine's reference) beside the best and the last epoch's
+    kept = {name: record["summary"].get(key) for name, key in REFERENCE_EPOCH.items()}
+    metrics += [Metric(name, float(value), 0, 0) for name, value in kept.items() if is_number(value)]
     params = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in tracking.flatten(record["params"], record["stage"])]
     tags = [RunTag(k, v) for k, v in version_tags({"self": record}, context["commit"]).items()]
     client.log_batch(run.info.run_id, metrics=metrics, params=params, tags=tags)

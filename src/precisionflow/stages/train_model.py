@@ -12,7 +12,15 @@ from typing import Any, Dict
 
 from precisionflow.errors import StageError
 from precisionflow.nodeio import read_json
-from precisionflow.modeling.training import at_chance_message, below_best_message, fit, optimizer, rebuild_fp32, save_outputs
+from precisionflow.modeling.training import (
+    at_chance_message,
+    below_best_message,
+    fit,
+    kept_epoch_line,
+    optimizer,
+    rebuild_fp32,
+    save_outputs,
+)
 from precisionflow.stages import NodeContext
 
 PACKAGES = ("tensorflow", "tf-keras", "numpy", "matplotlib", "h5py")
@@ -72,4 +80,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         params["task"],
         restored_best=bool(train["early_stopping_patience"] or train["keep_best_epoch"]),
     )
+    line = kept_epoch_line(summary)
+    if line:  # on the console (a training job's output is shown): the reference is this epoch's weights
+        print(f"reference: {line}", flush=True)
     return {**summary, "startup_seconds": round(startup_seconds, 3), "precision_policy": train["precision_policy"]}
