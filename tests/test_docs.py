@@ -122,3 +122,25 @@ def test_the_reference_shows_the_defaults_a_run_uses():
             field = defaults[key]
             schema_default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
             assert schema_default == value, f"{key}: schema.py says {schema_default}, conf/config.yaml {value}"
+
+
+def test_the_concepts_page_states_the_code_s_facts():
+    """Facts the concepts page states about the code, held to the code: the timing stages (which hold
+    the machine alone), an engine run's name as track_mlflow makes it, where device facts live."""
+    from precisionflow.pipeline import flow
+    from precisionflow.stages.track_mlflow import run_name
+
+    page = " ".join((ROOT / "docs" / "concepts.md").read_text().split())
+    listed = re.search(r"the timing rules \(([^)]*)\) ask for all of them", page).group(1)
+    assert set(re.findall(r"`(\w+)`", listed)) == {stage.name for stage in flow.STAGES if stage.timing}
+    lineage = {
+        "train_model": {"id": "resnet_mini-fp32-e12-2598df0a1b2c"},
+        "quantize_onnx": {"summary": {"calibration_source": "ptq", "calibration_method": "entropy"}},
+        "evaluate_engine": {"params": {}},
+    }
+    example = run_name(lineage, {"precision": "int8", "target": "local"}, "n64")
+    assert f"(e.g. `{example}`)" in page, example
+    for doc in ("README.md", "docs/layout.md"):
+        text = (ROOT / doc).read_text()
+        assert "device facts: devices.py" in text and (ROOT / "src" / "precisionflow" / "devices.py").is_file(), doc
+        assert "../shared" not in text, f"{doc} links outside the repository"
