@@ -193,3 +193,11 @@ def wait_for_mlflow(uri: str, seconds: float = 60) -> None:
         except OSError:
             time.sleep(0.5)
     raise RuntimeError(f"mlflow server did not answer {uri}/health within {seconds:g} s")
+
+
+@pytest.fixture(scope="session")
+def node_store(tmp_path_factory):
+    """The session's store of upstream nodes (tests/node_store.py), shared by the xdist workers."""
+    from tests.node_store import NodeStore, store_root
+
+    return NodeStore(store_root(tmp_path_factory.getbasetemp()))
