@@ -16,6 +16,9 @@ FAST_TIMING = [
     "evaluate.ratio_rounds=2",
     "evaluate.ratio_window_s=0.03",
     "evaluate.serving.enabled=false",  # serving has tests of its own (test_serving.py, test_end_to_end.py)
+    # No TensorFlow baseline: its jobs and each ratio job's TensorFlow sides (two processes loading
+    # TensorFlow, ~7 of a ratio job's ~10 s here) are test_end_to_end's to check.
+    "target_defs.local.framework=false",
 ]
 
 

@@ -27,6 +27,7 @@ BASE = [override for override in TINY if not override.startswith("precisions=")]
     "precisions=[fp32,int8]",
     "evaluate.accept_undecided=true",
     "evaluate.serving.enabled=false",
+    "target_defs.local.framework=false",
 ]
 # Measured here: 1 epoch at a learning rate of 1e-9 leaves seed 3's small_cnn at validation top-1 0.071
 # (chance 0.1; "at chance" is below 0.15).
@@ -73,8 +74,9 @@ def refused_before_any_job(done: subprocess.CompletedProcess, *says: str) -> str
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
+def finished(tmp_path_factory, node_store) -> Path:
     results = tmp_path_factory.mktemp("advice") / "results"
+    node_store.seed(results, BASE)  # the trained model and graphs: the session's (the advice is about what follows)
     succeeded(precisionflow(results))
     return results
 

@@ -62,6 +62,13 @@ def server(tmp_path_factory):
         process.wait(timeout=60)
 
 
+SWEEP = [
+    *TINY,
+    "evaluate.serving.enabled=false",  # serving is the end-to-end test's; MLflow's logging is what is tested here
+    "target_defs.local.framework=false",  # so is the TensorFlow baseline
+]
+
+
 def run_sweep(results: Path, uri: str, *overrides: str) -> str:
     command = [
         sys.executable,
@@ -72,8 +79,7 @@ def run_sweep(results: Path, uri: str, *overrides: str) -> str:
         "2",
         f"results_dir={results}",
         f"tracking.uri={uri}",
-        *TINY,
-        "evaluate.serving.enabled=false",  # serving is the end-to-end test's; MLflow's logging is what is tested here
+        *SWEEP,
         *overrides,
     ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=results.parent)
@@ -92,12 +98,15 @@ def compare(uri: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_compare_lines_up_sweeps_logged_from_two_machines(server, tmp_path):
+def test_compare_lines_up_sweeps_logged_from_two_machines(server, tmp_path, node_store):
     machine_a, machine_b = tmp_path / "a" / "results", tmp_path / "b" / "results"
     machine_a.parent.mkdir()
     machine_b.parent.mkdir()
-    assert executed(run_sweep(machine_a, server)) == 19
-    assert executed(run_sweep(machine_b, server, "evaluate.min_iterations=12")) == 19
+    # the trained model and its graphs come from the session's node store (the same ids): each machine
+    # runs its 3 engines' builds, evaluations and ratio jobs, its report and its MLflow logging
+    assert len(node_store.seed(machine_a, SWEEP)) == 7 and executed(run_sweep(machine_a, server)) == 11
+    assert len(node_store.seed(machine_b, SWEEP)) == 7
+    assert executed(run_sweep(machine_b, server, "evaluate.min_iterations=12")) == 11
     both = compare(server, "--format", "csv")
     assert both.returncode == 0, both.stderr
     lines = both.stdout.strip().splitlines()

@@ -26,6 +26,7 @@ SWEEP = [
     "precisions=[fp32,fp16,int8,int8_qat,int8_mixed]",
     "calibration.num_samples=64",
     "int8.report_samples=16",
+    "target_defs.local.framework=false",  # the TensorFlow baseline is test_end_to_end's
     "evaluate.duration_s=0.02",
     "evaluate.warmup_s=0.01",
     "evaluate.timing_batch_sizes=[1,8]",

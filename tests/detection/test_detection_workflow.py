@@ -29,6 +29,7 @@ SMALL = [
     "evaluate.ratio_rounds=3",
     "evaluate.ratio_window_s=0.03",
     "evaluate.serving.enabled=false",
+    "target_defs.local.framework=false",  # the TensorFlow baseline is test_end_to_end's
 ]
 
 
