@@ -3,6 +3,8 @@ with the plan's results elsewhere (as a GPU node would), land them, finish the r
 
 import json
 import os
+import re
+import tarfile
 import subprocess
 import sys
 from pathlib import Path
@@ -11,26 +13,6 @@ import pytest
 
 from precisionflow.pipeline import remote
 from precisionflow.errors import LineageError, StageError
-
-from tests.conftest import FAST_TIMING
-
-TINY = [
-    "model=small_cnn",
-    "dataset.max_samples=400",
-    "train.epochs=2",
-    "precisions=[fp32,fp16]",
-    "targets=[cpu]",
-    "target_defs.cpu.framework=false",
-    *FAST_TIMING,
-    "tracking.enabled=false",
-    "evaluate.accept_undecided=true",
-]  # 100 test images decide no default budget: not what is tested here
-
-
-def cli(results: Path, *args: str, snakemake_args=()) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "precisionflow.cli", *args, f"results_dir={results}", *TINY]
-    command += ["--", *snakemake_args] if snakemake_args else []
-    return subprocess.run(command, capture_output=True, text=True, cwd=results.parent)
 
 
 def test_target_nodes_come_in_dependency_order_and_a_missing_target_is_named():
@@ -47,44 +29,49 @@ def test_target_nodes_come_in_dependency_order_and_a_missing_target_is_named():
         remote.target_nodes(plan, "a100")
 
 
-@pytest.mark.slow
-def test_ship_run_elsewhere_land_and_finish_here(tmp_path):
-    results = tmp_path / "here" / "results"
-    results.parent.mkdir()
-    upstream = cli(results, "run", "--cores", "2", snakemake_args=("--omit-from", "build_engine"))
-    assert upstream.returncode == 0, upstream.stdout[-2000:] + upstream.stderr[-2000:]
-    assert "not done" in upstream.stdout and "no report yet" in upstream.stdout
-    assert not (results / "build_engine").exists()
+def acceptance(*args: str) -> str:
+    """benchmarks/gpu_acceptance.py, as the GPU acceptance runs it."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_acceptance.py"
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
 
-    bundle = tmp_path / "bundle"
-    shipped = cli(results, "ship", "--target", "cpu", "--to", str(bundle))
-    assert shipped.returncode == 0, shipped.stderr
+
+@pytest.mark.slow
+def test_the_acceptance_path_ships_runs_elsewhere_lands_and_finishes_here(tmp_path):
+    """The GPU acceptance's path on this CPU (a named target `cpu`): plan and train here, ship, the
+    runner elsewhere (`remote run` on the bundle alone), collect, land, and the report, MLflow and the
+    acceptance's table from the landed node folders -- serving included, every LoadGen run recorded."""
+    work = tmp_path / "work"
+    acceptance("prepare", str(work), "--device", "cpu", "--per-class", "12")
+    results, bundle = work / "results", work / "bundle"
+    assert not (results / "build_engine").exists()  # upstream only: the engines are built there
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert len(manifest["nodes"]) == 6 and any(f.endswith("/x_test.npy") for f in manifest["upstream_files"])
+    assert len(manifest["nodes"]) == 8 and any(f.endswith("/x_test.npy") for f in manifest["upstream_files"])
     assert not list(bundle.glob("results/prepare_dataset/*/x_train.npy"))  # the test split only travels
     assert not any("model.keras" in f for f in manifest["upstream_files"])  # the GPU stages never open it
 
     # There: the runner reads the bundle's copy of the plan, with the results folder moved.
-    env = dict(os.environ, PYTHONPATH=str(Path(remote.__file__).parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(remote.__file__).parents[2]))
     there = subprocess.run(
-        [sys.executable, "-m", "precisionflow.pipeline.remote", "run", str(bundle)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
+        [sys.executable, "-m", "precisionflow.pipeline.remote", "run", str(bundle)], capture_output=True, text=True, env=env
     )
     assert there.returncode == 0, there.stderr[-2000:]
     collected = tmp_path / "collected"
-    assert len(remote.collect(bundle, collected, without_engine_files=True)) == 6
+    assert len(remote.collect(bundle, collected, without_engine_files=True)) == 8
     assert not list(collected.glob("build_engine/*/engine.onnx"))
+    with tarfile.open(tmp_path / "collected.tar.xz", "w:xz") as archive:
+        archive.add(collected, arcname=".")
 
-    landed = cli(results, "land", "--from", str(collected))
-    assert landed.returncode == 0 and "6 node folders landed" in landed.stdout, landed.stderr
-    again = cli(results, "land", "--from", str(collected))
-    assert "0 node folders landed" in again.stdout  # never overwritten
-    finished = cli(results, "run", "--cores", "2")
-    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-2000:]
-    assert "1 of" in finished.stdout and "planned jobs executed" in finished.stdout  # the report alone
+    landed = acceptance("land", str(work), str(tmp_path / "collected.tar.xz"))
+    assert "8 node folders landed" in landed and re.search(r"\b2 of \d+ planned jobs executed", landed), landed  # report, MLflow
+    plan = json.loads(next((results / ".plans").glob("*.json")).read_text())
+    assert remote.land(collected, plan) == []  # landed folders are never overwritten
+    table = acceptance("table", str(work)).splitlines()
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table[2:]}
+    assert set(rows) == {"fp32", "fp16"}, table
+    for cells in rows.values():
+        assert int(cells[11]) >= 3 and cells[7] != "none", cells  # SingleStream, Offline, the Server search's runs
 
 
 def test_land_refuses_folders_of_another_plan(tmp_path):
