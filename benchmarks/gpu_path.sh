@@ -25,7 +25,7 @@ stage)
 start)
   mkdir -p "$WHERE/lean" "$WHERE/bundle"
   cat "$WHERE"/stage/part?? > "$WHERE/payload"
-  head -c "$2" "$WHERE/payload" | xz -d | tar x -C "$WHERE/lean"
+  head -c "$2" "$WHERE/payload" | xz -d | tar xi -C "$WHERE/lean"  # i: the lean packages may be two archives
   tail -c +$(($2 + 1)) "$WHERE/payload" | xz -d | tar x -C "$WHERE/bundle"
   rm "$WHERE/payload"
   $PY -c "import sys, numpy, onnx, onnxruntime; print(sys.version.split()[0], 'numpy', numpy.__version__, 'onnx', onnx.__version__, \

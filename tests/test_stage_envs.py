@@ -43,9 +43,9 @@ def test_every_stage_s_pinned_packages_are_in_each_environment_it_runs_in():
 
 def test_the_gpu_environment_is_what_a_gpu_node_is_checked_for():
     from precisionflow.identity import IMPORT_NAMES
-    from precisionflow.pipeline.remote import STAGE_MODULES, TASK_MODULES
+    from precisionflow.pipeline.remote import RUNNER_MODULES, STAGE_MODULES, TASK_MODULES
 
-    modules = {module for group in (*TASK_MODULES.values(), *STAGE_MODULES.values()) for module in group}
+    modules = {module for group in (RUNNER_MODULES, *TASK_MODULES.values(), *STAGE_MODULES.values()) for module in group}
     held = {IMPORT_NAMES.get(name, name) for name in env_pins("engines-gpu")}
     assert modules <= held and "onnxruntime-gpu" in env_pins("engines-gpu") and "onnxruntime" not in env_pins("engines-gpu")
 

@@ -38,6 +38,9 @@ FILES_BY_ROLE = {
 # boxes with pycocotools. Checked by `doctor` and before `run` starts anything.
 TASK_MODULES = {"classification": ("numpy", "onnx"), "detection": ("numpy", "onnx", "pycocotools")}
 STAGE_MODULES = {"serve_engine": ("mlperf_loadgen",)}  # LoadGen travels with the runtime packages
+# What the runner itself needs for every node: a GPU slot's lock (pipeline/gpuslots.py) and the check
+# that the run which started a job is alive (nodeio.staged_node_dir).
+RUNNER_MODULES = ("filelock", "psutil")
 # A data node holds labels (classification) or boxes (detection): the one it has travels.
 ONE_OF = {"y_test.npy", "objects_test.npz"}
 
@@ -277,7 +280,7 @@ def missing_modules(plan: Dict[str, Any], keys: List[str]) -> Dict[str, List[str
         task = plan["nodes"][key].get("params", {}).get("task", "classification")
         stage = key.split("/")[0]  # a node key is STAGE/ID
         modules = TASK_MODULES.get(task, ()) if stage == "evaluate_engine" else STAGE_MODULES.get(stage, ())
-        for module in modules:
+        for module in (*RUNNER_MODULES, *modules):
             needed.setdefault(module, []).append(key)
     return {module: nodes for module, nodes in needed.items() if importlib.util.find_spec(module) is None}
 

@@ -7,7 +7,8 @@ job what it imports and nothing planned elsewhere differs in version:
   training      prepare_dataset, train/prune/finetune_model, export_onnx, benchmark_framework
   engines-cpu   calibrate, quantize_onnx, and the engine stages of a target on a CPU
   engines-gpu   the engine stages of a target on a GPU: exactly what `remote` needs on a GPU node
-                (numpy, onnx, the GPU build of ONNX Runtime, LoadGen, pycocotools for detection)
+                (numpy, onnx, the GPU build of ONNX Runtime, LoadGen, pycocotools for detection, and
+                the runner's filelock and psutil)
   reporting     report, track_mlflow
 
 A stage module's PACKAGES (the versions in its node ids) name what it calls; EXTRA adds what a kind
@@ -49,10 +50,10 @@ def stage_kinds() -> Dict[str, List[str]]:
 def gpu_node_packages() -> List[str]:
     """The distributions a GPU node needs for every task and stage (pipeline/remote.py's lists)."""
     from precisionflow.identity import IMPORT_NAMES
-    from precisionflow.pipeline.remote import STAGE_MODULES, TASK_MODULES
+    from precisionflow.pipeline.remote import RUNNER_MODULES, STAGE_MODULES, TASK_MODULES
 
     distribution = {module: dist for dist, module in IMPORT_NAMES.items()}
-    modules = {module for group in (*TASK_MODULES.values(), *STAGE_MODULES.values()) for module in group}
+    modules = {module for group in (RUNNER_MODULES, *TASK_MODULES.values(), *STAGE_MODULES.values()) for module in group}
     return sorted({distribution.get(module, module) for module in modules} | {GPU_RUNTIME})
 
 
@@ -62,8 +63,10 @@ def packages(env: str) -> List[str]:
         return gpu_node_packages()
     from precisionflow.pipeline.plan import stage_module
 
+    from precisionflow.pipeline.remote import RUNNER_MODULES
+
     names = {name for stage in stage_kinds()[env] for name in getattr(stage_module(stage), "PACKAGES", ())}
-    return sorted(names | set(EXTRA.get(env, ())), key=str.lower)
+    return sorted(names | set(EXTRA.get(env, ())) | set(RUNNER_MODULES), key=str.lower)  # every job runs the runner
 
 
 def read_lock(lock: Path) -> Dict[str, str]:
