@@ -14,7 +14,10 @@ WHERE=/root/gpu_path
 mkdir -p "$WHERE/stage"
 LIBS=$(find /opt /usr/local /usr/lib -xdev \( -name 'libcudart.so.1*' -o -name 'libcudnn.so.9*' -o -name 'libcublasLt.so.1*' \
        -o -name 'libcufft.so.1*' -o -name 'libcurand.so.1*' -o -name 'libnvrtc.so.1*' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
-export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}" PYTHONPATH="$WHERE/lean:$PWD/src" PYTHONUNBUFFERED=1
+# precisionflow's code: the bundle's own copy where it carries one (the code the plan's ids name, when
+# the checkout has moved on since the plan was made), else this checkout's
+code() { if [ -d "$WHERE/bundle/code" ]; then echo "$WHERE/bundle/code"; else echo "$PWD/src"; fi; }
+export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}" PYTHONPATH="$WHERE/lean:$(code)" PYTHONUNBUFFERED=1
 PY="python3 -S"  # no site-packages: the image's CPU onnxruntime 1.30 cannot be imported by mistake
 
 case "$1" in
@@ -28,6 +31,8 @@ start)
   head -c "$2" "$WHERE/payload" | xz -d | tar xi -C "$WHERE/lean"  # i: the lean packages may be two archives
   tail -c +$(($2 + 1)) "$WHERE/payload" | xz -d | tar x -C "$WHERE/bundle"
   rm "$WHERE/payload"
+  export PYTHONPATH="$WHERE/lean:$(code)"
+  echo "precisionflow from $(code)"
   $PY -c "import sys, numpy, onnx, onnxruntime; print(sys.version.split()[0], 'numpy', numpy.__version__, 'onnx', onnx.__version__, \
 'onnxruntime', onnxruntime.__version__, onnxruntime.__file__, onnxruntime.get_available_providers())" | tee "$WHERE/doctor.txt"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$WHERE/doctor.txt"
