@@ -270,9 +270,12 @@ def installed_version(package: str) -> str:
     root = _import_root(IMPORT_NAMES.get(package, package.replace("-", "_")))
     if root is not None:
         wanted = {_normal(name) for name in names}
-        for dist in distributions(path=[root]):
-            if _normal(dist.metadata["Name"] or "") in wanted:
-                return dist.version
+        for name in names:
+            # found by its folder's name (distributions(name=...)): reading every distribution's
+            # metadata in a large site-packages took 2.5 s of a 2.6-s plan
+            for dist in distributions(name=name, path=[root]):
+                if _normal(dist.metadata["Name"] or "") in wanted:
+                    return dist.version
     for name in names:
         try:
             return version(name)
