@@ -472,7 +472,7 @@ SPEC = PrecisionSpec(
 '''
 
 
-def test_a_precision_from_a_plug_in_and_int8_dynamic_run_end_to_end(tmp_path):
+def test_a_precision_from_a_plug_in_and_int8_dynamic_run_end_to_end(tmp_path, node_store):
     """A precision defined only in this test's module (no edit of the package) and int8_dynamic plan,
     build, evaluate and report; int8_dynamic's plan has no calibrate node."""
     import os
@@ -481,8 +481,10 @@ def test_a_precision_from_a_plug_in_and_int8_dynamic_run_end_to_end(tmp_path):
     env = {**os.environ, "PRECISIONFLOW_PRECISIONS": "toy_precision"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
     results = tmp_path / "results"
+    node_store.seed(results, [*TINY, "precisions=[fp32]"])  # the data, model and fp32 graph of first_run's configuration
     command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={results}", *TINY]
     command += ["precisions=[fp32,int8_dynamic,rounded_fp32]", "evaluate.serving.enabled=false", "tracking.enabled=false"]
+    command += ["target_defs.local.framework=false"]  # the TensorFlow baseline is first_run's
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = summary_rows(results, done.stdout)
@@ -494,16 +496,19 @@ def test_a_precision_from_a_plug_in_and_int8_dynamic_run_end_to_end(tmp_path):
     assert not (results / "calibrate").exists()  # no precision here calibrates
 
 
-def test_an_int8_mixed_worth_nothing_is_not_built_and_the_run_says_why(tmp_path):
+def test_an_int8_mixed_worth_nothing_is_not_built_and_the_run_says_why(tmp_path, node_store):
     """A budget the validation split cannot resolve: no mix meets it, so int8_mixed builds nothing --
     no engine, no timing, no serving, no MLflow run -- and the console and summary say NOT BUILT with
     the search's reason; the other rows, `check` and `compare` carry on (issue 43, item 4)."""
     results = tmp_path / "results"
-    overrides = ["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=0.5"]
+    overrides = ["precisions=[fp32,int8,int8_mixed]", "int8.mixed_max_val_drop=0.5", "target_defs.local.framework=false"]
+    # first_run's data and model, and the three graphs -- int8_mixed's search declining in the store's
+    # run -- from the session's node store: this run builds, times and reports what follows
+    node_store.seed(results, [*TINY, *overrides])
     output = run_cli(results, *overrides)
     assert "NOT BUILT int8_mixed" in output and "nothing built" in output, output[-3000:]
     rows = summary_rows(results, output)
-    assert set(rows) == {"fp32", "int8", "tensorflow"}
+    assert set(rows) == {"fp32", "int8"}
     for stage in ("build_engine", "evaluate_engine", "compare_speed", "serve_engine"):
         (node,) = [path for path in (results / stage).glob("int8_mixed*") if path.is_dir()]
         assert [path.name for path in node.iterdir()] == ["node.json"], (stage, list(node.iterdir()))

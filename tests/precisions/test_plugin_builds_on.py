@@ -86,18 +86,18 @@ def test_a_plug_in_and_its_settings_appear_in_the_generated_references(tmp_path)
 
 
 @pytest.mark.slow
-def test_a_plug_in_building_on_fp16_plans_and_builds_end_to_end(tmp_path):
+def test_a_plug_in_building_on_fp16_plans_and_builds_end_to_end(tmp_path, node_store):
     (tmp_path / "fp16_variant_precision.py").write_text(PLUGIN)
     results = tmp_path / "results"
+    # the end-to-end tests' data and model (tests/test_end_to_end.py), from the session's node store
+    upstream = ["model=small_cnn", "int8.simulate_tensorrt=false", "dataset.max_samples=700", "train.epochs=4"]
+    node_store.seed(results, [*upstream, "precisions=[fp32,fp16]"])
     overrides = [
         f"results_dir={results}",
-        "model=small_cnn",
-        "int8.simulate_tensorrt=false",
-        "dataset.max_samples=300",
-        "train.epochs=2",
+        *upstream,
         "precisions=[fp32,fp16_variant]",
         "fp16_variant.alpha=3",
-        "evaluate.accept_undecided=true",  # 75 test images decide nothing: the gate is not what this tests
+        "evaluate.accept_undecided=true",  # the gate is not what this tests
         *FAST_TIMING,
     ]
     done = cli(tmp_path, "fp16_variant_precision", "run", "--cores", "2", *overrides, timeout=1200)
