@@ -5,7 +5,8 @@
 # run by `python -m precisionflow.pipeline.remote run` in the background, collected when it ends.
 #
 #   bash benchmarks/gpu_path.sh stage PART          # keep one part of the payload (lean.tar.xz + bundle.tar.xz, split)
-#   bash benchmarks/gpu_path.sh start LEAN_BYTES    # unpack, doctor, start `remote run` (its own session)
+#   bash benchmarks/gpu_path.sh start LEAN_BYTES [PLAN_DIR]  # unpack, doctor, start `remote run` (its own
+#                                                   # session); PLAN_DIR: another plan.json + manifest.json
 #   bash benchmarks/gpu_path.sh wait SECONDS        # until the run ends or SECONDS pass; at the end, the
 #                                                   # plain-loop cross-check and collected.tar.xz in $OUT
 # Nothing here builds or measures: the runner does, node by node, exactly as on a user's GPU node.
@@ -31,6 +32,9 @@ start)
   head -c "$2" "$WHERE/payload" | xz -d | tar xi -C "$WHERE/lean"  # i: the lean packages may be two archives
   tail -c +$(($2 + 1)) "$WHERE/payload" | xz -d | tar x -C "$WHERE/bundle"
   rm "$WHERE/payload"
+  if [ -n "${3:-}" ]; then  # another plan of the same upstream nodes (other settings, another GPU target)
+    cp "$3/plan.json" "$3/manifest.json" "$WHERE/bundle/"
+  fi
   export PYTHONPATH="$WHERE/lean:$(code)"
   echo "precisionflow from $(code)"
   $PY -c "import sys, numpy, onnx, onnxruntime; print(sys.version.split()[0], 'numpy', numpy.__version__, 'onnx', onnx.__version__, \
