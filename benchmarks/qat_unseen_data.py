@@ -129,7 +129,7 @@ def make_set(name: str) -> tuple:
 def with_interval(agreeing: int, n: int) -> dict:
     from precisionflow.stats import wilson
 
-    low, high = wilson(agreeing, n)
+    low, high = wilson(agreeing, n, confidence=0.95)
     return {"agreement": round(agreeing / n, 4), "interval_95": [round(low, 4), round(high, 4)], "disagreeing": n - agreeing}
 
 

@@ -17,7 +17,7 @@ SERVED = {
 
 CASES = {
     "drop None": lambda: rules.drop_check(None, 1.0, "top-1 drop"),
-    "drop, limit None": lambda: rules.drop_check(stats.drop_from_counts(90, 1, 0, 9), None, "top-1 drop"),
+    "drop, limit None": lambda: rules.drop_check(stats.drop_from_counts(90, 1, 0, 9, confidence=0.95), None, "top-1 drop"),
     "group drops with a None": lambda: rules.group_drop_checks({"c": None}, 1.0, 0.95, "class", "classes")[0],
     "group means with a None": lambda: rules.group_mean_checks({"dusk": None}, 0.5, 0.95, "spurious", "conditions")[0],
     "mean, estimate None": lambda: rules.mean_check([0, 1, 0, 2], None, 0.5, 0.95, "spurious"),

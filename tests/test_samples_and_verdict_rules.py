@@ -169,7 +169,7 @@ def test_holm_on_constructed_p_values():
 
 def drops_of(per_class_counts):
     """{class: PairedDrop} from (both, b, c, neither) per class."""
-    return {name: stats.drop_from_counts(*counts) for name, counts in per_class_counts.items()}
+    return {name: stats.drop_from_counts(*counts, confidence=0.95) for name, counts in per_class_counts.items()}
 
 
 def test_one_marginal_class_among_ten_does_not_fail_after_the_correction():

@@ -47,7 +47,7 @@ def test_speed_of_one_round_has_no_interval_and_is_never_named_fastest():
         lambda: verdict_rules.speed_check({"median": 2.0, "rounds": None}, 1.2, "bmax", 0.95, True),
         lambda: verdict_rules.speed_check({"rounds": [1.9, 2.1, 2.0]}, 1.2, "bmax", 0.95, True),
         lambda: verdict_rules.server_check({"settings": {}, "results": {"engine": {"Server": {"rate": 10}}}}, 1.0, True, 0.95),
-        lambda: verdict_rules.drop_check(stats.drop_from_counts(0, 0, 0, 0), 1.0, "top-1 drop"),
+        lambda: verdict_rules.drop_check(stats.drop_from_counts(0, 0, 0, 0, confidence=0.95), 1.0, "top-1 drop"),
     ],
     ids=["share-0-of-0", "mean-none", "mean-nan", "rounds-none", "no-median", "server-no-ratio", "drop-no-images"],
 )

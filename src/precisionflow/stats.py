@@ -33,7 +33,7 @@ def z_of(confidence: float) -> float:
     return NormalDist().inv_cdf(1 - (1 - confidence) / 2)
 
 
-def wilson(successes: float, n: float, confidence: float = 0.95) -> tuple:
+def wilson(successes: float, n: float, confidence: float) -> tuple:
     """Wilson score interval of a proportion (successes / n)."""
     if n <= 0:
         return 0.0, 1.0
@@ -53,7 +53,7 @@ def mcnemar_exact_p(b: int, c: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def newcombe_interval(both: float, b: float, c: float, neither: float, confidence: float = 0.95) -> tuple:
+def newcombe_interval(both: float, b: float, c: float, neither: float, confidence: float) -> tuple:
     """Interval of (b - c) / n, the reference's accuracy minus the engine's, as proportions.
 
     both = right in both, b = reference right and engine wrong, c = the reverse, neither = wrong in both."""
@@ -97,7 +97,7 @@ class PairedDrop:
         return {**asdict(self), "one_image": round(self.per_image_step, 4)}
 
 
-def paired_drop(reference_correct: Sequence[bool], engine_correct: Sequence[bool], confidence: float = 0.95) -> PairedDrop:
+def paired_drop(reference_correct: Sequence[bool], engine_correct: Sequence[bool], confidence: float) -> PairedDrop:
     """The top-1 drop of an engine against a reference scored on the same images, with its interval."""
     reference_correct, engine_correct = np.asarray(reference_correct, bool), np.asarray(engine_correct, bool)
     if reference_correct.shape != engine_correct.shape:
@@ -111,7 +111,7 @@ def paired_drop(reference_correct: Sequence[bool], engine_correct: Sequence[bool
     return drop_from_counts(*counts, confidence=confidence)
 
 
-def drop_from_counts(both: int, b: int, c: int, neither: int, confidence: float = 0.95) -> PairedDrop:
+def drop_from_counts(both: int, b: int, c: int, neither: int, confidence: float) -> PairedDrop:
     n = both + b + c + neither
     low, high = newcombe_interval(both, b, c, neither, confidence)
     return PairedDrop(
@@ -175,13 +175,13 @@ def _smallest_scale(decided, n: int) -> Optional[int]:
     return math.ceil(high * n)
 
 
-def zero_flip_resolution(n: int, confidence: float = 0.95) -> float:
+def zero_flip_resolution(n: int, confidence: float) -> float:
     """The smallest drop budget (points) that n images can ever pass: the interval's upper end when
     not one image flips. A budget below it is always UNDECIDED."""
     return 100.0 * newcombe_interval(n, 0, 0, 0, confidence)[1] if n else float("inf")
 
 
-def bootstrap_mean(values: Sequence[float], confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple:
+def bootstrap_mean(values: Sequence[float], confidence: float, resamples: int = 2000, seed: int = 0) -> tuple:
     """Percentile bootstrap interval of a per-image mean (e.g. spurious boxes per image)."""
     values = np.asarray(values, dtype=float)
     if values.size == 0:
@@ -216,7 +216,7 @@ def count_interval(per_image: Sequence[float], confidence: float) -> Optional[tu
     return None if high <= low else (low, high)
 
 
-def ratio_interval(rounds: Sequence[float], confidence: float = 0.95) -> Optional[tuple]:
+def ratio_interval(rounds: Sequence[float], confidence: float) -> Optional[tuple]:
     """(low, high) of a speed ratio from its per-round ratios, or None with fewer than two rounds.
 
     Each round timed both sides close together, so each round's ratio is one paired measurement;

@@ -80,7 +80,9 @@ def settings(**condition_budgets):
 
 def test_the_sensitivity_table_puts_the_op_that_ruins_a_condition_first_for_it(graph_and_data):
     source, data = graph_and_data
-    _, record = mixed.search(source, RANGES, NODES, data, settings(max_condition_drop=10.0))
+    _, record = mixed.search(
+        source, RANGES, NODES, data, settings(max_condition_drop=10.0), confidence=0.95, placement="tensorrt"
+    )
     rows = record["sensitivity_table"]
     assert {row["condition"] for row in rows} == {sensitivity.OVERALL, "hard"}
     on_hard = sensitivity.costliest(rows, "hard")
@@ -91,7 +93,9 @@ def test_the_sensitivity_table_puts_the_op_that_ruins_a_condition_first_for_it(g
 
 def test_the_mix_keeps_exactly_that_op_float_and_holds_the_condition_by_its_interval(graph_and_data):
     source, data = graph_and_data
-    kept, record = mixed.search(source, RANGES, NODES, data, settings(max_condition_drop=10.0))
+    kept, record = mixed.search(
+        source, RANGES, NODES, data, settings(max_condition_drop=10.0), confidence=0.95, placement="tensorrt"
+    )
     assert kept == ["decide"] and record["budget_met"], record.get("declined")
     assert record["trials"]["0"]["conditions"]["hard"]["low"] > 10.0  # int8 itself breaks 'hard' beyond doubt
     assert record["conditions"]["hard"]["high"] <= 10.0 and record["drop_interval"][1] <= 5.0
@@ -102,24 +106,36 @@ def test_a_search_judging_only_the_overall_budget_would_have_shipped_int8(graph_
     search builds nothing and points at the int8 row -- which loses ~40 points on the hard images.
     With the condition budget (above) that answer is refused and the mix is built."""
     source, data = graph_and_data
-    kept, record = mixed.search(source, RANGES, NODES, data, settings())
+    kept, record = mixed.search(source, RANGES, NODES, data, settings(), confidence=0.95, placement="tensorrt")
     assert kept == [] and "int8 itself is within the budget" in record["declined"]
     assert record["trials"]["0"]["high"] <= 5.0 and "conditions" not in record["trials"]["0"]
 
 
 def test_a_named_condition_limit_is_held_and_a_limit_no_mix_meets_says_which(graph_and_data):
     source, data = graph_and_data
-    kept, record = mixed.search(source, RANGES, NODES, data, settings(condition_limits={"hard": 12.0}))
+    kept, record = mixed.search(
+        source, RANGES, NODES, data, settings(condition_limits={"hard": 12.0}), confidence=0.95, placement="tensorrt"
+    )
     assert kept == ["decide"] and record["condition_limits"] == {"hard": 12.0}
     # 40 hard images cannot resolve 2 points (no flip at all reaches ~8.8): no mix, and the reason names it
-    kept, record = mixed.search(source, RANGES, NODES, data, settings(condition_limits={"hard": 2.0}))
+    kept, record = mixed.search(
+        source, RANGES, NODES, data, settings(condition_limits={"hard": 2.0}), confidence=0.95, placement="tensorrt"
+    )
     assert (
         kept == []
         and "condition 'hard'" in record["declined"]
         and "smallest budget 40 images can ever pass" in record["declined"]
     )
     # a named condition the selection split has no image of is recorded as not held, never dropped
-    _, record = mixed.search(source, RANGES, NODES, data, settings(condition_limits={"hard": 12.0, "night": 5.0}))
+    _, record = mixed.search(
+        source,
+        RANGES,
+        NODES,
+        data,
+        settings(condition_limits={"hard": 12.0, "night": 5.0}),
+        confidence=0.95,
+        placement="tensorrt",
+    )
     assert record["conditions_not_in_split"] == ["night"] and "night" not in record["condition_limits"]
 
 
@@ -139,7 +155,7 @@ def test_the_search_never_reads_the_test_split(graph_and_data, monkeypatch):
 
     monkeypatch.setattr(Split, "__init__", recording_init)
     monkeypatch.setattr(conditions, "load", recording_load)
-    kept, _ = mixed.search(source, RANGES, NODES, data, settings(max_condition_drop=10.0))
+    kept, _ = mixed.search(source, RANGES, NODES, data, settings(max_condition_drop=10.0), confidence=0.95, placement="tensorrt")
     assert kept == ["decide"] and opened and set(opened) == {"val"}
 
 

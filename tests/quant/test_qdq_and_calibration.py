@@ -223,7 +223,15 @@ def test_accuracy_driven_int8_mixed_keeps_the_op_that_breaks_the_budget(tmp_path
     data = tmp_path / "data"
     write_arrays(data, {"val": (pixels, labels), "test": (pixels[:0], labels[:0])}, "abcd")
     ranges = {"nchw": (-1.0, 1.0), "flat": (-0.002, 0.002)}  # the Gemm's input clipped to nothing
-    kept, record = mixed.search(source, ranges, ["conv0", "logits"], data, {"report_split": "val", "mixed_max_val_drop": 5.0})
+    kept, record = mixed.search(
+        source,
+        ranges,
+        ["conv0", "logits"],
+        data,
+        {"report_split": "val", "mixed_max_val_drop": 5.0},
+        confidence=0.95,
+        placement="tensorrt",
+    )
     assert kept == ["logits"] and record["budget_met"] and record["drop_interval"][1] <= 5.0, record
     assert record["order"] == ["logits", "conv0"] and record["split"] == "val"
     assert record["trials"]["0"]["low"] > 5.0  # plain int8 broke the budget beyond doubt
@@ -261,7 +269,15 @@ def test_int8_mixed_builds_nothing_when_no_mix_meets_the_budget(tmp_path, export
 
     source, data = _sabotaged_search_inputs(tmp_path, export_dir)
     ranges = {"nchw": (-0.002, 0.002), "flat": (-0.002, 0.002)}
-    kept, record = mixed.search(source, ranges, ["conv0", "logits"], data, {"report_split": "val", "mixed_max_val_drop": 5.0})
+    kept, record = mixed.search(
+        source,
+        ranges,
+        ["conv0", "logits"],
+        data,
+        {"report_split": "val", "mixed_max_val_drop": 5.0},
+        confidence=0.95,
+        placement="tensorrt",
+    )
     assert kept == [] and not record["budget_met"]
     assert "nothing built" in record["declined"] and "within 5.0 points" in record["declined"]
 

@@ -231,6 +231,9 @@ def built_without_refused_nhwc(attempt, cuda, engine_path: Path):
     return cuda, refused
 
 
+# Conv+bias fusion is kept when its speed-up's interval at this confidence lies above 1 (an engine's
+# build decision, made before any verdict: evaluate.confidence is the verdicts').
+FUSION_CONFIDENCE = 0.95
 FUSION_ORDER = (True, False, False, True, True, False)  # three rounds, each side first in turn: 3 rebuilds
 
 
@@ -258,7 +261,7 @@ def kept_conv_bias_fusion(attempt, cuda, rate: Callable[[Dict[str, Any]], float]
             built = fused
         rates[fused].append(rate(sides[fused]))
     ratios = [with_ / without for with_, without in zip(rates[True], rates[False], strict=True)]
-    bounds = ratio_interval(ratios)
+    bounds = ratio_interval(ratios, FUSION_CONFIDENCE)
     kept = bool(bounds and bounds[1] > bounds[0] > 1.0)
     settings, error = attempt(sides[kept])  # the saved engine is the kept one, as this rebuild made it
     search = {

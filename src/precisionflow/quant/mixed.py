@@ -87,13 +87,7 @@ def selection_split(data_dir: Path, split: str):
 
 
 def search(
-    source: Path,
-    ranges,
-    nodes: List[str],
-    data_dir: Path,
-    int8: Dict[str, Any],
-    confidence: float = 0.95,
-    placement: str = "tensorrt",
+    source: Path, ranges, nodes: List[str], data_dir: Path, int8: Dict[str, Any], confidence: float, placement: str
 ) -> Tuple[List[str], Dict[str, Any]]:
     """(ops to keep in float, the search's record: per-op sensitivity overall and per condition, the
     order, trials with intervals per budgeted condition, what it reached). On the CPU placement

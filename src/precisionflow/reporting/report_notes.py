@@ -105,7 +105,7 @@ def cpu_weight_bits_of(eval_dir: Path) -> Optional[int]:
     return None
 
 
-def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
+def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]], confidence: float) -> List[str]:
     """An int8_qat engine whose agreement with its QAT model is below 99.5% says by how much, and the
     known cause where its placement has one (measured: benchmarks/results/qat_unseen_data.json)."""
     lines = []
@@ -115,7 +115,7 @@ def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
             continue
         n = found["test_images"]
         agreeing = round(qat["agreement"] * n)
-        low, high = wilson(agreeing, n)
+        low, high = wilson(agreeing, n, confidence)
         cpu = "-ortcpu-" in eval_dir.name
         bits = (found.get("cpu_weight_bits") or cpu_weight_bits_of(eval_dir)) if cpu else None
         if cpu and bits == 7:
@@ -130,12 +130,13 @@ def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
             why = "the graph rounds where QAT rounded; what is left is the runtime's arithmetic order"
         lines.append(
             f"(qat) {eval_dir.name}: agrees with its QAT model on {agreeing} of {n} test images "
-            f"({100 * qat['agreement']:.2f}% [{100 * low:.2f}, {100 * high:.2f}]), below {100 * QAT_FIDELITY:.1f}%: {why}."
+            f"({100 * qat['agreement']:.2f}% [{100 * low:.2f}, {100 * high:.2f}] at {confidence:.0%}), below "
+            f"{100 * QAT_FIDELITY:.1f}%: {why}."
         )
     return lines
 
 
-def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
+def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]], confidence: float) -> List[str]:
     """What a reader must know to read the table right."""
     lines = [
         f"{NOISY_MARK} = uncertain above its flag threshold (timed windows: CV > 5%; ratios: standard error of the "
@@ -154,7 +155,7 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]]) -> Li
             lines.append(
                 f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision."
             )
-    lines += qat_fidelity_notes(metrics)
+    lines += qat_fidelity_notes(metrics, confidence)
     lines += load_notes(rows)
     lines += serving_notes(rows)
     lines += non_finite_notes(metrics)

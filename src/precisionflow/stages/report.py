@@ -391,7 +391,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         writer = csv.DictWriter(handle, fieldnames=COLUMNS + declared_columns(figures), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    reading_notes = not_built(inputs) + trade_offs(found) + notes(rows, metrics)
+    reading_notes = not_built(inputs) + trade_offs(found) + notes(rows, metrics, budgets_confidence(params["budgets"]))
     table = "\n".join([printed_table(rows, bool(serves)), ""] + reading_notes)
     (out / "summary.txt").write_text(table + "\n")
     plots = pictures(rows, found, metrics, served, inputs, evals, out)
