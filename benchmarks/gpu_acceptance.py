@@ -142,7 +142,12 @@ def table(work: Path, crosscheck: Path = None) -> str:
     for serve_dir in sorted(results.glob("serve_engine/*")):
         served = read(serve_dir / "metrics.json")
         node = read(serve_dir / "node.json")
-        evaluated = read(results / node["inputs"]["engine"].replace("build_engine", "evaluate_engine", 1) / "metrics.json")
+        evaluation = next(
+            path.parent
+            for path in results.glob("evaluate_engine/*/node.json")
+            if read(path)["inputs"]["engine"] == node["inputs"]["engine"]
+        )
+        evaluated = read(evaluation / "metrics.json")
         engine = served["results"]["engine"]
         largest = max(evaluated["speed"]["batch"], key=int)  # 128 on the GPU target
         b128 = evaluated["speed"]["batch"][largest]["throughput_sps"]

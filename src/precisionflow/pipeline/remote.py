@@ -37,7 +37,10 @@ FILES_BY_ROLE = {
 # What the GPU stages import besides the engine runtime, by task: a detection evaluation scores
 # boxes with pycocotools. Checked by `doctor` and before `run` starts anything.
 TASK_MODULES = {"classification": ("numpy", "onnx"), "detection": ("numpy", "onnx", "pycocotools")}
-STAGE_MODULES = {"serve_engine": ("mlperf_loadgen",)}  # LoadGen travels with the runtime packages
+# LoadGen travels with the runtime packages; a GPU engine's build times Conv+bias fusion on and off and
+# keeps it by the ratio's interval (stats.ratio_interval: scipy's t quantile) -- found missing on the
+# H100 on 2026-12-06, where `doctor` had said every module was there.
+STAGE_MODULES = {"serve_engine": ("mlperf_loadgen",), "build_engine": ("scipy",)}
 # What the runner itself needs for every node: a GPU slot's lock (pipeline/gpuslots.py) and the check
 # that the run which started a job is alive (nodeio.staged_node_dir).
 RUNNER_MODULES = ("filelock", "psutil")
