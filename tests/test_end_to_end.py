@@ -124,9 +124,9 @@ def test_mlflow_holds_one_parent_and_one_child_per_engine(first_run):
     # the reference said: the epoch whose weights are kept, and its validation top-1 beside the best epoch's
     kept = training.iloc[0]
     assert (
-        1 <= kept["metrics.kept_epoch"] <= 4
-        and kept["metrics.best_epoch_val_accuracy"] >= kept["metrics.kept_val_accuracy"] > 0.5
-    )
+        1 <= kept["metrics.kept_epoch"] <= 4 and kept["metrics.kept_val_accuracy"] > 0.5
+    )  # the best epoch's figure is Keras's (float32), the kept one re-measured (float64): equal to 1e-6 at best
+    assert kept["metrics.best_epoch_val_accuracy"] >= kept["metrics.kept_val_accuracy"] - 1e-6
     children = children[children["tags.precision"].notna()]
     assert len(runs) == 5 and len(children) == 3
     assert children["tags.training_run.train_model"].eq(training.iloc[0]["run_id"]).all()
