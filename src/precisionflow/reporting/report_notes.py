@@ -56,17 +56,23 @@ def non_finite_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     ]
 
 
+def trained_models(metrics: Dict[Path, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """{node key: summary} of every training and fine-tuning node the evaluations were built from."""
+    return {
+        node_key(record): record["summary"]
+        for eval_dir in metrics
+        for record in lineage(eval_dir).values()
+        if record["stage"] in ("train_model", "finetune_model")
+    }
+
+
 def chance_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     """Trainings that learned nothing or kept weights below their own best epoch, once each (their
     engines' rows compare noise, or a weaker reference than the model can be)."""
     from precisionflow.modeling.training import reference_message
 
-    found = {}
-    for eval_dir in metrics:
-        for record in lineage(eval_dir).values():
-            if record["stage"] in ("train_model", "finetune_model") and reference_message(record["summary"]):
-                found[node_key(record)] = reference_message(record["summary"])
-    return [f"(!) {key}: {message}." for key, message in sorted(found.items())]
+    found = {key: reference_message(summary) for key, summary in trained_models(metrics).items()}
+    return [f"(!) {key}: {message}." for key, message in sorted(found.items()) if message]
 
 
 def reference_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
@@ -74,12 +80,8 @@ def reference_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     that epoch's validation top-1 beside the best and the last epoch's, once each."""
     from precisionflow.modeling.training import kept_epoch_line
 
-    found = {}
-    for eval_dir in metrics:
-        for record in lineage(eval_dir).values():
-            if record["stage"] in ("train_model", "finetune_model") and kept_epoch_line(record["summary"]):
-                found[node_key(record)] = kept_epoch_line(record["summary"])
-    return [f"reference {key}: {line}" for key, line in sorted(found.items())]
+    found = {key: kept_epoch_line(summary) for key, summary in trained_models(metrics).items()}
+    return [f"reference {key}: {line}" for key, line in sorted(found.items()) if line]
 
 
 def not_built(inputs: Dict[str, Path]) -> List[str]:
