@@ -9,6 +9,7 @@ from precisionflow.nodeio import read_json
 from precisionflow.pipeline import flow as FLOW
 from precisionflow.devices import runs_on_gpu
 from precisionflow.reporting import tracking
+from precisionflow.pipeline import software
 
 PLAN_FILE = config.get("plan") or str(plan_from_overrides())
 PLAN = read_json(PLAN_FILE)
@@ -32,15 +33,15 @@ if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
 
 
 def software_env(stage):
-    """The conda environment file of a stage's kind (flow.Stage.software; workflow/envs/, written by
-    tools/stage_envs.py): an engine stage's is the GPU one where its node's target runs on a GPU."""
+    """The conda environment file of a stage's kind (flow.Stage.software; pipeline/software.py names
+    the file): an engine stage's depends on whether its node's target runs on a GPU."""
     if stage.software != "engines":
-        return "../envs/{}.yaml".format("engines-cpu" if stage.software == "graphs" else stage.software)
+        return "../envs/{}.yaml".format(software.env_name(stage.software, on_gpu=False))
 
     def env(wildcards):
         target_def = PLAN["nodes"][f"{stage.name}/{wildcards.node}"]["params"].get("target_def")
         on_gpu = bool(target_def) and runs_on_gpu(target_def)
-        return "../envs/engines-gpu.yaml" if on_gpu else "../envs/engines-cpu.yaml"
+        return "../envs/{}.yaml".format(software.env_name(stage.software, on_gpu))
 
     return env
 

@@ -33,17 +33,22 @@ GPU_RUNTIME = "onnxruntime-gpu"
 SAME_RELEASE = {"onnxruntime-gpu": "onnxruntime"}  # built from the same release as the locked CPU build
 
 
+def env_name(software: str, on_gpu: bool) -> str:
+    """The environment file (without .yaml) a job of this kind of stage runs in: the one rule the
+    Snakefile's conda directives (workflow/rules/common.smk) and the files written here share."""
+    if software == "engines":
+        return "engines-gpu" if on_gpu else "engines-cpu"
+    return "engines-cpu" if software == "graphs" else software
+
+
 def stage_kinds() -> Dict[str, List[str]]:
     """{environment file: the stages whose jobs run in it} (engine stages run in both engine files)."""
     from precisionflow.pipeline.flow import STAGES
 
     kinds: Dict[str, List[str]] = {name: [] for name in ENV_FILES}
     for stage in STAGES:
-        if stage.software == "engines":
-            kinds["engines-cpu"].append(stage.name)
-            kinds["engines-gpu"].append(stage.name)
-        else:
-            kinds["engines-cpu" if stage.software == "graphs" else stage.software].append(stage.name)
+        for env in sorted({env_name(stage.software, False), env_name(stage.software, True)}):
+            kinds[env].append(stage.name)
     return kinds
 
 
