@@ -235,7 +235,11 @@ def test_single_stream_latency_is_the_service_time_and_server_reaches_offline(tm
         search_repeats=1,
     )
     side = serve_engine.ServedSide(runners, service, settings, tmp_path / "sut")
-    assert side.make_sut("SingleStream").max_wait_s == 0.0 and side.make_sut("Server").max_wait_s == 0.001
+    for scenario, wait_s in (("SingleStream", 0.0), ("Server", 0.001)):
+        sut = side.make_sut(scenario)
+        sut.close()
+        assert sut.max_wait_s == wait_s
+    side.close()
     found = serve_engine.serve_with(runners, service, settings, tmp_path)
     assert found["SingleStream"]["p50_ns"] / 1e6 >= 1.1, found["SingleStream"]  # never faster than the call
     assert found["Offline"]["valid"] and found["Server"]["rate"], found["Server"].get("why")
@@ -277,6 +281,47 @@ def test_the_two_sides_search_the_server_rate_in_turns(tmp_path):
         runs = found[name]["runs"]
         assert sorted(run["run"] for run in runs) == sorted(p.name for p in (tmp_path / name).iterdir())
         assert all(run["longest_call_ms"] > 0 and run["p99_ms"] > 0 for run in runs), runs
+
+
+def test_a_sides_engine_threads_are_warmed_once_and_serve_every_run(tmp_path):
+    """ONNX Runtime's CUDA provider keeps captured CUDA graphs per thread: the threads that call the
+    engine are started once per side, each calls every batch size WARM_CALLS times before any run,
+    and every later LoadGen run is served by exactly those threads (no thread new to a size)."""
+    import collections
+    import threading
+
+    callers = collections.defaultdict(list)  # batch size -> the thread of every call
+
+    def runner(size):
+        def run_once():
+            callers[size].append(threading.get_ident())
+            time.sleep(0.0002 * size)
+
+        return run_once
+
+    runners = {size: runner(size) for size in serving.powers_of_two(8)}
+    workers = serving.EngineWorkers(runners, 2)
+    pool = {thread.ident for thread in workers.threads}
+    assert len(pool) == 2
+    for size in runners:  # warmed: every size, WARM_CALLS times on each of the two threads
+        assert collections.Counter(callers[size]) == {ident: serving.EngineWorkers.WARM_CALLS for ident in pool}
+    warm_calls = sum(len(calls) for calls in callers.values())
+    for name, scenario in (("a", "SingleStream"), ("b", "Offline"), ("c", "Server")):
+        make = lambda scenario: serving.BatchingSUT(runners, 8, 0.001, workers, 10**9)  # noqa: E731
+        found = serving.run_scenario(make, scenario, SETTINGS, tmp_path / name, rate=500)
+        assert found["where_time_went"]["engine_call_ms"]["max"] > 0, found  # served (its validity is not the point)
+    served = [ident for calls in callers.values() for ident in calls]
+    assert len(served) > warm_calls and set(served) == pool
+    with pytest.raises(RuntimeError, match="one SUT at a time"):  # a second SUT while one is served
+        first = serving.BatchingSUT(runners, 8, 0.0, workers, 10**9)
+        try:
+            serving.BatchingSUT(runners, 8, 0.0, workers, 10**9)
+        finally:
+            first.close()
+    workers.close()
+    assert not any(thread.is_alive() for thread in workers.threads)
+    with pytest.raises(RuntimeError, match="warmed up: ZeroDivisionError"):  # an engine that fails says so
+        serving.EngineWorkers({1: lambda: 1 / 0}, 2)
 
 
 def test_the_server_batch_leaves_room_for_a_batch_in_flight():

@@ -5,7 +5,9 @@ The SUT: LoadGen's callback only queues the queries (it runs on LoadGen's thread
 take batches -- as many queries as are waiting, up to max_batch, waiting at most max_wait for the
 first one's batch to fill -- and run the engine's prepared callable of the smallest prepared batch
 size that holds them (powers of two; on a GPU these are device buffers bound once, with a captured
-CUDA graph where the engine has them). Inputs are the test images loaded once, as LoadGen's
+CUDA graph where the engine has them). The worker threads are a side's own (EngineWorkers), kept for
+all its runs and warmed on every batch size before the first: ONNX Runtime's CUDA provider keeps
+its cuDNN/cuBLAS handles and captured CUDA graphs per thread. Inputs are the test images loaded once, as LoadGen's
 "performance samples" are. The queue is bounded: when more queries wait than the SUT could serve
 within the bound plus the late queries the percentile allows (late_allowance), the run is marked
 overloaded, every waiting and later query is answered at once, and the run is INVALID whatever
@@ -37,12 +39,13 @@ class BatchingSUT:
         runners: Dict[int, Callable[[], object]],
         max_batch: int,
         max_wait_s: float,
-        workers: int,
+        workers: "int | EngineWorkers",
         queue_limit: int,
         answer: Optional[Callable[[List[int]], Any]] = None,
     ):
-        """`answer` (an accuracy run): called with a batch's sample indices, returns the engine's
-        outputs for those samples; each query's response then carries its row."""
+        """`workers`: a count of threads of this SUT's own, or a side's EngineWorkers, which serve it
+        until close. `answer` (an accuracy run): called with a batch's sample indices, returns the
+        engine's outputs for those samples; each query's response then carries its row."""
         import mlperf_loadgen as lg
 
         self.answer = answer
@@ -53,9 +56,12 @@ class BatchingSUT:
         self.overloaded, self.stopping = False, False
         self.batches: collections.Counter = collections.Counter()
         self.timeline = Timeline()
-        self.threads = [threading.Thread(target=self._work, daemon=True) for _ in range(max(1, workers))]
+        self.pool = workers if isinstance(workers, EngineWorkers) else None
+        self.threads = [] if self.pool else [threading.Thread(target=self._work, daemon=True) for _ in range(max(1, workers))]
         for thread in self.threads:
             thread.start()
+        if self.pool:
+            self.pool.serve(self)
         self.handle = lg.ConstructSUT(self.issue, self.flush)
 
     def issue(self, queries) -> None:
@@ -126,7 +132,85 @@ class BatchingSUT:
             self.ready.notify_all()
         for thread in self.threads:
             thread.join(5)
+        if self.pool:
+            self.pool.release(self)
         self.lg.DestroySUT(self.handle)
+
+
+class EngineWorkers:
+    """The threads that call a side's engine, started once and kept for every LoadGen run of it, each
+    warmed on every batch size before it serves. ONNX Runtime's CUDA provider keeps its cuDNN and
+    cuBLAS handles and its captured CUDA graphs per thread (a PerThreadContext): a thread new to a
+    batch size pays two plain runs and a capture before its first replay. With threads of each run's
+    own, every run paid that once per size -- on an H100, 5-7 slow calls of 7-20 ms beyond the
+    median in every Server run (fp32: 92 of 110 slow calls), which a p99 at a high rate cannot hide."""
+
+    WARM_CALLS = 4  # per size and thread: two plain runs, the capture, a replay
+
+    def __init__(self, runners: Dict[int, Callable[[], object]], count: int, warm_calls: int = WARM_CALLS):
+        self.runners, self.warm_calls = runners, warm_calls
+        self.changed = threading.Condition()
+        self.current: Optional[BatchingSUT] = None  # the SUT being served, one at a time
+        self.done = 0  # threads that have left the current SUT
+        self.warmed = 0
+        self.failed: Optional[BaseException] = None  # the first exception of a thread's warm-up
+        self.closed = False
+        self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(max(1, count))]
+        for thread in self.threads:
+            thread.start()
+        with self.changed:
+            while self.warmed < len(self.threads):
+                self.changed.wait()
+        if self.failed is not None:
+            self.close()
+            raise RuntimeError(f"the engine failed while its serving threads warmed up: {self.failed!r}") from self.failed
+
+    def _loop(self) -> None:
+        try:
+            for _ in range(self.warm_calls):
+                for run_once in self.runners.values():
+                    run_once()
+        except BaseException as error:  # noqa: BLE001 -- handed to the constructor, which raises it
+            self.failed = self.failed or error
+        with self.changed:
+            self.warmed += 1
+            self.changed.notify_all()
+        served = None
+        while True:
+            with self.changed:
+                while (self.current is None or self.current is served) and not self.closed:
+                    self.changed.wait()
+                if self.closed:
+                    return
+                served = self.current
+            try:
+                served._work()  # returns once the SUT is stopping and its queue is empty
+            finally:
+                with self.changed:
+                    self.done += 1
+                    self.changed.notify_all()
+
+    def serve(self, sut: "BatchingSUT") -> None:
+        with self.changed:
+            if self.current is not None:
+                raise RuntimeError("EngineWorkers serve one SUT at a time: close the last before the next")
+            self.current, self.done = sut, 0
+            self.changed.notify_all()
+
+    def release(self, sut: "BatchingSUT") -> None:
+        """After the SUT stopped: wait until every thread has left it."""
+        with self.changed:
+            while self.current is sut and self.done < len(self.threads):
+                self.changed.wait(0.05)
+            self.current = None
+            self.changed.notify_all()
+
+    def close(self) -> None:
+        with self.changed:
+            self.closed = True
+            self.changed.notify_all()
+        for thread in self.threads:
+            thread.join(5)
 
 
 class Timeline:

@@ -132,6 +132,14 @@ def serve_sides(sides: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Di
     different loads (the CPU default's int8_qat ratio 1.341 [1.213, 1.468] in one run, 0.885
     [0.817, 0.997] in the next), while searches in turns meet the same ones."""
     served = {name: ServedSide(runners, service_s, settings, logs) for name, (runners, service_s, logs) in sides.items()}
+    try:
+        return _serve_in_turns(served, settings)
+    finally:
+        for side in served.values():
+            side.close()
+
+
+def _serve_in_turns(served: Dict[str, "ServedSide"], settings: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     for side in served.values():
         side.single_and_offline()
     if "Server" in settings["scenarios"]:
@@ -156,6 +164,7 @@ class ServedSide:
         from precisionflow.measure import serving
 
         self.runners, self.service_s, self.settings, self.logs = runners, service_s, settings, logs
+        self._workers = None  # threads of the side's own for all its runs (started by the first)
         bound_s, self.wait_s = settings["latency_bound_ms"] / 1000, settings["max_wait_ms"] / 1000
         self.server_batch = server_max_batch(service_s, bound_s, self.wait_s)
         self.limit = serving.queue_limit(bound_s, service_s[self.server_batch], self.server_batch, settings["workers"])
@@ -174,14 +183,26 @@ class ServedSide:
         self.offline_rate = None  # single_and_offline sets it: LoadGen's Offline rate where VALID
         self.repeats = []
 
+    @property
+    def workers(self):
+        """The side's engine threads, each warmed on every batch size (serving.EngineWorkers)."""
+        from precisionflow.measure import serving
+
+        if self._workers is None:
+            self._workers = serving.EngineWorkers(self.runners, self.settings["workers"])
+        return self._workers
+
+    def close(self) -> None:
+        if self._workers is not None:
+            self._workers.close()
+
     def make_sut(self, scenario: str):
         from precisionflow.measure import serving
 
-        workers = self.settings["workers"]
         if scenario != "Server":  # queries come one by one (SingleStream) or all at once: no batch to wait for
-            return serving.BatchingSUT(self.runners, self.settings["max_batch"], 0.0, workers, 10**9)
+            return serving.BatchingSUT(self.runners, self.settings["max_batch"], 0.0, self.workers, 10**9)
         chosen = {size: run_once for size, run_once in self.runners.items() if size <= self.server_batch}
-        return serving.BatchingSUT(chosen, self.server_batch, self.wait_s, workers, self.limit)
+        return serving.BatchingSUT(chosen, self.server_batch, self.wait_s, self.workers, self.limit)
 
     def run(self, scenario: str, rate: float = 0.0, seed_offset: int = 0, duration_ms: int = None):
         from precisionflow.measure import serving
