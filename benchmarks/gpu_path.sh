@@ -27,11 +27,12 @@ stage)
   ls -l "$WHERE/stage"
   ;;
 start)
+  rm -rf "$WHERE/bundle" "$WHERE/run.rc" "$WHERE/run.log" "$WHERE/collected"  # a second job starts from the payload afresh
   mkdir -p "$WHERE/lean" "$WHERE/bundle"
-  cat "$WHERE"/stage/part?? > "$WHERE/payload"
+  [ -f "$WHERE/payload" ] || cat "$WHERE"/stage/part?? > "$WHERE/payload"
   head -c "$2" "$WHERE/payload" | xz -d | tar xi -C "$WHERE/lean"  # i: the lean packages may be two archives
   tail -c +$(($2 + 1)) "$WHERE/payload" | xz -d | tar x -C "$WHERE/bundle"
-  rm "$WHERE/payload"
+  # the payload stays: a second job on the same held machine starts from it again
   if [ -n "${3:-}" ]; then  # another plan of the same upstream nodes (other settings, another GPU target)
     cp "$3/plan.json" "$3/manifest.json" "$WHERE/bundle/"
   fi
