@@ -128,6 +128,13 @@ def read(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def planned_nodes(work: Path) -> list:
+    """The node keys ("stage/id") of the plan WORK/overrides.txt makes (planned here: nothing runs)."""
+    from precisionflow.pipeline.plan import plan_from_overrides
+
+    return sorted(read(plan_from_overrides(overrides_of(work)))["nodes"])
+
+
 def table(work: Path, crosscheck: Path = None) -> str:
     """docs/hardware.md's table, from the landed node folders (and the plain loop's cross-check)."""
     from precisionflow.reporting.verdict_rules import server_ratio_at
@@ -142,7 +149,8 @@ def table(work: Path, crosscheck: Path = None) -> str:
         "| GPU s |",
         "|---" * 15 + "|",
     ]
-    for serve_dir in sorted(results.glob("serve_engine/*")):
+    planned = planned_nodes(work)  # this plan's nodes only: WORK/results may hold earlier plans' nodes too
+    for serve_dir in sorted(results / key for key in planned if key.startswith("serve_engine/")):
         served = read(serve_dir / "metrics.json")
         node = read(serve_dir / "node.json")
         evaluation = next(
@@ -161,7 +169,11 @@ def table(work: Path, crosscheck: Path = None) -> str:
         longest = sorted(run["longest_call_ms"] for run in runs if run.get("longest_call_ms") is not None)
         slow = {cause: sum(run["slow_calls"].get(cause, 0) for run in runs) for cause in ("gc", "size_switch", "unexplained")}
         excess = {cause: sum(run["slow_excess_ms"].get(cause, 0) for run in runs) for cause in slow}
-        gpu_s = sum(read(path)["timings"]["seconds"] for path in results.glob(f"*/*{node['params']['target']}*/node.json"))
+        gpu_s = sum(
+            read(results / key / "node.json")["timings"]["seconds"]
+            for key in planned
+            if node["params"]["target"] in key and (results / key / "node.json").is_file()
+        )
         row = plain.get((evaluated["precision"], int(largest)))
         cells = [
             evaluated["precision"],
