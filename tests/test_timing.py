@@ -156,7 +156,7 @@ def test_a_timing_job_knows_what_other_processes_used_while_it_timed():
     """The 1-minute load average lags (a training that just ended still counts): the report flags
     a row as timed on a shared machine from the CPU time others used during the job."""
     from precisionflow.measure import speed
-    from precisionflow.reporting.report_rows import loaded
+    from precisionflow.measure.speed import loaded
 
     start = {"at": 10.0, "busy_s": 100.0, "own_s": 5.0}
     alone = {"at": 20.0, "busy_s": 110.2, "own_s": 15.0}  # 10 s: we used 10 core-seconds, others 0.2

@@ -261,6 +261,7 @@ def test_a_detector_search_runs_end_to_end_on_the_selection_split_only(tmp_path,
         "report_split": "val",
         "mixed_max_val_drop": 2.0,
         "cpu_weight_bits": 7 if placement == "onnxruntime_cpu" else None,  # as static_int8.to_int8 hands them over
+        "speed_timing": {"rounds": 3, "window_s": 0.01},  # as mixed_params hands them over (evaluate.ratio_*)
         "detection": SETTINGS,
         "condition_budgets": {
             "max_spurious_per_image": 0.5,

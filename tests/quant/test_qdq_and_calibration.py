@@ -315,9 +315,10 @@ def test_a_mix_within_budget_is_built_only_when_faster_than_fp32_by_its_interval
     from precisionflow import stats
     from precisionflow.quant import mixed
 
-    def timer(source, graphs, batch, confidence):
+    def timer(source, graphs, batch, confidence, timing):
         low, high = stats.ratio_interval(rounds, confidence)
-        return {name: {"median": float(np.median(rounds)), "interval": [low, high], "rounds": rounds} for name in graphs}
+        timed = {"median": float(np.median(rounds)), "interval": [low, high], "rounds": rounds, "window_s": timing["window_s"]}
+        return {name: timed for name in graphs}
 
     source = export_dir / "model.onnx"
     images = np.random.default_rng(0).random((8, 8, 8, 1), dtype=np.float32)
@@ -329,14 +330,41 @@ def test_a_mix_within_budget_is_built_only_when_faster_than_fp32_by_its_interval
 
     judge = judges.TopOne(np.zeros((8, 4), dtype=np.float32), labels, 0.95)
     kept, why = mixed.fastest_mix(
-        source, ranges, ["conv0", "logits"], ["logits"], images, judge, tmp_path, ("onnxruntime_cpu", 7), record, 0.95, timer
+        source, ranges, ["conv0", "logits"], ["logits"], images, judge, tmp_path, ("onnxruntime_cpu", 7), record, 0.95, timer,
+        timing={"rounds": 5, "window_s": 0.1},
     )
     assert bool(why) == declined and (kept == []) == declined
     assert record["fastest"] == "chosen" and "speed_vs_fp32" in record
     if declined:
-        assert "not faster than fp32 by its interval" in why
+        assert "not faster than fp32 by its interval" in why and "(5 rounds of 0.1 s)" in why
         # the reason quotes int8's own measurement, never an unmeasured "int8 breaks the budget"
         assert "int8 itself drops +2.00 [-1.00, +6.50] points on the val split" in why and "UNDECIDED" in why
+
+
+def test_a_mix_is_timed_as_the_side_by_side_ratio_is_and_its_reason_says_how(tmp_path, export_dir):
+    """The mix's speed is taken by compare_speed's method and settings (windows, not a few calls),
+    with the machine's load beside it; a NOT BUILT reason quotes the figure with its rounds, names
+    outlying rounds and a noisy median, and says when the machine was shared."""
+    from precisionflow.quant import mixed
+
+    source = export_dir / "model.onnx"
+    images = np.random.default_rng(0).random((4, 8, 8, 1), dtype=np.float32)
+    timed = mixed.time_against_fp32(source, {"same": source}, images, 0.95, {"rounds": 4, "window_s": 0.02})["same"]
+    assert len(timed["rounds"]) == 4 and timed["window_s"] == 0.02 and timed["interval"][0] <= timed["median"]
+    assert set(timed["machine"]) == {"cpu_count", "loadavg_1m", "finished_loadavg_1m", "other_cores"}
+    # the rounds a seventh-batch run quoted (9 rounds of 3 calls): 0.29 lies beyond 3 scaled MADs
+    rounds = [1.11, 1.68, 0.29, 1.53, 3.50, 1.73, 0.64, 1.71, 0.62]
+    assert mixed.outlying_rounds(rounds) == [2] and mixed.outlying_rounds([1.0] * 5) == []
+    figure = {"median": 1.53, "interval": [0.65, 2.02], "rounds": rounds, "window_s": 0.1, "outliers": [2]}
+    figure.update(noisy=True, median_error_percent=23.4)
+    said = mixed.speed_said("b1", figure)
+    assert said == "b1: 1.53x [0.65, 2.02] (9 rounds of 0.1 s; 1 outlying: 0.29; noisy: the median's standard error 23.4%)"
+    quiet = {"cpu_count": 2, "loadavg_1m": 0.2, "finished_loadavg_1m": 0.3, "other_cores": 0.1}
+    busy = dict(quiet, other_cores=1.4)
+    assert mixed.machine_said([{"machine": quiet}]) == ""
+    assert mixed.machine_said([{"machine": quiet}, {"machine": busy}]) == (
+        ", timed while other processes kept 1.40 cores busy (a shared machine)"
+    )
 
 
 def test_an_int8_op_alone_between_float_ops_joins_them(tmp_path):

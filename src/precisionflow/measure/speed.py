@@ -60,6 +60,18 @@ def finished(taken: Dict[str, Any]) -> Dict[str, Any]:
     return {**taken, "finished_loadavg_1m": now["loadavg_1m"], "other_cores": other_cores(started, now["cpu_sample"])}
 
 
+OTHERS_LOADED = 0.5  # cores of CPU time other processes used on average while a job timed
+
+
+def loaded(taken: Dict[str, Any]) -> bool:
+    """Whether a timing job shared the machine: other processes kept more than half a core busy
+    while it timed (measured from /proc/stat); without that sample, the 1-min load above the cores."""
+    if taken.get("other_cores", -1) >= 0:
+        return taken["other_cores"] > OTHERS_LOADED
+    cores = taken.get("cpu_count") or 0
+    return bool(cores) and max(taken.get("loadavg_1m", 0), taken.get("finished_loadavg_1m", 0)) > cores
+
+
 def timing_images(split, settings: Dict[str, Any]) -> np.ndarray:
     """The first test images, as many as the largest timed batch needs (never the whole split)."""
     sizes = list(settings.get("timing_batch_sizes", [])) + [settings.get("stream_batch_size") or 1]

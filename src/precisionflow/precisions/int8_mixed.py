@@ -15,6 +15,8 @@ def mixed_params(cfg, placement):
         extra["mixed_keep_fp"] = cfg["int8"]["mixed_keep_fp"]
     else:
         extra["confidence"] = cfg["evaluate"]["confidence"]  # the search's intervals decide
+        # a mix's speed is weighed as the side-by-side ratio is (compare_speed): the same rounds and windows
+        extra["speed_timing"] = {"rounds": cfg["evaluate"]["ratio_rounds"], "window_s": cfg["evaluate"]["ratio_window_s"]}
         extra["condition_budgets"] = condition_budgets(cfg["evaluate"], cfg["task"])
         if cfg["task"] == "detection":  # judged as the evaluation judges: decoded and counted the same way
             extra["detection"] = dict(cfg["evaluate"]["detection"])

@@ -132,7 +132,8 @@ def search(
         why = nothing_to_build(record, chosen)
         if not why:
             kept, why = fastest_mix(
-                source, ranges, nodes, kept, images, judge, scratch, (placement, weight_bits), record, confidence, where=where
+                source, ranges, nodes, kept, images, judge, scratch, (placement, weight_bits), record, confidence,
+                where=where, timing=int8.get("speed_timing"),
             )
     record["kept"] = len(kept)
     if why:
@@ -206,12 +207,15 @@ def failing_subsets(figures, limits: Dict[str, float]) -> List[str]:
     return sorted(beyond, key=lambda name: -(figures[name].high - limits[name]))
 
 
-def fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placed, record, confidence, timer=None, where=None):
+def fastest_mix(
+    source, ranges, nodes, kept, images, judge, scratch, placed, record, confidence, timer=None, where=None, timing=None
+):
     """(ops kept in float, why nothing is built or ''): the chosen mix and, when it differs, the mix
     with its isolated int8 ops joined to the float around them (if every budget still holds by its
     interval, each budgeted condition's too); on the CPU placement the candidates are timed against
     fp32 and the fastest kept -- unless it is not faster than fp32 by its interval. `placed`: (the
-    placement, the CPU placement's weight bits)."""
+    placement, the CPU placement's weight bits); `timing`: {rounds, window_s}, the side-by-side
+    ratio's own settings (evaluate.ratio_rounds, evaluate.ratio_window_s)."""
     from precisionflow.quant.sensitivity import OVERALL
 
     placement, weight_bits = placed
@@ -237,20 +241,49 @@ def fastest_mix(source, ranges, nodes, kept, images, judge, scratch, placed, rec
         name: _trial_graph(source, ranges, [op for op in nodes if op not in ops], scratch, placement, weight_bits)
         for name, ops in candidates.items()
     }
+    if timing is None:
+        raise ValueError("int8_mixed on the CPU placement times its mixes: its params carry no speed_timing {rounds, window_s}")
     timer = timer or time_against_fp32
-    timed = {f"b{size}": timer(source, graphs, images[:size], confidence) for size in TIMED_BATCHES}
+    timed = {f"b{size}": timer(source, graphs, images[:size], confidence, timing) for size in TIMED_BATCHES}
     record["speed_vs_fp32"] = timed
     best = max(graphs, key=lambda name: min(at[name]["median"] for at in timed.values()))
     record["fastest"] = best
     slow = {at: found[best] for at, found in timed.items() if found[best]["interval"][0] <= 1.0}
     if slow:
-        said = "; ".join(f"{at}: {x['median']:.2f}x [{x['interval'][0]:.2f}, {x['interval'][1]:.2f}]" for at, x in slow.items())
+        said = "; ".join(speed_said(at, x) for at, x in slow.items())
         return [], (
             f"the fastest mix within the budget ({len(candidates[best])} of {record['of']} ops in float) is not "
-            f"faster than fp32 by its interval on this CPU ({said}), while {int8_itself(record)}: no trade-off to "
-            "build -- nothing built."
+            f"faster than fp32 by its interval on this CPU ({said}){machine_said(slow.values())}, while "
+            f"{int8_itself(record)}: no trade-off to build -- nothing built."
         )
     return candidates[best], ""
+
+
+def speed_said(at: str, timed: Dict[str, Any]) -> str:
+    """'b1: 0.99x [0.97, 1.01] (12 rounds of 0.1 s; 1 outlying: 3.50)': the figure with how it was
+    taken, so a reader can tell a sound figure from a noisy one."""
+    low, high = timed["interval"]
+    said = f"{at}: {timed['median']:.2f}x [{low:.2f}, {high:.2f}] ({len(timed['rounds'])} rounds of {timed['window_s']:g} s"
+    outlying = timed.get("outliers") or []
+    if outlying:
+        said += f"; {len(outlying)} outlying: " + ", ".join(f"{timed['rounds'][i]:.2f}" for i in outlying)
+    if timed.get("noisy"):
+        said += f"; noisy: the median's standard error {timed['median_error_percent']:.1f}%"
+    return said + ")"
+
+
+def machine_said(timed) -> str:
+    """', timed while other processes kept 1.40 cores busy (a shared machine)' when the timing shared
+    the machine (measure.speed.loaded, the table's own rule), else ''."""
+    from precisionflow.measure.speed import loaded
+
+    shared = [x["machine"] for x in timed if loaded(x.get("machine", {}))]
+    if not shared:
+        return ""
+    busiest = max(shared, key=lambda m: m.get("other_cores", -1))
+    if busiest.get("other_cores", -1) >= 0:
+        return f", timed while other processes kept {busiest['other_cores']:.2f} cores busy (a shared machine)"
+    return f", timed at a 1-min load of {busiest.get('loadavg_1m')} on {busiest.get('cpu_count')} cores (a shared machine)"
 
 
 def int8_itself(record: Dict[str, Any]) -> str:
@@ -345,17 +378,22 @@ def join_isolated_int8(source: Path, nodes: Sequence[str], kept: Sequence[str]) 
     return list(kept) + joined
 
 
-def time_against_fp32(source: Path, graphs: Dict[str, Path], batch: np.ndarray, confidence: float, rounds: int = 9):
-    """{name: {median, interval, rounds}}: each graph's throughput over the fp32 graph's, timed in
-    alternating rounds in this process (one thread each, as the CPU engine runs), a t interval on the
-    rounds' log ratios (stats.ratio_interval)."""
-    import time
+OUTLIER_MADS = 3.0  # a round whose log ratio is this many scaled MADs from the median is outlying
 
+
+def time_against_fp32(source: Path, graphs: Dict[str, Path], batch: np.ndarray, confidence: float, timing: Dict[str, Any]):
+    """{name: {median, interval, rounds, window_s, noisy, median_error_percent, outliers, machine}}:
+    each graph's throughput over the fp32 graph's by the side-by-side ratio's own method and
+    settings (timing.alternating_rounds of `timing["rounds"]` windows of `timing["window_s"]`, one
+    thread each, as the CPU engine runs; timing.ratio_stats), a t interval on the rounds' log ratios
+    (stats.ratio_interval), the outlying rounds named, and the machine's load while it timed. (Nine
+    rounds of three calls each once quoted 1.53x [0.65, 2.02] for a mix that times 0.99x alone.)"""
     import onnxruntime as ort
 
     from precisionflow import stats
+    from precisionflow.measure import speed, timing as clocks
 
-    def session(path: Path):
+    def window(path: Path):
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -364,30 +402,38 @@ def time_against_fp32(source: Path, graphs: Dict[str, Path], batch: np.ndarray, 
         )
         feed = {made.get_inputs()[0].name: batch}
         made.run(None, feed)  # warm-up
-        return lambda: made.run(None, feed)
+        return lambda seconds: clocks.window_throughput(lambda: made.run(None, feed), len(batch), seconds)
 
-    def seconds(call) -> float:
-        started = time.perf_counter()
-        for _ in range(3):
-            call()
-        return time.perf_counter() - started
-
-    runs = {"fp32": session(source), **{name: session(path) for name, path in graphs.items()}}
-    ratios: Dict[str, list] = {name: [] for name in graphs}
-    for index in range(rounds):
-        order = list(runs) if index % 2 == 0 else list(reversed(runs))
-        taken = {name: seconds(runs[name]) for name in order}
-        for name in graphs:
-            ratios[name].append(taken["fp32"] / taken[name])
+    sides = {"fp32": window(source), **{name: window(path) for name, path in graphs.items()}}
+    taken = speed.conditions()
+    measured = clocks.alternating_rounds(sides, int(timing["rounds"]), float(timing["window_s"]))
+    machine = speed.finished(taken)
     found = {}
-    for name, values in ratios.items():
-        low, high = stats.ratio_interval(values, confidence)
+    for name in graphs:
+        ratio = clocks.ratio_stats(measured[name], measured["fp32"])
+        low, high = stats.ratio_interval(ratio["rounds"], confidence)
         found[name] = {
-            "median": round(float(np.median(values)), 3),
+            "median": round(ratio["median"], 3),
             "interval": [round(low, 3), round(high, 3)],
-            "rounds": [round(v, 3) for v in values],
+            "rounds": [round(v, 3) for v in ratio["rounds"]],
+            "window_s": float(timing["window_s"]),
+            "median_error_percent": round(ratio["median_error_percent"], 2),
+            "noisy": ratio["noisy"],
+            "outliers": outlying_rounds(ratio["rounds"]),
+            "machine": {key: machine.get(key) for key in ("cpu_count", "loadavg_1m", "finished_loadavg_1m", "other_cores")},
         }
     return found
+
+
+def outlying_rounds(ratios: Sequence[float]) -> List[int]:
+    """Indices of rounds whose log ratio lies more than OUTLIER_MADS scaled median absolute
+    deviations from the median's (none when the rounds barely vary)."""
+    logs = np.log(np.asarray(ratios, dtype=float))
+    centre = float(np.median(logs))
+    spread = 1.4826 * float(np.median(np.abs(logs - centre)))
+    if spread <= 0:
+        return []
+    return [index for index, value in enumerate(logs) if abs(value - centre) > OUTLIER_MADS * spread]
 
 
 def choose(

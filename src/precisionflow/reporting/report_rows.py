@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from precisionflow import precisions
+from precisionflow.measure.speed import loaded
 from precisionflow.nodeio import named_lineage, read_json
 from precisionflow.reporting.compare import engine_key, ratio_values, variant, with_differences
 from precisionflow.reporting.report_notes import NOISY_MARK
@@ -135,18 +136,6 @@ def formatted(column: str, value: Any) -> Any:
     if column in FORMATS and isinstance(value, (int, float)) and not isinstance(value, bool):
         return FORMATS[column].format(value)
     return value
-
-
-OTHERS_LOADED = 0.5  # cores of CPU time other processes used on average while a job timed
-
-
-def loaded(taken: Dict[str, Any]) -> bool:
-    """Whether a timing job shared the machine: other processes kept more than half a core busy
-    while it timed (measured from /proc/stat); without that sample, the 1-min load above the cores."""
-    if taken.get("other_cores", -1) >= 0:
-        return taken["other_cores"] > OTHERS_LOADED
-    cores = taken.get("cpu_count") or 0
-    return bool(cores) and max(taken.get("loadavg_1m", 0), taken.get("finished_loadavg_1m", 0)) > cores
 
 
 def speed_columns(speed: Dict[str, Any]) -> Dict[str, Any]:
