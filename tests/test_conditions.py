@@ -271,3 +271,18 @@ def test_a_relative_sidecar_is_found_beside_its_data_folder(tmp_path, monkeypatc
     missing = conditions.sidecar_path("other.csv", str(data))
     with pytest.raises(ConfigError, match="current folder, then beside the data folder, then in it"):
         conditions.read_sidecar(missing, KNOWN)
+
+
+def test_the_worst_condition_is_the_one_its_budget_would_fail_first():
+    """The budget reads a condition's drop by its interval's upper end: a condition that flipped 12
+    of 64 images both ways (estimate 0, interval about +-11 points) is nearer to failing than one
+    that lost 1 of 120 (estimate 0.83, interval about 3 points), and is the one named worst."""
+    from precisionflow.reporting import verdict_rules
+
+    drops = {
+        "normal": stats.drop_from_counts(both=100, b=1, c=0, neither=19, confidence=0.95),
+        "noisy": stats.drop_from_counts(both=40, b=6, c=6, neither=12, confidence=0.95),
+    }
+    assert drops["normal"].drop > drops["noisy"].drop and drops["noisy"].high > drops["normal"].high
+    assert verdict_rules.worst_group(drops) == ("noisy", 0.0)
+    assert verdict_rules.worst_group({}) is None

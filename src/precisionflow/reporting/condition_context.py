@@ -81,7 +81,8 @@ def condition_figures(
             "shadow_per_image": round(sum(shadow.get(tag, [])) / max(len(values), 1), 3),
             **map50_figures(metrics or {}, tag, confidence),
         }
-    worst = max(per_condition.items(), key=lambda item: item[1]["spurious_per_image"], default=None)
+    # as the budget judges (the interval's upper end, then the estimate): verdict_rules.worst_group's rule
+    worst = max(per_condition.items(), key=lambda item: (item[1]["high"], item[1]["spurious_per_image"]), default=None)
     return {
         "per_condition": per_condition,
         "worst_condition": (worst[0], worst[1]["spurious_per_image"]) if worst else None,
