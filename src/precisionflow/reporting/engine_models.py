@@ -196,7 +196,7 @@ def model_metrics(model_id: str, speed: Dict[str, float], by_data_set: Dict[str,
 def log_model(client, context: Dict[str, Any], run_id: str, lineage: Dict[str, Any], metrics: Dict[str, Any], name: str) -> str:
     """The engine's logged model (created once; found again by ENGINE_TAG), its data sets linked
     to the run, and its figures logged against the model and each data set. Returns the model id."""
-    from mlflow.entities import DatasetInput, InputTag, LoggedModelInput
+    from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelInput
 
     from precisionflow.nodeio import node_key
 
@@ -236,8 +236,10 @@ def log_model(client, context: Dict[str, Any], run_id: str, lineage: Dict[str, A
     logged = model_metrics(model.model_id, speed_figures(verdict), figures_by_data_set(metrics, verdict, search), sets)
     for start in range(0, len(logged), 900):  # MLflow takes at most 1,000 metrics per batch
         client.log_batch(run_id, metrics=logged[start : start + 900])
+    # the data set's public dictionary (name, digest, source, source_type, schema, profile) makes the
+    # tracking entity: no private conversion method
     inputs = [
-        DatasetInput(data_set._to_mlflow_entity(), [InputTag("mlflow.data.context", set_name.split("/")[0])])
+        DatasetInput(Dataset(**data_set.to_dict()), [InputTag("mlflow.data.context", set_name.split("/")[0])])
         for set_name, data_set in sets.items()
     ]
     client.log_inputs(run_id, datasets=inputs, models=[LoggedModelInput(model.model_id)])
