@@ -330,7 +330,17 @@ def test_a_mix_within_budget_is_built_only_when_faster_than_fp32_by_its_interval
 
     judge = judges.TopOne(np.zeros((8, 4), dtype=np.float32), labels, 0.95)
     kept, why = mixed.fastest_mix(
-        source, ranges, ["conv0", "logits"], ["logits"], images, judge, tmp_path, ("onnxruntime_cpu", 7), record, 0.95, timer,
+        source,
+        ranges,
+        ["conv0", "logits"],
+        ["logits"],
+        images,
+        judge,
+        tmp_path,
+        ("onnxruntime_cpu", 7),
+        record,
+        0.95,
+        timer,
         timing={"rounds": 5, "window_s": 0.1},
     )
     assert bool(why) == declined and (kept == []) == declined

@@ -132,8 +132,18 @@ def search(
         why = nothing_to_build(record, chosen)
         if not why:
             kept, why = fastest_mix(
-                source, ranges, nodes, kept, images, judge, scratch, (placement, weight_bits), record, confidence,
-                where=where, timing=int8.get("speed_timing"),
+                source,
+                ranges,
+                nodes,
+                kept,
+                images,
+                judge,
+                scratch,
+                (placement, weight_bits),
+                record,
+                confidence,
+                where=where,
+                timing=int8.get("speed_timing"),
             )
     record["kept"] = len(kept)
     if why:
