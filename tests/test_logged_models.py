@@ -64,7 +64,7 @@ def engine(results, precision, top1, dim_top1):
     return lineage, metrics, verdict
 
 
-def log_all(uri, results):
+def log_all(uri, results, differs=None, suffix=""):
     client = tracking.client_for(uri)
     experiment_id = tracking.init_store(uri, "models", results)
     verdicts, found = {}, []
@@ -72,11 +72,18 @@ def log_all(uri, results):
         lineage, metrics, verdict = engine(results, precision, top1, dim_top1)
         verdicts[f"evaluate_engine/{precision}-local-2"] = verdict
         found.append((lineage, metrics))
-    context = {"results": results, "experiment_id": experiment_id, "verdicts": verdicts, "commit": "abc"}
+    context = {
+        "results": results,
+        "experiment_id": experiment_id,
+        "verdicts": verdicts,
+        "commit": "abc",
+        "differs": differs or {},
+    }
     ids = []
     for lineage, metrics in found:
         run = client.create_run(experiment_id)
-        ids.append(engine_models.log_model(client, context, run.info.run_id, lineage, metrics, f"{metrics['precision']} · local"))
+        run_name = f"{metrics['precision']}{suffix} · local"
+        ids.append(engine_models.log_model(client, context, run.info.run_id, lineage, metrics, run_name))
     return client, experiment_id, ids
 
 
@@ -93,9 +100,14 @@ def test_each_engine_is_one_model_ranked_per_data_set(server, tmp_path):  # noqa
     # the dim condition's data set ranks the engines as their top-1 on those images does
     [(digest, ranked)] = engine_models.ranked(client, experiment_id, "test/dim", "agreement")
     assert [m.params["precision"] for m in ranked][-1] == "int8"
-    # a rerun adds no model and no data set
-    again = log_all(server, results)[2]
+    # named by what the engine is (precision, engine id), not by its neighbours; the run's name in a tag
+    assert model.name == "int8 1" and model.tags["run_name"] == "int8 · local" and model.tags["differs"] == "-"
+    # a rerun adds no model and no data set; a later sweep that sets int8 apart ("n128") renames the
+    # run, and the model -- which MLflow cannot rename -- follows through its tags
+    again = log_all(server, results, differs={"int8-local-2": "n128"}, suffix=" [n128]")[2]
     assert again == ids and len(client.search_logged_models([experiment_id])) == 3
+    followed = client.get_logged_model(ids[2])
+    assert followed.name == "int8 1" and followed.tags["run_name"] == "int8 [n128] · local" and followed.tags["differs"] == "n128"
     assert engine_models.ranked(client, experiment_id, "test/dim", "agreement")[0][0] == digest
 
 

@@ -193,17 +193,35 @@ def model_metrics(model_id: str, speed: Dict[str, float], by_data_set: Dict[str,
     return logged
 
 
+def model_name(lineage: Dict[str, Any], metrics: Dict[str, Any]) -> str:
+    """'int8 [entropy] c49c91': what the engine is, from its own lineage only -- its precision, its
+    variant as the console names it, its engine id's first digits. MLflow 3 cannot rename a logged
+    model, so its name must not depend on the runs beside it: what sets it apart from a later
+    sweep's neighbours ('n128') is the `differs` tag, and the run's current name the `run_name`
+    tag, both updated at every logging. Short: the Models tab at 1400 px shows about 25 characters."""
+    from precisionflow.reporting.compare import variant
+
+    found = variant(lineage)
+    digest = lineage["build_engine"]["id"].rpartition("-")[2][:6]
+    return metrics["precision"] + (f" [{found}]" if found else "") + f" {digest}"
+
+
 def log_model(client, context: Dict[str, Any], run_id: str, lineage: Dict[str, Any], metrics: Dict[str, Any], name: str) -> str:
-    """The engine's logged model (created once; found again by ENGINE_TAG), its data sets linked
-    to the run, and its figures logged against the model and each data set. Returns the model id."""
+    """The engine's logged model (created once, named by model_name; found again by ENGINE_TAG),
+    its data sets linked to the run, and its figures logged against the model and each data set;
+    `name`, the run's current name, and what sets it apart go in tags that follow every logging.
+    Returns the model id."""
     from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelInput
 
     from precisionflow.nodeio import node_key
 
     results, experiment_id = context["results"], context["experiment_id"]
     engine_key = node_key(lineage["build_engine"])
+    differs = context.get("differs", {}).get(lineage["evaluate_engine"]["id"], "")
+    following = {"run_name": name, "differs": differs or "-"}  # an empty tag value is refused: "-" for none
     found = existing_model(client, experiment_id, engine_key)
     if found is not None:
+        client.set_logged_model_tags(found.model_id, following)
         return found.model_id
     evaluation = node_key(lineage["evaluate_engine"])
     verdict = context["verdicts"].get(evaluation, {})
@@ -217,10 +235,10 @@ def log_model(client, context: Dict[str, Any], run_id: str, lineage: Dict[str, A
     }
     model = client.create_logged_model(
         experiment_id,
-        name=name,
+        name=model_name(lineage, metrics),
         source_run_id=run_id,
-        tags={key: value for key, value in tags.items() if value},
-        params=model_params(lineage, metrics, context.get("differs", {}).get(lineage["evaluate_engine"]["id"], "")),
+        tags={**{key: value for key, value in tags.items() if value}, **following},
+        params=model_params(lineage, metrics, differs),
         model_type=MODEL_TYPE,
     )
     calibrations = [results / node_key(r) / "ranges.json" for r in lineage.values() if r["stage"] == "calibrate"]
