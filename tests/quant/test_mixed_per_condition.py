@@ -254,3 +254,39 @@ def test_the_heat_map_rows_are_the_ops_worst_on_any_condition():
         {"op": "c", "condition": "(all)", "top1_drop_points": 0.0},
     ]
     assert sensitivity.worst_ops(rows, 2) == ["b", "a"]
+
+
+def test_the_ops_a_condition_costs_come_from_any_search_over_the_same_calibration(tmp_path):
+    """An int8 row that FAILed a condition is pointed at the ops a search over the same calibration
+    and placement ranked -- found by the search's record, not by a precision's name (a plug-in's
+    search counts as int8_mixed's does); another placement's search does not."""
+    import json
+
+    from precisionflow.reporting.condition_context import costly_ops
+
+    def node(key, stage, inputs, params=None, summary=None):
+        folder = tmp_path / key
+        folder.mkdir(parents=True)
+        record = {"stage": stage, "id": key.split("/")[1], "inputs": inputs, "params": params or {}, "summary": summary or {}}
+        (folder / "node.json").write_text(json.dumps(record))
+        return record
+
+    cpu = {"int8": {"placement": "onnxruntime_cpu"}}
+    node("calibrate/c1", "calibrate", {})
+    node("quantize_onnx/int8-1", "quantize_onnx", {"calibration": "calibrate/c1"}, dict(cpu, precision="int8"))
+    ranked = {"mixed_search": {"costliest": {"dim": [["conv_3", 12.5]]}}}
+    plan = {"nodes": {}}
+    for key, params, summary in (
+        ("quantize_onnx/searched-1", dict(cpu, precision="my_search"), ranked),
+        (
+            "quantize_onnx/trt-1",
+            {"int8": {"placement": "tensorrt"}, "precision": "int8_mixed"},
+            {"mixed_search": {"costliest": {"dim": [["x", 1.0]]}}},
+        ),
+    ):
+        node(key, "quantize_onnx", {"calibration": "calibrate/c1"}, params, summary)
+        plan["nodes"][key] = {"stage": "quantize_onnx", "params": params, "inputs": {"calibration": "calibrate/c1"}}
+    node("evaluate_engine/int8-e", "evaluate_engine", {"engine": "quantize_onnx/int8-1"})
+    assert costly_ops(plan, tmp_path, "evaluate_engine/int8-e") == {"dim": [["conv_3", 12.5]]}
+    del plan["nodes"]["quantize_onnx/searched-1"]  # only another placement's search: nothing to point at
+    assert costly_ops(plan, tmp_path, "evaluate_engine/int8-e") == {}
