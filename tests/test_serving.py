@@ -324,6 +324,28 @@ def test_a_sides_engine_threads_are_warmed_once_and_serve_every_run(tmp_path):
         serving.EngineWorkers({1: lambda: 1 / 0}, 2)
 
 
+def test_an_offline_run_answered_aside_completes_every_query_and_keeps_the_timeline(tmp_path):
+    """Offline's answers to LoadGen on a thread of their own (complete_aside): every query is
+    answered (the run is VALID and counts them all), each batch is in the timeline once, under the
+    worker that ran it, and the SUT closes with nothing left to answer."""
+    import threading
+
+    workers_seen = set()
+
+    def run_once():
+        workers_seen.add(threading.get_ident())
+        time.sleep(0.002)
+
+    runners = {size: run_once for size in serving.powers_of_two(8)}
+    make = lambda scenario: serving.BatchingSUT(runners, 8, 0.0, 1, 10**9, complete_aside=True)  # noqa: E731
+    found = serving.run_scenario(make, "Offline", SETTINGS, tmp_path / "offline", rate=8000)
+    assert found["valid"], found
+    spent = found["where_time_went"]
+    assert spent["queries_per_batch"] == 8.0 and sum(found["batches"].values()) * 8 >= SETTINGS["min_query_count"]
+    assert found["stalls"]["calls"] == sum(found["batches"].values())  # one timeline entry per batch run
+    assert len(workers_seen) == 1
+
+
 def test_the_server_batch_leaves_room_for_a_batch_in_flight():
     from precisionflow.stages.serve_engine import server_max_batch
 

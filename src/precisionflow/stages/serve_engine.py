@@ -200,7 +200,8 @@ class ServedSide:
         from precisionflow.measure import serving
 
         if scenario != "Server":  # queries come one by one (SingleStream) or all at once: no batch to wait for
-            return serving.BatchingSUT(self.runners, self.settings["max_batch"], 0.0, self.workers, 10**9)
+            aside = scenario == "Offline"  # throughput only: LoadGen is answered while the next batch runs
+            return serving.BatchingSUT(self.runners, self.settings["max_batch"], 0.0, self.workers, 10**9, complete_aside=aside)
         chosen = {size: run_once for size, run_once in self.runners.items() if size <= self.server_batch}
         return serving.BatchingSUT(chosen, self.server_batch, self.wait_s, self.workers, self.limit)
 
