@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, Tuple
 
 from precisionflow.nodeio import role_kind  # noqa: F401 (the planner's numbered roles: read here and below)
+from precisionflow.quant import qdq
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def _graph(params, at, upstream) -> str:
     """int8-ortcpu-...: the precision, the CPU placement where it has one, the precision's own suffix."""
     from precisionflow import precisions
 
-    placed = "-ortcpu" if at.placement == "onnxruntime_cpu" else ""
+    placed = "-ortcpu" if at.placement == qdq.ORT_CPU else ""
     placed += f"-{at.cpu_dot_product}" if placed and at.cpu_dot_product else ""  # a CPU its targets declare
     return at.precision + placed + precisions.get(at.precision).graph.slug_suffix(at.cfg)
 

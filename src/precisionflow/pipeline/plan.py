@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from precisionflow import precisions
 from precisionflow import identity
+from precisionflow.quant import qdq
 from precisionflow.backends import READ_WHERE_BUILT
 from precisionflow.budgets import budget_for
 from precisionflow.reporting.budget import resolution_warning
@@ -42,7 +43,7 @@ from precisionflow.errors import ConfigError
 from precisionflow.stages import NodeContext
 
 STAGES = tuple(stage.name for stage in flow.STAGES)  # in the order of the stage graph
-TENSORRT = ("tensorrt", "")  # the TensorRT placement (PlanBuilder.placement): no CPU to name
+TENSORRT = (qdq.TENSORRT, "")  # the TensorRT placement (PlanBuilder.placement): no CPU to name
 
 
 @dataclass
@@ -333,7 +334,7 @@ class PlanBuilder:
 
         target_def = cfg["target_defs"][target]
         placement = placement_for(cfg["engine"]["backend"], runs_on_gpu(target_def))
-        return (placement, target_def.get("cpu_dot_product") or "") if placement == "onnxruntime_cpu" else TENSORRT
+        return (placement, target_def.get("cpu_dot_product") or "") if placement == qdq.ORT_CPU else TENSORRT
 
     def _add_tensorrt_simulation(
         self, cfg, precision: str, target: str, onnx: Node, data: Node, graphs: Dict[tuple, Node], trained: Node
@@ -344,7 +345,7 @@ class PlanBuilder:
         graphs[(precision, TENSORRT)] = graph
         available = {"engine": self._add_engine(cfg, graph, target), "data": data, "reference": onnx}
         available.update(self.trained_model_of(precision, graph))
-        extra = {"simulates": "tensorrt"}
+        extra = {"simulates": qdq.TENSORRT}
         return self.place_on_target("evaluate_engine", cfg, target, available, precision, f"{precision}-trtsim-{target}", extra)
 
     def _add_graph(
@@ -373,7 +374,7 @@ class PlanBuilder:
                 cfg, spec.graph.builds_on, onnx, data, graphs, trained, placement
             )
         # its speed trials (CPU placement) run under the timing exclusivity (common.smk); never hashed
-        timed_here = {"timing": 1} if spec.graph.times_candidates and runtime == "onnxruntime_cpu" else {}
+        timed_here = {"timing": 1} if spec.graph.times_candidates and runtime == qdq.ORT_CPU else {}
         graph = self.place_at("quantize_onnx", at, inputs, resources=timed_here)
         self.warn_once(spec.graph.planning_warning(graph.params, lambda: self.split_sizes(data)))
         return graph

@@ -13,6 +13,7 @@ fp32, slower than fp32, and refuses a bfloat16 Conv outright at opset 22 -- so p
 from typing import Dict
 
 from precisionflow.precisions.spec import GraphRecipe, Judging, PrecisionSpec, Support
+from precisionflow.quant import qdq
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 # ops the GPU placement may run in bfloat16 when their schema allows it (float operands only)
@@ -60,7 +61,7 @@ def to_bf16(job):
     params = job.params
     model = onnx.load(str(job.source))
     opset = next(entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx"))
-    on_gpu = params["bf16"]["placement"] != "onnxruntime_cpu"
+    on_gpu = params["bf16"]["placement"] != qdq.ORT_CPU
     floats = {init.name for init in model.graph.initializer if init.data_type == TensorProto.FLOAT}
     in_bf16 = {op for op in BF16_CANDIDATES if on_gpu and takes_bf16(op, opset)}
     nodes, stored, counts = [], {}, {"bf16_ops": 0, "fp32_ops_with_bf16_operands": 0}
@@ -120,7 +121,7 @@ def float32_bits_to_bf16(values):
 
 def gpu_warning(params, split_sizes):
     """bf16 on an ONNX Runtime GPU placement buys no speed: said at planning, before anything runs."""
-    if params["bf16"]["placement"] == "onnxruntime_cpu":
+    if params["bf16"]["placement"] == qdq.ORT_CPU:
         return None
     return (
         "precisionflow: warning: bf16 on a GPU through ONNX Runtime: its CUDA provider has no bfloat16 "

@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from precisionflow.errors import ConfigError
 from precisionflow.hashing import file_hash
 from precisionflow.precisions.spec import GraphJob
+from precisionflow.quant import qdq
 
 INT8_KEYS = ("exclude_nodes", "keep_output_layer", "report_samples", "report_split")
 # (source, its fp32 model, ranges, quantizable nodes, input folders, int8 params) -> (kept float, search record)
@@ -29,7 +30,7 @@ def to_int8(job: GraphJob, choose_float: ChooseFloat = None) -> Dict[str, Any]:
     per-tensor error report. `choose_float`: the ops a precision keeps in float (int8_mixed)."""
     import onnx
 
-    from precisionflow.quant import cache, layer_error, qdq, qdq_check
+    from precisionflow.quant import cache, layer_error, qdq_check
     from precisionflow.datasets.store import Split
 
     source, target, params, inputs = job.source, job.target, job.params, job.inputs
@@ -47,7 +48,7 @@ def to_int8(job: GraphJob, choose_float: ChooseFloat = None) -> Dict[str, Any]:
     nodes = [name for name in nodes if name not in kept_float]
     refuse_empty(params, nodes, candidates, kept_float)
     placed = quantize_placed(source, target, fp32_model, nodes, ranges, lineage, int8, cpu)
-    trt = placement == "tensorrt"
+    trt = placement == qdq.TENSORRT
     if trt:
         qdq_check.assert_trt_legal(target, int8["keep_output_layer"])
     # The per-tensor report ranks ops for int8_mixed: a decision, so it never sees the test split.
@@ -79,7 +80,7 @@ def cpu_of(params: Dict[str, Any]) -> Dict[str, Any]:
     from precisionflow.quant.qdq import cpu_weight_bits
     from precisionflow.cpu_features import READ_WHERE_MADE
 
-    if params["int8"]["placement"] != "onnxruntime_cpu":
+    if params["int8"]["placement"] != qdq.ORT_CPU:
         return {}
     declared = params.get("cpu_dot_product", READ_WHERE_MADE)
     flag = integer_dot_product() if declared == READ_WHERE_MADE else (None if declared == "none" else declared)
@@ -95,11 +96,10 @@ def quantize_placed(
 ) -> Dict[str, Any]:
     """Write the Q/DQ graph placed for int8's runtime; returns what the placement did beyond the
     ranges (QAT coverage, tensors left float or rounded, the CPU's weight bits: `cpu`, cpu_of)."""
-    from precisionflow.quant import qdq
 
     placement = int8["placement"]
     placed = {}
-    trt = placement == "tensorrt"
+    trt = placement == qdq.TENSORRT
     if lineage["source"] == "qat" and trt:
         learned = {name: ranges[name] for name in lineage["ranges"]["learned_tensors"]}
         ranges, placed = learned_input_ranges(fp32_model, nodes, ranges, learned)
@@ -138,7 +138,6 @@ def learned_input_ranges(model, nodes, ranges, learned):
     (the model input's range lands after the NHWC->NCHW Transpose, where the first Q really is).
     A quantized tensor without a learned range stops the stage: no silent fallback to calibration."""
     from precisionflow.errors import StageError
-    from precisionflow.quant import qdq
 
     quantized = qdq.activation_inputs(model, nodes)
     found = qdq.learned_ranges_of(model, quantized, learned)
@@ -155,7 +154,6 @@ def learned_input_ranges(model, nodes, ranges, learned):
 def fake_quantize_output_input(model, target: Path, learned) -> List[str]:
     """The float output layer's input: QAT quantized it (it is the previous layer's activation), so
     the deployed graph rounds it with the learned range too; the layer's weights stay float."""
-    from precisionflow.quant import qdq
 
     output_layer = qdq.output_layer_nodes(model)
     compute = [n for n in model.graph.node if n.name in output_layer and n.op_type in qdq.COMPUTE_OPS]

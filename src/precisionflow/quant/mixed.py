@@ -58,7 +58,7 @@ def _quantized_outputs(
     source: Path, ranges, nodes: Sequence[str], images: np.ndarray, scratch: Path, placement: str, weight_bits=None
 ) -> np.ndarray:
     graph = _trial_graph(source, ranges, nodes, scratch, placement, weight_bits)
-    return _outputs(graph, images, exact_fake_quant=placement == "tensorrt")
+    return _outputs(graph, images, exact_fake_quant=placement == qdq.TENSORRT)
 
 
 def choose_in_order(order: List[str], rows, figures, limits: Dict[str, float], judge, confidence: float):
@@ -244,7 +244,7 @@ def fastest_mix(
         }
         if all(figures[name].high <= limit for name, limit in limits.items()):
             candidates[JOINED] = joined
-    if placement != "onnxruntime_cpu":
+    if placement != qdq.ORT_CPU:
         record["speed"] = "not weighed: the TensorRT placement's graph runs only simulated on this machine"
         return kept, ""
     graphs = {

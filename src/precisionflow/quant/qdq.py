@@ -102,7 +102,10 @@ def float_neighbourhood(model, int8_nodes: Set[str]) -> List[str]:
     ]
 
 
-PLACEMENTS = ("tensorrt", "onnxruntime_cpu")
+# where an int8 graph's Q/DQ is placed: as TensorRT fuses it, or as ONNX Runtime's CPU kernels do
+TENSORRT = "tensorrt"
+ORT_CPU = "onnxruntime_cpu"
+PLACEMENTS = (TENSORRT, ORT_CPU)
 
 
 def cpu_placement(model, ranges, nodes: Sequence[str], trained, weight_bits: Optional[int]):
@@ -137,7 +140,7 @@ def quantize_int8(
     out_path: Path,
     ranges: Dict[str, Tuple[float, float]],
     nodes: Sequence[str],
-    placement: str = "tensorrt",
+    placement: str = TENSORRT,
     trained: Optional[Iterable[str]] = None,
     weight_bits: Optional[int] = None,
 ) -> List[str]:
@@ -153,13 +156,13 @@ def quantize_int8(
 
     if placement not in PLACEMENTS:
         raise ValueError(f"int8 placement: expected one of {PLACEMENTS}, found '{placement}'")
-    if placement == "onnxruntime_cpu" and weight_bits not in (7, 8):
+    if placement == ORT_CPU and weight_bits not in (7, 8):
         raise ValueError(f"the CPU placement's weight bits: expected 7 or 8 (cpu_weight_bits), found {weight_bits!r}")
     with tempfile.TemporaryDirectory(prefix="pf-quant-") as scratch:
         # quantize_static writes model-inferred.onnx next to its input: quantize a copy in scratch,
         # never the upstream node's own file.
         source = shutil.copy(fp32_path, Path(scratch) / "source.onnx")
-        if placement == "tensorrt":
+        if placement == TENSORRT:
             options = dict(
                 op_types_to_quantize=list(COMPUTE_OPS) + ["Add"],
                 nodes_to_quantize=list(nodes),
@@ -179,7 +182,7 @@ def quantize_int8(
             calibration_cache_path=str(_ranges_file(ranges, Path(scratch))),
             **options,
         )
-    if placement == "tensorrt":
+    if placement == TENSORRT:
         return []
     if trained is not None:
         return drop_untrained_qdq(out_path, trained)
@@ -328,7 +331,7 @@ def placement_for(backend: str, on_gpu: bool) -> str:
     """The Q/DQ placement of a target's int8 graphs: ONNX Runtime on a CPU gets its own; TensorRT,
     and ONNX Runtime's CUDA provider (it has no int8 convolution kernels either way: int8 on a GPU
     is TensorRT's), get TensorRT's, so the graph measured there is the one TensorRT would build."""
-    return "onnxruntime_cpu" if backend == "onnxruntime" and not on_gpu else "tensorrt"
+    return ORT_CPU if backend == "onnxruntime" and not on_gpu else TENSORRT
 
 
 def constant_of(model, name: str):

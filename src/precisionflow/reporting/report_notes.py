@@ -4,10 +4,11 @@ int8_qat below its fidelity goal and its placement's known cause."""
 
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from precisionflow.errors import PrecisionflowError
 from precisionflow.nodeio import lineage, named_lineage, node_key, read_node
+from precisionflow.quant.qdq import ORT_CPU
 from precisionflow.reporting.compare import declined_evaluations
 from precisionflow.stats import wilson
 
@@ -92,19 +93,19 @@ def not_built(inputs: Dict[str, Path]) -> List[str]:
 QAT_FIDELITY = 0.995  # deployed == trained: int8_qat's engine should agree with its QAT model on 99.5%
 
 
-def cpu_weight_bits_of(eval_dir: Path) -> Optional[int]:
-    """The bits of the CPU placement's GEMM weights, as its quantize_onnx node recorded them (None
-    where the lineage cannot be read or an older node did not record them)."""
+def int8_graph_of(eval_dir: Path) -> Dict[str, Any]:
+    """The evaluated engine's int8 graph record (its quantize_onnx node with int8 params), or {}
+    where the lineage cannot be read or the engine is not int8."""
     try:
         found = named_lineage(eval_dir)
     except (OSError, PrecisionflowError):
-        return None
-    for name, node in found.items():
-        if name.endswith("quantize_onnx"):
-            bits = (node.get("summary") or {}).get("cpu_weight_bits")
-            if bits:
-                return bits
-    return None
+        return {}
+    return next((node for name, node in found.items() if name.endswith("quantize_onnx") and node["params"].get("int8")), {})
+
+
+def placement_of(graph: Dict[str, Any]) -> str:
+    """Where an int8 graph's Q/DQ is placed (qdq.PLACEMENTS), as its node's params record it ('' if not int8)."""
+    return (graph.get("params", {}).get("int8") or {}).get("placement", "")
 
 
 def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]], confidence: float) -> List[str]:
@@ -118,8 +119,9 @@ def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]], confidence: float) -
         n = found["test_images"]
         agreeing = round(qat["agreement"] * n)
         low, high = wilson(agreeing, n, confidence)
-        cpu = "-ortcpu-" in eval_dir.name
-        bits = (found.get("cpu_weight_bits") or cpu_weight_bits_of(eval_dir)) if cpu else None
+        graph = int8_graph_of(eval_dir)  # the placement as the graph's node records it, not read from a folder name
+        cpu = placement_of(graph) == ORT_CPU
+        bits = (graph.get("summary") or {}).get("cpu_weight_bits") if cpu else None
         if cpu and bits == 7:
             why = (
                 "on the CPU placement convolution weights are stored in 7 bits (this CPU has no VNNI or dot product: "

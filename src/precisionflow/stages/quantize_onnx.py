@@ -11,6 +11,7 @@ from typing import Any, Dict
 from precisionflow import precisions
 from precisionflow.cpu_features import READ_WHERE_MADE
 from precisionflow.hashing import file_hash
+from precisionflow.quant import qdq
 from precisionflow.stages import NodeContext
 
 PACKAGES = ("onnx", "onnxconverter-common", "onnxruntime", "matplotlib", "numpy")
@@ -20,7 +21,7 @@ def node_params(at: NodeContext) -> Dict[str, Any]:
     """`placement`: the runtime int8 Q/DQ is placed for (qdq.placement_for the target)."""
     cfg, precision, placement = at.cfg, at.precision, at.placement
     params = {"precision": precision, **precisions.get(precision).graph_params(cfg, placement)}
-    if placement == "onnxruntime_cpu":  # the CPU's kernels decide the weights' bits: its targets' fact
+    if placement == qdq.ORT_CPU:  # the CPU's kernels decide the weights' bits: its targets' fact
         params["cpu_dot_product"] = at.cpu_dot_product or READ_WHERE_MADE
     if precision in precisions.PLUGIN_SOURCES:  # its code is outside this package's import closure
         params["plugin_sha256"] = precisions.PLUGIN_SOURCES[precision]
