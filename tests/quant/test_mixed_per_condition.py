@@ -230,6 +230,16 @@ def test_the_console_puts_each_condition_beside_test_and_names_the_ops_that_cost
 
     why = verdict_rows([{**entry, "worst_class": None, "speed": None, "timed": False}])[0]["why"]
     assert "ops that cost 'dim' most (each alone in int8): conv_3 -12.50, conv_1 -4.00" in why
+    # the line says which budgets the verdict reads that the search did not hold
+    entry.update(validation="chosen on val (720 images): +0.00 [-1.79, +1.79], budget 2.0 met")
+    entry.update(validation_not_held=condition_context.NOT_HELD_BY_SEARCH)
+    lines = verdict_lines.format_verdicts([entry]).splitlines()
+    said = next(index for index, line in enumerate(lines) if "int8_mixed chosen on val (720 images)" in line)
+    assert (
+        lines[said + 1].strip()
+        == "(the search held the top-1 drops only: min_agreement and max_class_drop are judged on test alone)"
+    )
+    assert "judged on test alone" in accuracy_change(entry)
 
 
 def test_an_int8_row_failing_a_condition_with_no_search_beside_it_says_how_to_rank_the_ops():

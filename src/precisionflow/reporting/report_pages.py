@@ -276,7 +276,7 @@ def accuracy_change(entry: Dict[str, Any]) -> str:
     if base:
         text += f"; {0.0 - base['drop_points']:+.2f}{interval_text(base['drop'])} vs base fp32 (the fine-tune's extra training)"
     if entry.get("validation"):
-        text += f"; {entry['validation']}"
+        text += f"; {entry['validation']}" + (f" ({entry['validation_not_held']})" if entry.get("validation_not_held") else "")
     from precisionflow.reporting.verdict_lines import condition_side_by_side
 
     for line in condition_side_by_side(entry):  # int8_mixed: each budgeted condition, selection beside test

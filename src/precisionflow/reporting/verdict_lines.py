@@ -101,6 +101,8 @@ def entry_lines(entry: Dict[str, Any]) -> List[str]:
             else (f"{0.0 - entry['drop_points']:+.2f}{interval_text(entry['drop'])}")
         )
         lines.append(f"      int8_mixed {entry['validation']}; test: {tested}")
+        if entry.get("validation_not_held"):
+            lines.append(f"      ({entry['validation_not_held']})")
     lines += ["      " + text for text in condition_side_by_side(entry)]
     if entry.get("costly_ops_hint"):
         lines.append("      " + entry["costly_ops_hint"])
