@@ -59,6 +59,21 @@ class NodeStore:
                     shutil.copytree(self.results / key, Path(results) / key)  # copy2: the mtimes Snakemake reads
         return keys
 
+    def donate(self, results: Path, overrides: Iterable[str]) -> List[str]:
+        """The finished upstream nodes of `overrides` that a test built in its own `results` and the
+        store lacks, copied in (as `land` takes a GPU node's folders): a test that had to train --
+        first_run, whose point is a first run -- spares the later tests of its configuration another
+        training. Returns the keys copied."""
+        overrides = [o for o in overrides if not o.startswith("results_dir=")]
+        copied = []
+        with self.locked():
+            for key in self.upstream_keys(overrides):
+                source, target = Path(results) / key, self.results / key
+                if (source / "node.json").is_file() and not target.exists():
+                    shutil.copytree(source, target)  # copy2: the mtimes Snakemake reads
+                    copied.append(key)
+        return copied
+
     def build(self, overrides: List[str]) -> None:
         command = [sys.executable, "-m", "precisionflow.cli", "run", "--cores", "2", f"results_dir={self.results}"]
         done = subprocess.run(
