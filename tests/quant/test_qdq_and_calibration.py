@@ -210,18 +210,10 @@ def test_residual_add_is_quantizable_but_bias_add_is_not(tmp_path):
 def test_accuracy_driven_int8_mixed_keeps_the_op_that_breaks_the_budget(tmp_path, export_dir):
     """A sabotaged range on the classifier's input ruins int8 top-1; the search measures each op's
     sensitivity, keeps exactly that op in float and reaches the budget on the validation split."""
-    import onnxruntime as ort
-
     from precisionflow.quant import mixed
 
-    source = export_dir / "model.onnx"
     # 400 images: enough for a 5-point budget to be cleared by its interval (80 could not resolve 2 points)
-    pixels = np.random.default_rng(3).integers(0, 256, (400, 8, 8, 1), dtype=np.uint8)
-    images = pixels.astype(np.float32) / np.float32(255)  # what the data node gives back
-    session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
-    labels = session.run(None, {"image": images})[0].argmax(1)  # fp32 is right by construction
-    data = tmp_path / "data"
-    write_arrays(data, {"val": (pixels, labels), "test": (pixels[:0], labels[:0])}, "abcd")
+    source, data = _sabotaged_search_inputs(tmp_path, export_dir)
     ranges = {"nchw": (-1.0, 1.0), "flat": (-0.002, 0.002)}  # the Gemm's input clipped to nothing
     kept, record = mixed.search(
         source,
