@@ -48,10 +48,9 @@ class BatchingSUT:
         """`workers`: a count of threads of this SUT's own, or a side's EngineWorkers, which serve it
         until close. `answer` (an accuracy run): called with a batch's sample indices, returns the
         engine's outputs for those samples; each query's response then carries its row.
-        `complete_aside` (Offline): a thread of its own answers LoadGen and records the timeline while
-        the workers run the next batch -- 128 responses and timeline entries cost ~0.4 ms of Python
-        per batch on an H100's host, which every b128 batch waited for (Offline 0.95-0.96x the engine);
-        not for latency scenarios, where the hand-over would add to every query's time."""
+        `complete_aside` (throughput scenarios): a thread of its own answers LoadGen and records the
+        timeline while the workers run the next batch, so the engine does not wait on that Python
+        work; not for latency scenarios, where the hand-over would add to every query's time."""
         import mlperf_loadgen as lg
 
         self.answer = answer
@@ -169,9 +168,8 @@ class EngineWorkers:
     """The threads that call a side's engine, started once and kept for every LoadGen run of it, each
     warmed on every batch size before it serves. ONNX Runtime's CUDA provider keeps its cuDNN and
     cuBLAS handles and its captured CUDA graphs per thread (a PerThreadContext): a thread new to a
-    batch size pays two plain runs and a capture before its first replay. With threads of each run's
-    own, every run paid that once per size -- on an H100, 5-7 slow calls of 7-20 ms beyond the
-    median in every Server run (fp32: 92 of 110 slow calls), which a p99 at a high rate cannot hide."""
+    batch size pays two plain runs and a capture before its first replay, slow calls a timed run
+    must not contain."""
 
     WARM_CALLS = 4  # per size and thread: two plain runs, the capture, a replay
 

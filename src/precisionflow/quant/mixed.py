@@ -396,8 +396,7 @@ def time_against_fp32(source: Path, graphs: Dict[str, Path], batch: np.ndarray, 
     each graph's throughput over the fp32 graph's by the side-by-side ratio's own method and
     settings (timing.alternating_rounds of `timing["rounds"]` windows of `timing["window_s"]`, one
     thread each, as the CPU engine runs; timing.ratio_stats), a t interval on the rounds' log ratios
-    (stats.ratio_interval), the outlying rounds named, and the machine's load while it timed. (Nine
-    rounds of three calls each once quoted 1.53x [0.65, 2.02] for a mix that times 0.99x alone.)"""
+    (stats.ratio_interval), the outlying rounds named, and the machine's load while it timed."""
     import onnxruntime as ort
 
     from precisionflow import stats

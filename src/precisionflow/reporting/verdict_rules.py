@@ -363,9 +363,9 @@ def bonferroni_groups(checks: Dict[str, Dict[str, str]], beyond_at_strict, estim
 
 def worst_group(drops: Dict[str, stats.PairedDrop]) -> Optional[tuple]:
     """(name, drop in points) of the group nearest to breaking a drop budget -- judged as the budget
-    judges, by the upper end of its interval (then by its estimate); None without groups. By the
-    estimate alone, a run named "normal -0.83" worst while "noisy" flipped 12 of 64 images (its
-    interval reaching 10.7 points: the one a max_condition_drop would fail)."""
+    judges, by the upper end of its interval (then by its estimate): a condition whose flips went
+    both ways can have a small estimate and still be the one a max_condition_drop fails; None
+    without groups."""
     if not drops:
         return None
     name = max(drops, key=lambda key: (drops[key].high, drops[key].drop))
