@@ -474,8 +474,23 @@ def test_a_start_that_fails_at_full_length_steps_down_at_full_length():
     seen = []
     settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1, full_length_climb=3)
     found = server_search(stalling_run(3000, 8700, seen), {"mean_ns": 6e5}, settings, start=9600, ceiling=12000)
-    assert found["rate"] == 8400 and found["bracket"] == [8400, 9000]
-    assert seen == [(9600, 60000), (9000, 60000), (8400, 60000)]  # no short probe
+    assert found["rate"] == 8700 and found["bracket"] == [8700, 9000]  # the run left halved the step
+    assert seen == [(9600, 60000), (9000, 60000), (8400, 60000), (8700, 60000)]  # no short probe
+
+
+def test_the_runs_a_climb_leaves_halve_the_step_it_failed():
+    """On the H100 ResNet-50 fp32 held 0.85x Offline and failed 0.90x in 20-s runs, its capacity in
+    between: the 5% step alone reported 0.85x. Two runs left bisect [0.85, 0.90] to within 1.25%."""
+    from precisionflow.measure.server_search import server_search
+
+    seen = []
+    settings = dict(SETTINGS, min_duration_ms=60000, search_duration_ms=4000, search_precision=0.1, full_length_climb=4)
+    offline = 12000
+    found = server_search(
+        stalling_run(3000, 0.885 * offline, seen), {"mean_ns": 6e5}, settings, start=0.8 * offline, ceiling=offline
+    )
+    assert [rate for rate, duration in seen if duration == 60000] == [9600, 10200, 10800, 10500, 10650]
+    assert found["rate"] == 10500 and found["bracket"] == [10500, 10650]  # 0.875x held, 0.8875x failed
 
 
 def test_without_a_valid_offline_the_probes_search_first():

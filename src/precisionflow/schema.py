@@ -343,8 +343,9 @@ class ServingConf:
     # at 0.8x Offline pass. Every rate reported is from a run of min_duration_ms.
     search_duration_ms: Optional[int] = None
     # With short probes, a 0.8x Offline that holds climbs by 0.05x Offline in at most this many more
-    # full-length runs (the first INVALID stops it): the GPU targets use 3 (0.85, 0.90, 0.95). One
-    # that fails steps down the same way (0.75, 0.70, ...) before the short probes search.
+    # full-length runs (the first INVALID stops it, the runs left halve that last step): the GPU
+    # targets use 4 (0.85, 0.90 failing, 0.875, 0.8875 or 0.8625). One that fails steps down the
+    # same way (0.75, 0.70, ...) before the short probes search.
     full_length_climb: int = 0
     coalesce_queries: bool = True  # LoadGen hands the SUT the queries due while it was busy in one call
     seed: int = 1

@@ -195,27 +195,40 @@ CLIMB_STEP = 0.05  # of the Offline rate: MLPerf's GPU submissions sit at 0.83-0
 
 def climb(rate: float, ceiling: float, valid_at_full_length, runs: int):
     """(the highest rate that held, the lowest that failed or the ceiling), climbing from a confirmed
-    `rate` by CLIMB_STEP x ceiling in at most `runs` full-length runs; the first failure stops it
-    (a search that stops at its start undersells an engine that holds more)."""
-    for _ in range(runs):
+    `rate` by CLIMB_STEP x ceiling in at most `runs` full-length runs; the first failure stops the
+    climb, and the runs left halve the step between the two (a 5% step alone reports 0.85x for an
+    engine that holds 0.89x)."""
+    for used in range(runs):
         higher = rate + CLIMB_STEP * ceiling
         if higher >= ceiling:
             break
         if not valid_at_full_length(higher):
-            return rate, higher
+            return refine(rate, higher, valid_at_full_length, runs - used - 1)
         rate = higher
     return rate, ceiling
 
 
 def descend(failed: float, ceiling: float, valid_at_full_length, runs: int):
     """(the first rate that held, the lowest that failed), stepping down from a `failed` rate by
-    CLIMB_STEP x ceiling in at most `runs` full-length runs; (None, the lowest that failed) when
-    none held."""
-    for _ in range(runs):
+    CLIMB_STEP x ceiling in at most `runs` full-length runs, the runs left halving the step above
+    the rate that held; (None, the lowest that failed) when none held."""
+    for used in range(runs):
         lower = failed - CLIMB_STEP * ceiling
         if lower <= 0:
             break
         if valid_at_full_length(lower):
-            return lower, failed
+            return refine(lower, failed, valid_at_full_length, runs - used - 1)
         failed = lower
     return None, failed
+
+
+def refine(held: float, failed: float, valid_at_full_length, runs: int):
+    """(held, failed) narrowed by bisection in at most `runs` full-length runs: each run at the middle
+    moves whichever end its outcome says."""
+    for _ in range(runs):
+        middle = (held + failed) / 2
+        if valid_at_full_length(middle):
+            held = middle
+        else:
+            failed = middle
+    return held, failed
