@@ -7,8 +7,10 @@
 #   bash benchmarks/gpu_path.sh stage PART          # keep one part of the payload (lean.tar.xz + bundle.tar.xz, split)
 #   bash benchmarks/gpu_path.sh start LEAN_BYTES [PLAN_DIR]  # unpack, doctor, start `remote run` (its own
 #                                                   # session); PLAN_DIR: another plan.json + manifest.json
-#   bash benchmarks/gpu_path.sh wait SECONDS        # until the run ends or SECONDS pass; at the end, the
-#                                                   # plain-loop cross-check and collected.tar.xz in $OUT
+#   bash benchmarks/gpu_path.sh wait SECONDS [partial]  # until the run ends or SECONDS pass; at the end, the
+#                                                   # plain-loop cross-check and collected.tar.xz in $OUT;
+#                                                   # `partial`: at SECONDS, the nodes finished so far (the
+#                                                   # lent machine's time is about to run out)
 # Nothing here builds or measures: the runner does, node by node, exactly as on a user's GPU node.
 set -euo pipefail
 WHERE=/root/gpu_path
@@ -51,10 +53,14 @@ wait)
   deadline=$(($(date +%s) + $2))
   while [ ! -f "$WHERE/run.rc" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
   grep -v "No registered plugin" "$WHERE/run.log" | tail -40
-  if [ -f "$WHERE/run.rc" ]; then
-    echo "remote run exit $(cat "$WHERE/run.rc") after $(($(date +%s) - $(cat "$WHERE/started"))) s (finished at most 5 s earlier)"
+  if [ -f "$WHERE/run.rc" ] || [ "${3:-}" = partial ]; then
+    if [ -f "$WHERE/run.rc" ]; then
+      echo "remote run exit $(cat "$WHERE/run.rc") after $(($(date +%s) - $(cat "$WHERE/started"))) s (finished at most 5 s earlier)"
+      $PY benchmarks/gpu_crosscheck.py "$WHERE/bundle" "$OUT/crosscheck.json" --seconds 1.5 --batches 1 128 || true
+    else
+      echo "still running after $(($(date +%s) - $(cat "$WHERE/started"))) s: collecting the nodes finished so far"
+    fi
     cp "$WHERE/run.log" "$WHERE/doctor.txt" "$OUT/"
-    $PY benchmarks/gpu_crosscheck.py "$WHERE/bundle" "$OUT/crosscheck.json" --seconds 1.5 --batches 1 128 || true
     rm -rf "$WHERE/collected"
     $PY -m precisionflow.pipeline.remote collect "$WHERE/bundle" "$WHERE/collected" --without-engine-files > /dev/null
     tar cf - -C "$WHERE/collected" . | xz > "$OUT/collected.tar.xz"
