@@ -113,6 +113,19 @@ FILE_SECONDS = {}  # test file -> seconds its tests took (setup, call and teardo
 WORKER_SECONDS = {}  # pytest-xdist worker -> seconds of tests it ran
 PEAKS = {}  # test id -> its process's peak RSS (MB) after it, where the test raised that process's peak
 LAST_PEAK = {}  # test process (pid) -> its peak so far
+FILE_CPU = {}  # test file -> CPU seconds its tests used, their waited-for child processes' included
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time and its waited-for children's."""
+    import resource
+
+    return sum(usage.ru_utime + usage.ru_stime for usage in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.cpu_before = cpu_seconds()  # before its fixtures: a module fixture's work counts for its file
 
 
 def pytest_runtest_teardown(item):
@@ -122,6 +135,9 @@ def pytest_runtest_teardown(item):
     import resource
 
     item.user_properties.append(("peak_rss_mb", (os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+    # CPU beside wall time: a file whose tests mostly wait (a scheduler's polling, fixed-length LoadGen
+    # runs, a server starting) shows it, which decides whether more workers than cores would help
+    item.user_properties.append(("cpu_s", cpu_seconds() - getattr(item, "cpu_before", cpu_seconds())))
 
 
 def pytest_runtest_logreport(report):
@@ -132,6 +148,8 @@ def pytest_runtest_logreport(report):
     if report.when != "teardown":
         return
     for name, value in report.user_properties:
+        if name == "cpu_s":
+            FILE_CPU[path] = FILE_CPU.get(path, 0.0) + value
         if name == "peak_rss_mb":
             pid, peak = value
             if peak > LAST_PEAK.get(pid, 0) + 50:
@@ -156,8 +174,10 @@ def pytest_terminal_summary(terminalreporter):
     # Time, to keep LONGEST_FILES_FIRST true and to see whether the workers ended together.
     busy = ", ".join(f"{worker} {seconds:.0f} s" for worker, seconds in sorted(WORKER_SECONDS.items()))
     terminalreporter.write_line(f"time: tests per worker: {busy}")
+    total_cpu, total_wall = sum(FILE_CPU.values()), sum(FILE_SECONDS.values())
+    terminalreporter.write_line(f"time: CPU {total_cpu:.0f} s in {total_wall:.0f} s of tests (children's included)")
     for path, seconds in sorted(FILE_SECONDS.items(), key=lambda item: -item[1])[:12]:
-        terminalreporter.write_line(f"time: {seconds:7.1f} s  {path}")
+        terminalreporter.write_line(f"time: {seconds:7.1f} s  {path}  (CPU {FILE_CPU.get(path, 0.0):.0f} s)")
 
 
 @pytest.fixture(scope="module")
