@@ -77,3 +77,13 @@ def test_the_good_inputs_beside_them_still_decide():
     assert rules.share_check(100, 100, 0.9, 0.95, "agreement")["verdict"] == rules.PASS
     dropped = rules.speed_check({"median": 2.0, "rounds": [2.0, 2.1, 1.9, math.inf]}, 1.0, "bmax", 0.95, True)
     assert dropped["verdict"] == rules.PASS and "1 non-finite dropped" in dropped["text"]
+
+
+def test_a_speed_check_names_its_outlying_rounds_as_int8_mixed_does():
+    """One outlier rule for every quoted ratio (stats.outlying_rounds): the table's check names the
+    round int8_mixed's reason would name, and the unsound-median rule reads the same in both."""
+    rounds = [2.0, 2.1, 1.9, 2.05, 1.95, 2.02, 4.5]
+    found = rules.speed_check({"median": 2.02, "rounds": rounds}, 1.0, "bmax", 0.95, True)
+    assert "; outlying: 4.50" in found["text"], found
+    outside = rules.speed_check({"median": 0.5, "rounds": [2.0, 2.1, 1.9]}, 1.0, "bmax", 0.95, True)
+    assert "the median 0.50x lies outside the interval of the rounds' mean" in outside["text"], outside

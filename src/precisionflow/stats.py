@@ -232,6 +232,30 @@ def ratio_interval(rounds: Sequence[float], confidence: float) -> Optional[tuple
     return float(math.exp(values.mean() - half)), float(math.exp(values.mean() + half))
 
 
+OUTLIER_MADS = 3.0  # a round whose log ratio is this many scaled MADs from the median's is outlying
+
+
+def outlying_rounds(ratios: Sequence[float]) -> list:
+    """Indices of the rounds whose log ratio lies more than OUTLIER_MADS scaled median absolute
+    deviations from the median's (none when the rounds barely vary): named wherever a speed ratio
+    is quoted -- the table's speed checks and int8_mixed's reasons alike."""
+    logs = np.log(np.asarray([r for r in ratios], dtype=float))
+    centre = float(np.median(logs))
+    spread = 1.4826 * float(np.median(np.abs(logs - centre)))
+    if spread <= 0:
+        return []
+    return [index for index, value in enumerate(logs) if abs(value - centre) > OUTLIER_MADS * spread]
+
+
+def unsound_ratio(median: float, low: float, high: float) -> str:
+    """Why a ratio's printed median cannot be trusted, or "": the median of the rounds lies outside
+    the interval of their mean log ratio when the rounds are bimodal or hold outliers. The one rule
+    for every speed figure with an interval (the table's checks, int8_mixed's reasons)."""
+    if low <= median <= high:
+        return ""
+    return f"the median {median:.2f}x lies outside the interval of the rounds' mean [{low:.2f}, {high:.2f}]: bimodal or outlying rounds"
+
+
 def percentile_interval(resampled: Sequence[float], confidence: float) -> tuple:
     """The percentile interval of bootstrap resamples (paired mAP drops, for one): the
     (1 - confidence) / 2 quantile and its mirror."""

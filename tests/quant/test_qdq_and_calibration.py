@@ -5,6 +5,7 @@ import onnx
 import pytest
 
 from precisionflow.datasets.store import Split, write_arrays
+from precisionflow import stats
 from precisionflow.hashing import file_hash
 from precisionflow.quant import cache, qdq, qdq_check
 from precisionflow.stages import calibrate, quantize_onnx
@@ -356,11 +357,16 @@ def test_a_mix_is_timed_as_the_side_by_side_ratio_is_and_its_reason_says_how(tmp
     assert set(timed["machine"]) == {"cpu_count", "loadavg_1m", "finished_loadavg_1m", "other_cores"}
     # the rounds a seventh-batch run quoted (9 rounds of 3 calls): 0.29 lies beyond 3 scaled MADs
     rounds = [1.11, 1.68, 0.29, 1.53, 3.50, 1.73, 0.64, 1.71, 0.62]
-    assert mixed.outlying_rounds(rounds) == [2] and mixed.outlying_rounds([1.0] * 5) == []
+    assert stats.outlying_rounds(rounds) == [2] and stats.outlying_rounds([1.0] * 5) == []
     figure = {"median": 1.53, "interval": [0.65, 2.02], "rounds": rounds, "window_s": 0.1, "outliers": [2]}
     figure.update(noisy=True, median_error_percent=23.4)
     said = mixed.speed_said("b1", figure)
     assert said == "b1: 1.53x [0.65, 2.02] (9 rounds of 0.1 s; 1 outlying: 0.29; noisy: the median's standard error 23.4%)"
+    # the table's rule (stats.unsound_ratio): a median outside its own interval is not to be trusted
+    bimodal = dict(figure, median=2.10, noisy=False)
+    assert mixed.speed_said("b1", bimodal).endswith(
+        "; not to be trusted: the median 2.10x lies outside the interval of the rounds' mean [0.65, 2.02]: bimodal or outlying rounds)"
+    )
     quiet = {"cpu_count": 2, "loadavg_1m": 0.2, "finished_loadavg_1m": 0.3, "other_cores": 0.1}
     busy = dict(quiet, other_cores=1.4)
     assert mixed.machine_said([{"machine": quiet}]) == ""

@@ -258,7 +258,8 @@ def fastest_mix(
     record["speed_vs_fp32"] = timed
     best = max(graphs, key=lambda name: min(at[name]["median"] for at in timed.values()))
     record["fastest"] = best
-    slow = {at: found[best] for at, found in timed.items() if found[best]["interval"][0] <= 1.0}
+    # not faster: its interval reaches 1, or its median cannot be trusted (the table's rule, stats.unsound_ratio)
+    slow = {at: found[best] for at, found in timed.items() if found[best]["interval"][0] <= 1.0 or unsound(found[best])}
     if slow:
         said = "; ".join(speed_said(at, x) for at, x in slow.items())
         return [], (
@@ -267,6 +268,12 @@ def fastest_mix(
             f"{int8_itself(record)}: no trade-off to build -- nothing built."
         )
     return candidates[best], ""
+
+
+def unsound(timed: Dict[str, Any]) -> str:
+    from precisionflow import stats
+
+    return stats.unsound_ratio(timed["median"], *timed["interval"])
 
 
 def speed_said(at: str, timed: Dict[str, Any]) -> str:
@@ -279,6 +286,8 @@ def speed_said(at: str, timed: Dict[str, Any]) -> str:
         said += f"; {len(outlying)} outlying: " + ", ".join(f"{timed['rounds'][i]:.2f}" for i in outlying)
     if timed.get("noisy"):
         said += f"; noisy: the median's standard error {timed['median_error_percent']:.1f}%"
+    if unsound(timed):
+        said += f"; not to be trusted: {unsound(timed)}"
     return said + ")"
 
 
@@ -388,9 +397,6 @@ def join_isolated_int8(source: Path, nodes: Sequence[str], kept: Sequence[str]) 
     return list(kept) + joined
 
 
-OUTLIER_MADS = 3.0  # a round whose log ratio is this many scaled MADs from the median is outlying
-
-
 def time_against_fp32(source: Path, graphs: Dict[str, Path], batch: np.ndarray, confidence: float, timing: Dict[str, Any]):
     """{name: {median, interval, rounds, window_s, noisy, median_error_percent, outliers, machine}}:
     each graph's throughput over the fp32 graph's by the side-by-side ratio's own method and
@@ -428,21 +434,10 @@ def time_against_fp32(source: Path, graphs: Dict[str, Path], batch: np.ndarray, 
             "window_s": float(timing["window_s"]),
             "median_error_percent": round(ratio["median_error_percent"], 2),
             "noisy": ratio["noisy"],
-            "outliers": outlying_rounds(ratio["rounds"]),
+            "outliers": stats.outlying_rounds(ratio["rounds"]),
             "machine": {key: machine.get(key) for key in ("cpu_count", "loadavg_1m", "finished_loadavg_1m", "other_cores")},
         }
     return found
-
-
-def outlying_rounds(ratios: Sequence[float]) -> List[int]:
-    """Indices of rounds whose log ratio lies more than OUTLIER_MADS scaled median absolute
-    deviations from the median's (none when the rounds barely vary)."""
-    logs = np.log(np.asarray(ratios, dtype=float))
-    centre = float(np.median(logs))
-    spread = 1.4826 * float(np.median(np.abs(logs - centre)))
-    if spread <= 0:
-        return []
-    return [index for index, value in enumerate(logs) if abs(value - centre) > OUTLIER_MADS * spread]
 
 
 def choose(

@@ -422,12 +422,15 @@ def speed_check(
     low, high = bounds
     usable, dropped = usable_rounds(rounds)
     counted = f"{len(usable)} alternating rounds" + (f", {dropped} non-finite dropped" if dropped else "")
-    if not low <= median <= high:
+    outlying = stats.outlying_rounds(usable)
+    if outlying:
+        counted += f"; outlying: {', '.join(f'{usable[i]:.2f}' for i in outlying)}"
+    unsound = stats.unsound_ratio(median, low, high)
+    if unsound:
         return judged(
             UNDECIDED,
-            f"{subject} {median:.2f}x lies outside the interval of its rounds' mean [{low:.2f}, {high:.2f}] "
-            f"({counted}: {', '.join(f'{r:.2f}' for r in usable)}): the rounds are bimodal or hold outliers, a "
-            f"noisy timing (min {limit}x); time again on a quieter machine",
+            f"{subject}: {unsound} ({counted}: {', '.join(f'{r:.2f}' for r in usable)}), a noisy timing "
+            f"(min {limit}x); time again on a quieter machine",
         )
     verdict = stats.verdict_at_least(low, high, limit)
     text = f"{subject} {median:.2f}x [{low:.2f}, {high:.2f}] ({100 * confidence:g}% interval over {counted}; min {limit}x)"
@@ -476,8 +479,8 @@ def server_ratio_at(ratio: Optional[Dict[str, Any]], confidence: float) -> Optio
         )
         return {**found, "low": None, "high": None, "why": why}
     low, high = round(bounds[0], 3), round(bounds[1], 3)
-    if not low <= found["median"] <= high:
-        found["why"] = f"the median {found['median']:.2f} lies outside the interval of the pairs' mean: bimodal or outlying pairs"
+    if stats.unsound_ratio(found["median"], low, high):
+        found["why"] = stats.unsound_ratio(found["median"], low, high).replace("rounds", "pairs")
     elif high > WIDE_SERVER_RATIO * low:
         shown = ", ".join(f"{r:.2f}" for r in pairs)
         found["why"] = f"the {len(pairs)} paired searches disagree ({shown}): too few or too noisy to inform"
