@@ -120,7 +120,9 @@ def cpu_seconds() -> float:
     """This process's CPU time and its waited-for children's."""
     import resource
 
-    return sum(usage.ru_utime + usage.ru_stime for usage in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+    return sum(
+        usage.ru_utime + usage.ru_stime for usage in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
