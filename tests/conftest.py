@@ -84,22 +84,25 @@ def release_tensorflow_models():
         gc.collect()
 
 
-# The test files that take longest (seconds of one worker in CI on a 2-core machine, 2026-12-02),
-# longest first. pytest-xdist hands out whole files (--dist loadfile) in collection order
-# (--no-loadscope-reorder, Makefile): these go first, so the two workers end together on quick files
-# instead of one idling while the other runs a six-minute file handed out last. Order only; a file
-# missing here runs after them, and every order is correct.
+# The test files that take longest (seconds of one worker, fresh-clone suite on the 2-core machine,
+# three workers, 2026-12-06: benchmarks/results/suite/session3_2026-12-06.txt), longest first.
+# pytest-xdist hands out whole files (--dist loadfile) in collection order (--no-loadscope-reorder,
+# Makefile): these go first, so the workers end together on quick files instead of one idling while
+# another runs a four-minute file handed out last. Order only; a file missing here runs after them,
+# and every order is correct.
 LONGEST_FILES_FIRST = (
-    "tests/test_runlock.py",
-    "tests/test_advice_works.py",
-    "tests/test_end_to_end.py",
-    "tests/detection/test_detection_workflow.py",
-    "tests/test_mlflow_server.py",
-    "tests/test_upstream_is_never_written.py",
-    "tests/test_slurm.py",
-    "tests/test_installed_wheel.py",
-    "tests/stages/test_qat_models.py",
-    "tests/test_remote.py",
+    "tests/test_end_to_end.py",  # 430 s
+    "tests/test_advice_works.py",  # 283 s
+    "tests/detection/test_detection_workflow.py",  # 260 s
+    "tests/test_runlock.py",  # 257 s
+    "tests/test_installed_wheel.py",  # 249 s
+    "tests/test_mlflow_server.py",  # 171 s
+    "tests/test_upstream_is_never_written.py",  # 166 s
+    "tests/test_slurm.py",  # 166 s
+    "tests/stages/test_qat_models.py",  # 120 s
+    "tests/test_identity.py",  # 85 s
+    "tests/test_remote.py",  # 75 s
+    "tests/quant/test_qdq_and_calibration.py",  # 61 s
 )
 
 
