@@ -20,10 +20,10 @@ run: setup
 
 # All tests, the slow end-to-end ones included (plain `pytest` skips those), in three worker processes
 # (pytest-xdist; a test file stays in one worker, so its module fixtures run once). The tests keep a
-# core busy about half their time (the suite prints CPU beside wall time: 1,499 CPU-s in 2,698 s of
-# tests): on the 2-core machine three workers took 926 s where two took 1,239 s, with the largest test
-# process at 2.0 GB. Files go out longest first (tests/conftest.py), not xdist's default of most tests
-# first, which handed the six-minute one-test files out last.
+# core busy about half their time (the suite prints CPU beside wall time), so three workers fill the
+# two cores (docs/benchmarks.md, "the suite from a fresh clone"). Files go out longest first
+# (tests/conftest.py), not xdist's default of most tests first, which handed the longest one-test
+# files out last.
 test: setup
 	$(BIN)/python -m pytest -m "slow or not slow" -n 3 --dist loadfile --no-loadscope-reorder --durations=25 $(ARGS)
 

@@ -21,7 +21,7 @@ ratio_interval imports scipy when called.
 import math
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -235,11 +235,11 @@ def ratio_interval(rounds: Sequence[float], confidence: float) -> Optional[tuple
 OUTLIER_MADS = 3.0  # a round whose log ratio is this many scaled MADs from the median's is outlying
 
 
-def outlying_rounds(ratios: Sequence[float]) -> list:
+def outlying_rounds(ratios: Sequence[float]) -> List[int]:
     """Indices of the rounds whose log ratio lies more than OUTLIER_MADS scaled median absolute
     deviations from the median's (none when the rounds barely vary): named wherever a speed ratio
     is quoted -- the table's speed checks and int8_mixed's reasons alike."""
-    logs = np.log(np.asarray([r for r in ratios], dtype=float))
+    logs = np.log(np.asarray(ratios, dtype=float))
     centre = float(np.median(logs))
     spread = 1.4826 * float(np.median(np.abs(logs - centre)))
     if spread <= 0:
@@ -247,13 +247,16 @@ def outlying_rounds(ratios: Sequence[float]) -> list:
     return [index for index, value in enumerate(logs) if abs(value - centre) > OUTLIER_MADS * spread]
 
 
-def unsound_ratio(median: float, low: float, high: float) -> str:
-    """Why a ratio's printed median cannot be trusted, or "": the median of the rounds lies outside
-    the interval of their mean log ratio when the rounds are bimodal or hold outliers. The one rule
-    for every speed figure with an interval (the table's checks, int8_mixed's reasons)."""
+def unsound_ratio(median: float, low: float, high: float, of: str = "rounds") -> str:
+    """Why a ratio's printed median cannot be trusted, or "": the median of the rounds (or paired
+    searches: `of`) lies outside the interval of their mean log ratio when they are bimodal or hold
+    outliers. The one rule for every speed figure with an interval (the table's checks, the Server
+    ratio, int8_mixed's reasons)."""
     if low <= median <= high:
         return ""
-    return f"the median {median:.2f}x lies outside the interval of the rounds' mean [{low:.2f}, {high:.2f}]: bimodal or outlying rounds"
+    return (
+        f"the median {median:.2f}x lies outside the interval of the {of}' mean [{low:.2f}, {high:.2f}]: bimodal or outlying {of}"
+    )
 
 
 def percentile_interval(resampled: Sequence[float], confidence: float) -> tuple:

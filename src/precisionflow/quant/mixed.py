@@ -271,6 +271,7 @@ def fastest_mix(
 
 
 def unsound(timed: Dict[str, Any]) -> str:
+    """Why a timed mix's median cannot be trusted, or "" (stats.unsound_ratio, the table's rule)."""
     from precisionflow import stats
 
     return stats.unsound_ratio(timed["median"], *timed["interval"])
@@ -286,8 +287,9 @@ def speed_said(at: str, timed: Dict[str, Any]) -> str:
         said += f"; {len(outlying)} outlying: " + ", ".join(f"{timed['rounds'][i]:.2f}" for i in outlying)
     if timed.get("noisy"):
         said += f"; noisy: the median's standard error {timed['median_error_percent']:.1f}%"
-    if unsound(timed):
-        said += f"; not to be trusted: {unsound(timed)}"
+    untrusted = unsound(timed)
+    if untrusted:
+        said += f"; not to be trusted: {untrusted}"
     return said + ")"
 
 

@@ -479,8 +479,9 @@ def server_ratio_at(ratio: Optional[Dict[str, Any]], confidence: float) -> Optio
         )
         return {**found, "low": None, "high": None, "why": why}
     low, high = round(bounds[0], 3), round(bounds[1], 3)
-    if stats.unsound_ratio(found["median"], low, high):
-        found["why"] = stats.unsound_ratio(found["median"], low, high).replace("rounds", "pairs")
+    unsound = stats.unsound_ratio(found["median"], low, high, of="pairs")
+    if unsound:
+        found["why"] = unsound
     elif high > WIDE_SERVER_RATIO * low:
         shown = ", ".join(f"{r:.2f}" for r in pairs)
         found["why"] = f"the {len(pairs)} paired searches disagree ({shown}): too few or too noisy to inform"
