@@ -612,3 +612,132 @@ def test_a_collection_inside_an_engine_call_is_seen_as_the_stall_s_cause(tmp_pat
     stalls = found["stalls"]
     assert stalls["gc"]["collections"] >= 1 and stalls["slow_calls"]["gc"]["calls"] >= 1, stalls
     assert stalls["longest_call_ms"] >= stalls["gc"]["pause_max_ms"] > 0 and len(heap) == 300_000
+
+
+class QueuedDevice:
+    """A stand-in for one CUDA stream (no GPU here): start() queues a batch's work and returns at
+    once, one thread runs the queued work in order, finish() waits for a batch's end. It records
+    when each batch was queued, ran and was waited for."""
+
+    def __init__(self, seconds: float):
+        import queue
+        import threading
+
+        self.seconds, self.work = seconds, queue.SimpleQueue()
+        self.queued, self.ran, self.waited = [], [], {}
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            index, done = self.work.get()
+            began = time.perf_counter()
+            time.sleep(self.seconds)
+            self.ran.append((index, began, time.perf_counter()))
+            done.set()
+
+    def runner(self):
+        import threading
+
+        device = self
+
+        class Runner:
+            def __call__(self):
+                self.finish(self.start())
+
+            def start(self):
+                done = threading.Event()
+                done.index = len(device.queued)
+                device.queued.append(time.perf_counter())
+                device.work.put((done.index, done))
+                return done
+
+            def finish(self, done):
+                done.wait()
+                device.waited[done.index] = time.perf_counter()
+
+        return Runner()
+
+
+def test_an_overlapped_offline_run_queues_each_batch_before_answering_the_last(tmp_path):
+    """Offline with overlap: the next batch is queued before the worker waits on the last, the stream
+    still runs one batch at a time, every batch is answered only after it ran, and the timeline
+    counts each batch's call from when the GPU could start it."""
+    device = QueuedDevice(0.002)
+    runner = device.runner()
+    runners = {size: runner for size in serving.powers_of_two(8)}
+    make = lambda scenario: serving.BatchingSUT(runners, 8, 0.0, 1, 10**9, complete_aside=True, overlap=True)  # noqa: E731
+    found = serving.run_scenario(make, "Offline", SETTINGS, tmp_path / "offline", rate=8000)
+    assert found["valid"], found
+    ran = sorted(device.ran)
+    assert len(ran) == len(device.queued) == sum(found["batches"].values()) == len(device.waited)
+    for (_, _, ended), (_, began, _) in zip(ran, ran[1:], strict=False):
+        assert began >= ended  # one batch at a time on the stream
+    for index, _, ended in ran:
+        assert device.waited[index] >= ended  # answered only once it ran
+    # every batch but the last was queued before the worker had waited on the one before it
+    assert all(device.queued[index + 1] < device.waited[index] for index in range(len(ran) - 1))
+    assert found["stalls"]["calls"] == len(ran)
+
+
+def test_without_overlap_a_queued_runner_is_called_whole(tmp_path):
+    device = QueuedDevice(0.001)
+    runner = device.runner()
+    runners = {size: runner for size in serving.powers_of_two(8)}
+    make = lambda scenario: serving.BatchingSUT(runners, 8, 0.0, 1, 10**9, complete_aside=True)  # noqa: E731
+    found = serving.run_scenario(make, "Offline", SETTINGS, tmp_path / "offline", rate=8000)
+    assert found["valid"], found
+    assert all(device.queued[index + 1] > device.waited[index] for index in range(len(device.queued) - 1))
+
+
+def test_a_batch_in_flight_takes_only_a_batch_that_is_ready_by_the_same_rule():
+    """_take without blocking (a batch on the GPU): a full batch, or one whose first query has waited
+    max_wait, is taken; a part batch still within its wait is left to fill."""
+
+    class Query:
+        def __init__(self, index):
+            self.id, self.index = index, index
+
+    sut = serving.BatchingSUT({size: (lambda: None) for size in serving.powers_of_two(4)}, 4, 0.05, 1, 10**9)
+    try:
+        with sut.ready:
+            now = time.perf_counter()
+            sut.waiting.extend((Query(index), now) for index in range(2))
+        assert sut._take(block=False) == []  # 2 of 4, 50 ms to fill
+        with sut.ready:
+            sut.waiting.extend((Query(index), now) for index in range(2, 5))
+        assert len(sut._take(block=False)) == 4  # full
+        with sut.ready:
+            sut.waiting[0] = (sut.waiting[0][0], now - 1.0)  # waited past max_wait
+        assert len(sut._take(block=False)) == 1
+        assert sut._take(block=False) == []  # nothing waiting
+    finally:
+        sut.close()
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_an_engine_that_raises_mid_run_ends_the_run_with_its_error(tmp_path, overlap):
+    """A worker's exception (a CUDA fault, say) answers every query taken or waiting and the run
+    raises it, instead of LoadGen waiting forever for answers that never come."""
+    device = QueuedDevice(0.001)
+    runner = device.runner()
+    calls = []
+
+    class Faulty:
+        def __call__(self):
+            self.finish(self.start())
+
+        def start(self):
+            calls.append(1)
+            if len(calls) == 5:
+                raise RuntimeError("CUDA error 700 (stand-in)")
+            return runner.start()
+
+        def finish(self, done):
+            runner.finish(done)
+
+    runners = {size: Faulty() for size in serving.powers_of_two(8)}
+    make = lambda scenario: serving.BatchingSUT(runners, 8, 0.0, 1, 10**9, complete_aside=True, overlap=overlap)  # noqa: E731
+    began = time.perf_counter()
+    with pytest.raises(RuntimeError, match="failed during the Offline run.*CUDA error 700"):
+        serving.run_scenario(make, "Offline", SETTINGS, tmp_path / "offline", rate=8000)
+    assert time.perf_counter() - began < 60

@@ -16,6 +16,7 @@ from precisionflow.errors import CudaError
 
 CUDART_NAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so")
 NON_BLOCKING = 1  # cudaStreamNonBlocking: no implicit synchronisation with the legacy default stream
+DISABLE_TIMING = 2  # cudaEventDisableTiming: an event only waited on, never timed (cheaper to record)
 HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2  # cudaMemcpyKind
 
 
@@ -127,4 +128,50 @@ class CudaClock:
 
     def __del__(self):
         if getattr(self, "cudart", None) is not None and hasattr(self, "end"):
+            self.close()
+
+
+class QueuedRun:
+    """A prepared batch on a CudaClock's stream, run whole (calling it: the device seconds, as
+    CudaClock.time) or in two halves: start() queues the work and an event after it and returns at
+    once; finish(event) waits until the GPU is past that event. A caller that queues the next batch
+    before it waits on the last keeps the GPU busy while the host answers; the stream still runs the
+    batches one after another. At most RING - 1 may be in flight."""
+
+    RING = 4
+
+    def __init__(self, clock: CudaClock, queue_work: Callable[[], object]):
+        self.clock, self.queue_work = clock, queue_work
+        self.events = []
+        for _ in range(self.RING):
+            event = ctypes.c_void_p()
+            check_status(
+                clock.cudart,
+                clock.cudart.cudaEventCreateWithFlags(ctypes.byref(event), DISABLE_TIMING),
+                "cudaEventCreateWithFlags",
+            )
+            self.events.append(event)
+        self.started = 0
+
+    def __call__(self) -> float:
+        return self.clock.time(self.queue_work)
+
+    def start(self) -> ctypes.c_void_p:
+        self.queue_work()
+        event = self.events[self.started % self.RING]
+        self.started += 1
+        check_status(self.clock.cudart, self.clock.cudart.cudaEventRecord(event, self.clock.stream), "cudaEventRecord")
+        return event
+
+    def finish(self, event: ctypes.c_void_p) -> None:
+        check_status(self.clock.cudart, self.clock.cudart.cudaEventSynchronize(event), "cudaEventSynchronize")
+
+    def close(self) -> None:
+        for event in self.events:
+            if event.value:
+                self.clock.cudart.cudaEventDestroy(event)
+                event.value = None
+
+    def __del__(self):
+        if getattr(self, "events", None):
             self.close()

@@ -385,7 +385,9 @@ class OrtEngine:
         if include_copies:
             return lambda: slot.run_with_copies(batch)
         if slot.clock is not None:  # the clock of the session (and stream) that runs this batch size
-            return lambda: slot.clock.time(slot.queue)
+            from precisionflow.backends.cuda_clock import QueuedRun
+
+            return QueuedRun(slot.clock, slot.queue)  # timed as before when called; serving may queue it
         return slot.run
 
     def stream_runners(self, batch: np.ndarray, count: int) -> Tuple[List[Callable[[], object]], str]:

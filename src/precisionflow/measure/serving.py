@@ -44,21 +44,29 @@ class BatchingSUT:
         queue_limit: int,
         answer: Optional[Callable[[List[int]], Any]] = None,
         complete_aside: bool = False,
+        overlap: bool = False,
     ):
         """`workers`: a count of threads of this SUT's own, or a side's EngineWorkers, which serve it
         until close. `answer` (an accuracy run): called with a batch's sample indices, returns the
         engine's outputs for those samples; each query's response then carries its row.
         `complete_aside` (throughput scenarios): a thread of its own answers LoadGen and records the
         timeline while the workers run the next batch, so the engine does not wait on that Python
-        work; not for latency scenarios, where the hand-over would add to every query's time."""
+        work; not for latency scenarios, where the hand-over would add to every query's time.
+        `overlap`: a runner that can be queued (a QueuedRun: start, then finish) gets the next batch
+        of its size queued before the last is waited on, so the GPU starts it the moment the last
+        ends instead of after the host has answered it; the stream still runs them one after the
+        other. A batch is answered only once the GPU is past it."""
         import mlperf_loadgen as lg
 
         self.answer = answer
+        self.overlap = overlap and answer is None
         self.lg, self.runners, self.sizes = lg, runners, sorted(runners)
         self.max_batch, self.max_wait_s, self.queue_limit = min(max_batch, self.sizes[-1]), max_wait_s, queue_limit
         self.waiting: collections.deque = collections.deque()
         self.ready = threading.Condition()
         self.overloaded, self.stopping = False, False
+        self.failed: Optional[BaseException] = None  # the engine's error: the run is ended, not waited on
+        self.unanswered: Dict[int, List[Any]] = {}  # batches taken and not yet answered, by id
         self.batches: collections.Counter = collections.Counter()
         self.timeline = Timeline()
         self.completions: Optional[queue.SimpleQueue] = queue.SimpleQueue() if complete_aside else None
@@ -76,6 +84,9 @@ class BatchingSUT:
     def issue(self, queries) -> None:
         """LoadGen's callback: queue and return at once (an overloaded run answers at once instead)."""
         with self.ready:
+            if self.failed is not None:
+                self._complete(list(queries))
+                return
             if self.overloaded or len(self.waiting) + len(queries) > self.queue_limit:
                 self.overloaded = True
                 dropped = list(self.waiting) + [(query, 0.0) for query in queries]
@@ -89,42 +100,115 @@ class BatchingSUT:
     def flush(self) -> None:
         pass
 
-    def _take(self) -> Optional[List[Any]]:
+    def _take(self, block: bool = True) -> Optional[List[Any]]:
         """The next batch, as (query, arrival) pairs: wait for a first query, then until max_batch
-        wait or max_wait has passed since it came (no wait at all with max_wait 0)."""
+        wait or max_wait has passed since it came (no wait at all with max_wait 0). Without `block`
+        (a batch is in flight): the batch if it is ready now, else none ([]) -- the same rule, so
+        overlapping never forms another batch than waiting would."""
         with self.ready:
-            while not self.waiting and not self.stopping:
+            while not self.waiting and not self.stopping and block:
                 self.ready.wait(0.05)
             if self.stopping and not self.waiting:
                 return None
+            if not self.waiting:
+                return []
             first_arrival = self.waiting[0][1]
             while len(self.waiting) < self.max_batch and not self.stopping:
                 left = first_arrival + self.max_wait_s - time.perf_counter()
                 if left <= 0:
                     break
+                if not block:
+                    return []
                 self.ready.wait(left)
             count = min(len(self.waiting), self.max_batch)
-            return [self.waiting.popleft() for _ in range(count)]
+            batch = [self.waiting.popleft() for _ in range(count)]
+            self.unanswered[id(batch)] = batch
+            return batch
+
+    def _size_of(self, batch: List[Any]) -> int:
+        return next(size for size in self.sizes if size >= len(batch))
 
     def _work(self) -> None:
+        """A worker's loop until the SUT closes. An engine that raises ends the run instead of leaving
+        LoadGen waiting for answers that never come: every query taken or waiting is answered empty,
+        later ones at once, and run_scenario raises the error."""
+        try:
+            self._serve_batches()
+        except BaseException as error:  # noqa: BLE001 -- raised again by run_scenario, in its thread
+            self._fail(error)
+            # LoadGen keeps a logger per thread that answered a query; a thread that ends mid-run
+            # leaves it dangling (a segmentation fault here): stay until the run is over.
+            with self.ready:
+                while not self.stopping:
+                    self.ready.wait(0.05)
+
+    def _fail(self, error: BaseException) -> None:
+        with self.ready:
+            self.failed = self.failed or error
+            dropped = [query for query, _ in self.waiting]
+            self.waiting.clear()
+            for batch in list(self.unanswered.values()):
+                dropped += [query for query, _ in batch]
+            self.unanswered.clear()
+        self._complete(dropped)
+
+    def _serve_batches(self) -> None:
+        if self.overlap and all(hasattr(run_once, "start") for run_once in self.runners.values()):
+            return self._work_overlapped()
         while True:
             batch = self._take()
             if batch is None:
                 return
             if not batch:
                 continue
-            size = next(size for size in self.sizes if size >= len(batch))
+            size = self._size_of(batch)
             started = time.perf_counter()
             outputs = self.answer([query.index for query, _ in batch]) if self.answer else self.runners[size]()
-            finished = time.perf_counter()
-            self.batches[size] += 1
-            done = (batch, outputs if self.answer else None, started, finished, size, threading.get_ident())
-            if self.completions is not None:
-                self.completions.put(done)
-            else:
-                self._answer(*done)
+            self._done(batch, outputs if self.answer else None, started, time.perf_counter(), size)
+
+    def _done(self, batch, outputs, started: float, finished: float, size: int) -> None:
+        self.batches[size] += 1
+        done = (batch, outputs, started, finished, size, threading.get_ident())
+        if self.completions is not None:
+            self.completions.put(done)
+        else:
+            self._answer(*done)
+
+    def _work_overlapped(self) -> None:
+        """_work with at most two batches queued on the GPU: the next is queued before the last is
+        waited on (a batch of another size first waits for the last: sizes run on streams of their
+        own, and two streams would run at once). A batch's call in the timeline starts when it was
+        queued or when the batch before it ended, whichever is later: its own time on the GPU."""
+        in_flight = None  # (batch, size, event, queued at)
+        last_end = 0.0
+        while True:
+            batch = self._take(block=in_flight is None)
+            if batch and in_flight and self._size_of(batch) != in_flight[1]:
+                last_end = self._finish(in_flight, last_end)
+                in_flight = None
+            if batch:
+                size = self._size_of(batch)
+                queued_at = time.perf_counter()
+                following = (batch, size, self.runners[size].start(), queued_at)
+            if in_flight:  # the next is queued (or none is ready): the last one's turn to be answered
+                last_end = self._finish(in_flight, last_end)
+                in_flight = None
+            if batch:
+                in_flight = following
+            elif batch is None:
+                return
+
+    def _finish(self, in_flight, last_end: float) -> float:
+        batch, size, event, queued_at = in_flight
+        self.runners[size].finish(event)
+        finished = time.perf_counter()
+        self._done(batch, None, max(queued_at, last_end), finished, size)
+        return finished
 
     def _answer(self, batch, outputs, started: float, finished: float, size: int, worker: int) -> None:
+        with self.ready:
+            if self.unanswered.pop(id(batch), None) is None:  # answered already: the run failed
+                return
         self._complete([query for query, _ in batch], outputs)
         self.timeline.record(started, finished, [arrival for _, arrival in batch], size, worker)
 
@@ -443,6 +527,8 @@ def run_scenario(
     finally:
         sut.close()
         lg.DestroyQSL(qsl)
+    if sut.failed is not None:
+        raise RuntimeError(f"the engine failed during the {scenario} run: {sut.failed!r}") from sut.failed
     found = parse_summary((outdir / SUMMARY).read_text())
     found.update({"scenario": scenario, "target_qps": rate, "batches": dict(sut.batches), "overloaded": sut.overloaded})
     found["where_time_went"] = sut.timeline.summary()

@@ -199,11 +199,15 @@ class ServedSide:
     def make_sut(self, scenario: str):
         from precisionflow.measure import serving
 
+        # Offline and Server queue a ready batch behind the one the GPU runs (serving.BatchingSUT's
+        # overlap); SingleStream has one query at a time, so nothing to queue behind it.
         if scenario != "Server":  # queries come one by one (SingleStream) or all at once: no batch to wait for
             aside = scenario == "Offline"  # throughput only: LoadGen is answered while the next batch runs
-            return serving.BatchingSUT(self.runners, self.settings["max_batch"], 0.0, self.workers, 10**9, complete_aside=aside)
+            return serving.BatchingSUT(
+                self.runners, self.settings["max_batch"], 0.0, self.workers, 10**9, complete_aside=aside, overlap=aside
+            )
         chosen = {size: run_once for size, run_once in self.runners.items() if size <= self.server_batch}
-        return serving.BatchingSUT(chosen, self.server_batch, self.wait_s, self.workers, self.limit)
+        return serving.BatchingSUT(chosen, self.server_batch, self.wait_s, self.workers, self.limit, overlap=True)
 
     def run(self, scenario: str, rate: float = 0.0, seed_offset: int = 0, duration_ms: int = None):
         from precisionflow.measure import serving
