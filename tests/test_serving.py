@@ -367,6 +367,18 @@ def test_the_server_batch_is_not_chosen_on_the_edge_of_the_bound():
     assert server_max_batch(fp32, 0.015, 0.001) == 64
 
 
+def test_server_queues_behind_a_batch_in_flight_only_where_three_calls_fit_the_bound():
+    """The H100's b64 calls (benchmarks/results/gpu_path_h100_10s_overlap/): fp16's 4.1 ms overlapped
+    held 0.95x Offline; fp32's 6.2 ms overlapped failed at p99 18.5 ms (3 calls), so it does not."""
+    from precisionflow.stages.serve_engine import server_max_batch, server_overlaps
+
+    fp16 = {1: 0.00052, 32: 0.00217, 64: 0.004115, 128: 0.00794}
+    fp32 = {1: 0.00058, 32: 0.00325, 64: 0.00619, 128: 0.01185}
+    for calls, overlaps in ((fp16, True), (fp32, False)):
+        batch = server_max_batch(calls, 0.015, 0.001)
+        assert batch == 64 and server_overlaps(calls, batch, 0.015, 0.001) is overlaps
+
+
 def test_the_search_never_runs_past_the_offline_rate():
     """Started at 0.8x Offline, the search bisects [0.8x, 1x]: no Server rate exceeds Offline, so runs
     above it (it doubled to 1.6x before) measure nothing."""

@@ -112,6 +112,17 @@ def server_max_batch(service_s: Dict[int, float], bound_s: float, max_wait_s: fl
     return max(fitting) if fitting else min(service_s)
 
 
+def server_overlaps(service_s: Dict[int, float], batch: int, bound_s: float, max_wait_s: float) -> bool:
+    """Whether Server queues a ready batch behind the one in flight (serving.BatchingSUT's overlap).
+    It keeps the GPU busy between batches, but a query that arrives once the next batch is queued
+    waits for both before it rides its own: 3 x the call + the wait must fit the bound (with
+    SERVER_HEADROOM). Where it does not, a batch waits for the last to be answered, as the
+    2-call rule of server_max_batch assumes. On the H100 at b64 (15 ms bound), fp16's 4.1-ms
+    call overlapped held 0.95x Offline; fp32's 6.2-ms call overlapped failed from 7,590/s at a
+    p99 of 18.5 ms, 3 calls (benchmarks/results/gpu_path_h100_10s_overlap/)."""
+    return 3 * service_s[batch] + max_wait_s <= SERVER_HEADROOM * bound_s
+
+
 def serve_side(engine_dir: Path, images: np.ndarray, settings: Dict[str, Any], logs: Path):
     """(the loaded engine, every scenario the settings name for it and Offline -- Server is read
     against it -- with the Server rate by search, repeated)."""
@@ -167,6 +178,7 @@ class ServedSide:
         self._workers = None  # threads of the side's own for all its runs (started by the first)
         bound_s, self.wait_s = settings["latency_bound_ms"] / 1000, settings["max_wait_ms"] / 1000
         self.server_batch = server_max_batch(service_s, bound_s, self.wait_s)
+        self.server_overlap = server_overlaps(service_s, self.server_batch, bound_s, self.wait_s)
         self.limit = serving.queue_limit(bound_s, service_s[self.server_batch], self.server_batch, settings["workers"])
         self.counter = iter(range(10**6))
         # LoadGen sizes SingleStream and Offline runs from the expected latency / rate: an engine
@@ -177,6 +189,7 @@ class ServedSide:
         self.found: Dict[str, Any] = {
             "engine_call_ms": {str(size): round(1000 * seconds, 4) for size, seconds in sorted(service_s.items())},
             "server_max_batch": self.server_batch,
+            "server_overlap": self.server_overlap,
             "queue_limit": self.limit,
             "runs": [],  # every LoadGen run of this side, probes and re-checks included (run_record)
         }
@@ -199,15 +212,16 @@ class ServedSide:
     def make_sut(self, scenario: str):
         from precisionflow.measure import serving
 
-        # Offline and Server queue a ready batch behind the one the GPU runs (serving.BatchingSUT's
-        # overlap); SingleStream has one query at a time, so nothing to queue behind it.
+        # Offline queues a ready batch behind the one the GPU runs (serving.BatchingSUT's overlap),
+        # Server where the bound leaves room for it (server_overlaps); SingleStream has one query
+        # at a time, so nothing to queue behind it.
         if scenario != "Server":  # queries come one by one (SingleStream) or all at once: no batch to wait for
             aside = scenario == "Offline"  # throughput only: LoadGen is answered while the next batch runs
             return serving.BatchingSUT(
                 self.runners, self.settings["max_batch"], 0.0, self.workers, 10**9, complete_aside=aside, overlap=aside
             )
         chosen = {size: run_once for size, run_once in self.runners.items() if size <= self.server_batch}
-        return serving.BatchingSUT(chosen, self.server_batch, self.wait_s, self.workers, self.limit, overlap=True)
+        return serving.BatchingSUT(chosen, self.server_batch, self.wait_s, self.workers, self.limit, overlap=self.server_overlap)
 
     def run(self, scenario: str, rate: float = 0.0, seed_offset: int = 0, duration_ms: int = None):
         from precisionflow.measure import serving
