@@ -117,9 +117,7 @@ def server_overlaps(service_s: Dict[int, float], batch: int, bound_s: float, max
     It keeps the GPU busy between batches, but a query that arrives once the next batch is queued
     waits for both before it rides its own: 3 x the call + the wait must fit the bound (with
     SERVER_HEADROOM). Where it does not, a batch waits for the last to be answered, as the
-    2-call rule of server_max_batch assumes. On the H100 at b64 (15 ms bound), fp16's 4.1-ms
-    call overlapped held 0.95x Offline; fp32's 6.2-ms call overlapped failed from 7,590/s at a
-    p99 of 18.5 ms, 3 calls (benchmarks/results/gpu_path_h100_10s_overlap/)."""
+    2-call rule of server_max_batch assumes (measured: docs/how-to/serving.md)."""
     return 3 * service_s[batch] + max_wait_s <= SERVER_HEADROOM * bound_s
 
 
