@@ -753,3 +753,14 @@ def test_an_engine_that_raises_mid_run_ends_the_run_with_its_error(tmp_path, ove
     with pytest.raises(RuntimeError, match="failed during the Offline run.*CUDA error 700"):
         serving.run_scenario(make, "Offline", SETTINGS, tmp_path / "offline", rate=8000)
     assert time.perf_counter() - began < 60
+
+
+def test_a_side_records_server_overlap_only_where_its_runners_can_be_queued(tmp_path):
+    """The record says what ran: plain callables (a CPU engine) never overlap, whatever the bound."""
+    from precisionflow.stages.serve_engine import ServedSide
+
+    calls = {size: 0.0001 for size in serving.powers_of_two(8)}
+    settings = dict(SETTINGS, max_wait_ms=1.0, max_batch=8, workers=1, scenarios=["Server"])
+    plain = ServedSide({size: (lambda: None) for size in calls}, calls, settings, tmp_path)
+    queued = ServedSide({size: QueuedDevice(0.0001).runner() for size in calls}, calls, settings, tmp_path)
+    assert plain.found["server_overlap"] is False and queued.found["server_overlap"] is True

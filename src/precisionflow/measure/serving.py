@@ -32,6 +32,12 @@ SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 SUMMARY = "mlperf_log_summary.txt"
 
 
+def queueable(runners: Dict[int, Any]) -> bool:
+    """Whether every runner can be queued in two halves (start, finish: cuda_clock.QueuedRun), so
+    BatchingSUT's overlap can apply; plain callables (a CPU engine) run whole."""
+    return all(hasattr(run_once, "start") and hasattr(run_once, "finish") for run_once in runners.values())
+
+
 class BatchingSUT:
     """Queries in, batches out: `runners` maps a batch size to a no-argument callable running one batch."""
 
@@ -153,7 +159,7 @@ class BatchingSUT:
         self._complete(dropped)
 
     def _serve_batches(self) -> None:
-        if self.overlap and all(hasattr(run_once, "start") for run_once in self.runners.values()):
+        if self.overlap and queueable(self.runners):
             return self._work_overlapped()
         while True:
             batch = self._take()

@@ -176,7 +176,8 @@ class ServedSide:
         self._workers = None  # threads of the side's own for all its runs (started by the first)
         bound_s, self.wait_s = settings["latency_bound_ms"] / 1000, settings["max_wait_ms"] / 1000
         self.server_batch = server_max_batch(service_s, bound_s, self.wait_s)
-        self.server_overlap = server_overlaps(service_s, self.server_batch, bound_s, self.wait_s)
+        # recorded as what runs: only runners that can be queued overlap (a GPU's; a CPU's run whole)
+        self.server_overlap = serving.queueable(runners) and server_overlaps(service_s, self.server_batch, bound_s, self.wait_s)
         self.limit = serving.queue_limit(bound_s, service_s[self.server_batch], self.server_batch, settings["workers"])
         self.counter = iter(range(10**6))
         # LoadGen sizes SingleStream and Offline runs from the expected latency / rate: an engine
