@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from precisionflow import precisions
 from precisionflow import identity
 from precisionflow.quant import qdq
+from precisionflow.records import SIMULATES, TWIN_OF
 from precisionflow.backends import READ_WHERE_BUILT
 from precisionflow.budgets import budget_for
 from precisionflow.reporting.budget import resolution_warning
@@ -345,7 +346,7 @@ class PlanBuilder:
         graphs[(precision, TENSORRT)] = graph
         available = {"engine": self._add_engine(cfg, graph, target), "data": data, "reference": onnx}
         available.update(self.trained_model_of(precision, graph))
-        extra = {"simulates": qdq.TENSORRT}
+        extra = {SIMULATES: qdq.TENSORRT}
         return self.place_on_target("evaluate_engine", cfg, target, available, precision, f"{precision}-trtsim-{target}", extra)
 
     def _add_graph(
@@ -395,7 +396,7 @@ class PlanBuilder:
         evaluations = []
         for target in cfg["targets"]:
             available = {"engine": self._add_engine(cfg, twin_graph, target), "data": data, "reference": onnx}
-            extra = {"twin_of": qat_model.key}
+            extra = {TWIN_OF: qat_model.key}
             evaluations.append(self.place_on_target("evaluate_engine", cfg, target, available, TWIN, f"{TWIN}-{target}", extra))
         return evaluations
 

@@ -19,6 +19,7 @@ from precisionflow.budgets import BUDGET_KEYS, budget_for  # noqa: F401 (read fr
 from precisionflow.datasets import conditions
 from precisionflow.errors import StageError
 from precisionflow.nodeio import NODE_FILE, declined, named_lineage, read_json
+from precisionflow.records import Evaluation, read_metrics
 from precisionflow.reporting import verdict_rules
 from precisionflow.reporting.compare import differences_of, task_of, variant, with_differences
 from precisionflow.reporting.condition_context import add_condition_context, condition_figures
@@ -72,7 +73,7 @@ def _finished(results: Path, key: str) -> Optional[Dict[str, Any]]:
     folder = results / key
     if not (folder / NODE_FILE).is_file() or declined(folder):  # unfinished, or built nothing: no figures
         return None
-    return read_json(folder / "metrics.json")
+    return read_metrics(folder)
 
 
 def twin_key(spec: Dict[str, Any]) -> Optional[tuple]:
@@ -81,8 +82,9 @@ def twin_key(spec: Dict[str, Any]) -> Optional[tuple]:
     precision = precisions.find(spec["params"]["precision"])  # None for the twin's own row
     if precision is not None and precision.judging.against_twin and "qat_model" in spec["inputs"]:
         return spec["inputs"]["qat_model"], spec["params"]["target"]
-    if spec["params"].get("twin_of"):
-        return spec["params"]["twin_of"], spec["params"]["target"]
+    twin_of = Evaluation.of(spec["params"]).twin_of
+    if twin_of:
+        return twin_of, spec["params"]["target"]
     return None
 
 
@@ -379,7 +381,7 @@ def judge_entry(
     budget = (plan.get("budgets") or {}).get(key)
     if budget is None:  # every plan names each evaluation's budget (plan.py): no default may stand in
         raise StageError(f"the plan names no budget for {key}: re-plan (precisionflow plan) with this version")
-    timed = not spec["params"].get("simulates")  # a simulation of TensorRT on a CPU is never timed
+    timed = Evaluation.of(spec["params"]).timed  # a simulation of TensorRT on a CPU is never timed
     engine_ratios = ratios.get(spec["inputs"]["engine"], {})
     classes = class_names(results, key) if task_of(metrics) == "classification" else []
     tags = test_tags(results, key)
@@ -479,7 +481,7 @@ def verdict_inputs(eval_dirs: List[Path]):
     for every evaluation among `eval_dirs` whose fp32 baseline is among them too."""
     from precisionflow.nodeio import read_node
 
-    loaded = [(path, read_node(path), read_json(path / "metrics.json")) for path in eval_dirs]
+    loaded = [(path, read_node(path), read_metrics(path)) for path in eval_dirs]
     fp32 = {
         baseline_key(node, metrics["target"]): metrics
         for _, node, metrics in loaded

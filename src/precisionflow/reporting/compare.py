@@ -7,7 +7,9 @@ engine and TensorFlow in alternating rounds. Nothing here divides figures of two
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from precisionflow.nodeio import declined, named_lineage, read_json, read_node, role_kind
+from precisionflow.nodeio import declined, named_lineage, read_node, role_kind
+from precisionflow.quant import qdq
+from precisionflow.records import Evaluation, read_metrics
 
 PER_SAMPLE_FILE = "per_sample.npz"  # an evaluation's test-split predictions and labels (classification)
 RATIOS = (("vs_fp32", "x_fp32"), ("vs_tf", "x_tf"))
@@ -50,7 +52,7 @@ def serving_by_engine(serve_dirs: List[Path], confidence: float) -> Dict[str, Di
 
     found = {}
     for folder in serve_dirs:
-        metrics = read_json(folder / "metrics.json")
+        metrics = read_metrics(folder)
         metrics["server_ratio"] = server_ratio_at(metrics.get("server_ratio"), confidence)
         found[read_node(folder)["inputs"]["engine"]] = metrics
     return found
@@ -78,7 +80,7 @@ def declared_columns(figures_of: Dict[str, List[str]]) -> List[str]:
 
 def ratios_by_engine(speed_dirs: List[Path]) -> Dict[str, Dict[str, Any]]:
     """{engine node key: compare_speed metrics} -- evaluations find their ratios by their engine."""
-    return {read_node(folder)["inputs"]["engine"]: read_json(folder / "metrics.json") for folder in speed_dirs}
+    return {read_node(folder)["inputs"]["engine"]: read_metrics(folder) for folder in speed_dirs}
 
 
 def settings_of(speed: Dict[str, Any]) -> Dict[str, str]:
@@ -181,8 +183,9 @@ def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
     parts = [graph["calibration_method"]] if graph.get("calibration_source") == "ptq" else []
     parts += ["qat"] if graph.get("calibration_source") == "qat" else []
     parts += [f"{len(graph['kept_float'])} op(s) fp"] if graph.get("kept_float") else []
-    if lineage["evaluate_engine"]["params"].get("twin_of"):
+    evaluation = Evaluation.of(lineage["evaluate_engine"]["params"])
+    if evaluation.twin_of:
         parts.append("qat twin")  # the QAT fine-tune run in fp32: int8_qat's reference
-    if lineage["evaluate_engine"]["params"].get("simulates") == "tensorrt":
+    if evaluation.simulates == qdq.TENSORRT:
         parts.append("TRT-sim")  # TensorRT's Q/DQ placement simulated on this CPU (a note says so)
     return ", ".join(parts)

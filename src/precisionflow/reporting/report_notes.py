@@ -9,6 +9,8 @@ from typing import Any, Dict, List
 from precisionflow.errors import PrecisionflowError
 from precisionflow.nodeio import lineage, named_lineage, node_key, read_node
 from precisionflow.quant.qdq import ORT_CPU
+from precisionflow.quant import qdq
+from precisionflow.records import Evaluation
 from precisionflow.reporting.compare import declined_evaluations
 from precisionflow.stats import wilson
 
@@ -150,7 +152,7 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]], confi
     ]
     for eval_dir, found in metrics.items():
         executed = found["engine"].get("executed", {})
-        if read_node(eval_dir)["params"].get("simulates") == "tensorrt":
+        if Evaluation.of(read_node(eval_dir)["params"]).simulates == qdq.TENSORRT:
             lines.append(
                 f"(sim) {eval_dir.name}: TensorRT's Q/DQ placement run on this CPU ({executed.get('label', '')}): "
                 "its accuracy is what TensorRT's int8 computes; it is not timed (a CPU says nothing of TensorRT's speed)."

@@ -7,7 +7,8 @@ from typing import Any, Dict, List, Optional
 
 from precisionflow import precisions
 from precisionflow.measure.speed import loaded
-from precisionflow.nodeio import named_lineage, read_json
+from precisionflow.nodeio import named_lineage
+from precisionflow.records import Evaluation, read_metrics
 from precisionflow.reporting.compare import engine_key, ratio_values, variant, with_differences
 from precisionflow.reporting.report_notes import NOISY_MARK
 
@@ -321,8 +322,8 @@ def engine_row(
             "node": eval_dir.name,
         }
     )
-    evaluated = lineage["evaluate_engine"]["params"]
-    if evaluated.get("simulates"):
+    evaluated = Evaluation.of(lineage["evaluate_engine"]["params"])
+    if not evaluated.timed:
         # what TensorRT would compute, run on this CPU: its accuracy is the row's point, its speed none
         row.update({column: "" for column in SPEED_COLUMNS})
     row["blank_as"] = blank_reason(evaluated, metrics["precision"])
@@ -332,11 +333,11 @@ def engine_row(
     return row
 
 
-def blank_reason(evaluated: Dict[str, Any], precision: str) -> str:
+def blank_reason(evaluated: Evaluation, precision: str) -> str:
     """The BLANK_MARKS key of an engine row: a simulation, the QAT twin, the fp32 reference, or none."""
-    if evaluated.get("simulates"):
+    if evaluated.simulates:
         return "sim"
-    if evaluated.get("twin_of"):
+    if evaluated.twin_of:
         return "twin"
     return "ref" if precision == precisions.reference().name else ""
 
@@ -374,7 +375,7 @@ def filled(columns: List[str], rows: List[Dict[str, Any]]) -> List[str]:
 
 
 def framework_row(framework_dir: Path) -> Dict[str, Any]:
-    metrics = read_json(framework_dir / "metrics.json")
+    metrics = read_metrics(framework_dir)
     row = {column: "" for column in COLUMNS + ["change_95"]}
     lineage = named_lineage(framework_dir, ("model", "data"))
     row.update(

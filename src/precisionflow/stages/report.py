@@ -18,6 +18,7 @@ from typing import Any, Dict, List
 from precisionflow import precisions
 from precisionflow.errors import StageError
 from precisionflow.nodeio import read_json, read_node, write_json_atomic
+from precisionflow.records import read_metrics
 from precisionflow.reporting import report_pages
 from precisionflow.reporting.compare import (
     declared_by_engine,
@@ -374,7 +375,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     (out / FIGURES).mkdir()
     served = serving_by_engine(serves, budgets_confidence(params["budgets"])) if serves else {}
     ratios = ratios_by_engine(speeds)
-    metrics = {path: read_json(path / "metrics.json") for path in evals}
+    metrics = {path: read_metrics(path) for path in evals}
     differs = differences_of(evals)  # whatever key was swept between these rows, named on them
     figures = params.get("figures", {})  # a measuring stage's own figures (flow.Stage.figures)
     declared = declared_by_engine(inputs, figures)

@@ -26,6 +26,7 @@ from precisionflow.reporting.compare import (
     with_differences,
 )
 from precisionflow.nodeio import named_lineage, node_key, read_json
+from precisionflow.records import METRICS_FILE, SIMULATES, Evaluation, read_metrics
 from precisionflow.reporting.report_rows import blank_reason
 from precisionflow.quant import cache
 
@@ -117,9 +118,9 @@ def child_tags(lineage, metrics, commit: str) -> Dict[str, str]:
     engine = metrics["engine"]
     executed = engine.get("executed", {})
     tags = {f"node.{name}": node_key(record) for name, record in lineage.items()}
-    simulates = lineage["evaluate_engine"]["params"].get("simulates")
+    simulates = Evaluation.of(lineage["evaluate_engine"]["params"]).simulates
     if simulates:
-        tags["simulates"] = simulates  # accuracy of what TensorRT computes; its timings are not TensorRT's
+        tags[SIMULATES] = simulates  # accuracy of what TensorRT computes; its timings are not TensorRT's
     tags.update(
         {
             "precision": metrics["precision"],
@@ -198,10 +199,10 @@ def rename_earlier_runs(client, context, this_sweep: set) -> int:
     renamed = 0
     for run in client.search_runs([context["experiment_id"]], filter_string=marked, max_results=5000):
         folder = context["results"] / run.data.tags[tracking.NODE_TAG]
-        if folder.name in this_sweep or not (folder / "metrics.json").is_file():
+        if folder.name in this_sweep or not (folder / METRICS_FILE).is_file():
             continue
         differs = context["differs"].get(folder.name, "")
-        name = run_name(named_lineage(folder), read_json(folder / "metrics.json"), differs)
+        name = run_name(named_lineage(folder), read_metrics(folder), differs)
         if run.info.run_name != name:
             client.update_run(run.info.run_id, name=name)
             client.set_tag(run.info.run_id, "differs", differs)
@@ -225,7 +226,7 @@ def log_child(client, context, eval_dir: Path) -> bool:
     from mlflow.entities import Metric, Param, RunTag
 
     lineage = named_lineage(eval_dir)
-    metrics = read_json(eval_dir / "metrics.json")
+    metrics = read_metrics(eval_dir)
     differs = context["differs"].get(eval_dir.name, "")
     name = run_name(lineage, metrics, differs)
     run = tracking.resumable_run(
@@ -242,14 +243,14 @@ def log_child(client, context, eval_dir: Path) -> bool:
     run_id = run.info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in child_params(lineage).items()])
     verdict = context["verdicts"].get(node_key(lineage["evaluate_engine"]), {})
-    timed = not lineage["evaluate_engine"]["params"].get("simulates")
+    timed = Evaluation.of(lineage["evaluate_engine"]["params"]).timed
     values = {
         **child_metrics(metrics, context["ratios"].get(engine_key(eval_dir)), timed),
         **graph_metrics(lineage),
         **verdict_metrics(verdict),
         **{key: float(value) for key, value in context["declared"].get(engine_key(eval_dir), {}).items() if is_number(value)},
     }
-    role = blank_reason(lineage["evaluate_engine"]["params"], metrics["precision"])
+    role = blank_reason(Evaluation.of(lineage["evaluate_engine"]["params"]), metrics["precision"])
     if role == "ref":
         values.setdefault("accuracy_change_points", 0.0)  # the reference against itself, drawn at the origin's height
     values[CHART_X], charted = chart_x(values, role)
