@@ -74,3 +74,30 @@ def test_asking_for_one_figure_resamples_the_same_images():
     weights = np.bincount(members, minlength=30).astype(float)
     alone = metrics.coco_map([truth[i] for i in members], [engine[i] for i in members], CLASSES)["map50"]
     assert abs(metrics.weighted_map(metrics.with_order(tables[1]), weights, slice(0, 1)) - alone) < 1e-6
+
+
+def with_junk(rng, found):
+    """Each image's detections plus 20 low-scored boxes anywhere: what a detector's last 100 hold."""
+    xy = rng.uniform(0, 150, (20, 2))
+    boxes = np.concatenate([xy, xy + rng.uniform(5, 30, (20, 2))], axis=1)
+    return Detections(
+        np.concatenate([found.boxes, boxes]),
+        np.concatenate([found.scores, rng.uniform(0.0, 0.55, 20)]),
+        np.concatenate([found.classes, rng.integers(0, 2, 20)]),
+    )
+
+
+def test_many_samples_at_once_give_pycocotools_own_map_on_each_subset():
+    """weighted_maps weighs samples together and leaves out the detections below every true
+    positive; on each subset of images (weights 0 and 1) its figure is still COCOeval's own."""
+    rng = np.random.default_rng(3)
+    truth, _, engine = scene(rng, 24)
+    engine = [with_junk(rng, found) for found in engine]
+    table = metrics.with_order(metrics.match_table(truth, engine, CLASSES))
+    subsets = [sorted(rng.choice(24, size=size, replace=False)) for size in (3, 8, 16, 24)]
+    weights = np.asarray([np.bincount(members, minlength=24) for members in subsets], dtype=float)
+    for thresholds, key in ((slice(None), "map"), (slice(0, 1), "map50")):
+        found = metrics.weighted_maps(table, weights, thresholds)
+        for members, value in zip(subsets, found, strict=True):
+            alone = metrics.coco_map([truth[i] for i in members], [engine[i] for i in members], CLASSES)[key]
+            assert abs(value - alone) < 1e-9, (key, members)

@@ -141,32 +141,51 @@ def weighted_map(table: Dict[str, np.ndarray], weights: np.ndarray, thresholds=s
     """COCOeval.accumulate's mAP (over `thresholds` of the ten IoU thresholds; slice(0, 1) is
     mAP@.5) for a sample in which image i counts weights[i] times: a bootstrap resample is a
     re-weighting of the same matches. With every weight 1 it is pycocotools' own figure."""
-    values = []
+    return weighted_maps(table, np.asarray(weights, dtype=float)[None, :], thresholds)[0]
+
+
+def weighted_maps(table: Dict[str, np.ndarray], weights: np.ndarray, thresholds=slice(None)) -> List[float]:
+    """weighted_map for each row of `weights` (samples x images) at once: the cumulated matches of
+    all samples in one array per class (the bootstrap's cost was Python's loop over samples), each
+    sample's mean taken over the same values in the same order as one sample alone."""
+    per_class = []  # (present [S], precision at the recall points [S, T, 101]) per class
     for class_index in range(table["gt_count"].shape[0]):
-        positives = float(table["gt_count"][class_index] @ weights)
-        if positives == 0:  # no ground truth in this sample: COCOeval leaves the class out (-1)
-            continue
+        positives = weights @ table["gt_count"][class_index].astype(float)
         order = table["order"][class_index]
-        weight = weights[table["image"][order]][:, None]
-        live = ~table["ignored"][order][:, thresholds]
-        matched = table["matched"][order][:, thresholds]
-        true_pos = np.cumsum((matched & live) * weight, axis=0)
-        false_pos = np.cumsum((~matched & live) * weight, axis=0)
-        for column in range(live.shape[1]):
-            values.append(_interpolated_precision(true_pos[:, column], false_pos[:, column], positives))
-    return float(np.mean(values)) if values else 0.0
+        live = ~table["ignored"][order][:, thresholds].T
+        matched = table["matched"][order][:, thresholds].T
+        # Detections scored below every true positive only add false positives at the final recall:
+        # their precision is below the last true positive's, so no recall point reads them (exact)
+        hits = np.flatnonzero((matched & live).any(axis=0))
+        kept = hits[-1] + 1 if len(hits) else 0
+        order, live, matched = order[:kept], live[:, :kept], matched[:, :kept]
+        weight = weights[:, None, table["image"][order]]  # [S, 1, D]: detections last, cumulated in memory order
+        true_pos = np.cumsum((matched & live)[None] * weight, axis=2)
+        false_pos = np.cumsum((~matched & live)[None] * weight, axis=2)
+        per_class.append((positives > 0, _interpolated_precisions(true_pos, false_pos, positives)))
+    maps = []
+    for sample in range(weights.shape[0]):
+        # no ground truth of a class in this sample: COCOeval leaves the class out (-1)
+        values = [points[sample] for present, points in per_class if present[sample]]
+        maps.append(float(np.mean(np.concatenate(values))) if values else 0.0)
+    return maps
 
 
-def _interpolated_precision(true_pos: np.ndarray, false_pos: np.ndarray, positives: float) -> np.ndarray:
-    """Precision at COCO's 101 recall points, as accumulate() interpolates it (0 where unreached)."""
-    found = np.zeros(len(RECALL_POINTS))
-    if not len(true_pos):
+def _interpolated_precisions(true_pos: np.ndarray, false_pos: np.ndarray, positives: np.ndarray) -> np.ndarray:
+    """Precision at COCO's 101 recall points, as accumulate() interpolates it (0 where unreached),
+    for cumulated matches [samples, thresholds, detections]: [samples, thresholds, 101]."""
+    samples, columns, detections = true_pos.shape
+    found = np.zeros((samples, columns, len(RECALL_POINTS)))
+    if not detections:
         return found
-    recall = true_pos / positives
-    precision = np.maximum.accumulate((true_pos / (true_pos + false_pos + np.spacing(1)))[::-1])[::-1]
-    index = np.searchsorted(recall, RECALL_POINTS, side="left")
-    reached = index < len(precision)
-    found[reached] = precision[index[reached]]
+    recall = true_pos / np.where(positives > 0, positives, 1.0)[:, None, None]
+    precision = true_pos / (true_pos + false_pos + np.spacing(1))
+    precision = np.maximum.accumulate(precision[:, :, ::-1], axis=2)[:, :, ::-1]
+    for sample in range(samples):
+        for column in range(columns):
+            index = np.searchsorted(recall[sample, column], RECALL_POINTS, side="left")
+            reached = index < detections
+            found[sample, column, reached] = precision[sample, column, index[reached]]
     return found
 
 
@@ -178,6 +197,7 @@ def with_order(table: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
 
 
 THRESHOLDS = {"map": slice(None), "map50": slice(0, 1)}  # of COCO's ten IoU thresholds
+BLOCK_VALUES = 4_000_000  # samples x detections x thresholds weighed at once: ~32 MB per array
 
 
 def paired_map_drops(
@@ -196,12 +216,17 @@ def paired_map_drops(
     members = np.asarray(images, dtype=np.int64)
     n_images = reference["gt_count"].shape[1]
     rng = np.random.default_rng(seed)
+    draws = [members[rng.integers(0, len(members), len(members))] for _ in range(resamples)]
+    weights = np.asarray([np.bincount(draw, minlength=n_images) for draw in draws], dtype=float)
     drops: Dict[str, List[float]] = {key: [] for key in keys}
-    for _ in range(resamples):
-        weights = np.bincount(members[rng.integers(0, len(members), len(members))], minlength=n_images).astype(float)
+    step = max(1, BLOCK_VALUES // (10 * max(len(reference["score"]), len(engine["score"]), 1)))
+    for start in range(0, resamples, step):
+        block = weights[start : start + step]
         for key in keys:
-            drop = weighted_map(reference, weights, THRESHOLDS[key]) - weighted_map(engine, weights, THRESHOLDS[key])
-            drops[key].append(round(100 * drop, 4))
+            pairs = zip(
+                weighted_maps(reference, block, THRESHOLDS[key]), weighted_maps(engine, block, THRESHOLDS[key]), strict=True
+            )
+            drops[key] += [round(100 * (before - after), 4) for before, after in pairs]
     return drops
 
 

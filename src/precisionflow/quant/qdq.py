@@ -18,6 +18,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from precisionflow.placements import ORT_CPU, PLACEMENTS, TENSORRT  # noqa: F401 (read from here too)
+
 COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
 # Ops walked through when looking for the layer that produces a graph output (bias add, reshapes).
 PASS_THROUGH = (
@@ -100,12 +102,6 @@ def float_neighbourhood(model, int8_nodes: Set[str]) -> List[str]:
         for node in model.graph.node
         if not is_compute(node) and not reaches_int8(node, up) and not reaches_int8(node, down)
     ]
-
-
-# where an int8 graph's Q/DQ is placed: as TensorRT fuses it, or as ONNX Runtime's CPU kernels do
-TENSORRT = "tensorrt"
-ORT_CPU = "onnxruntime_cpu"
-PLACEMENTS = (TENSORRT, ORT_CPU)
 
 
 def cpu_placement(model, ranges, nodes: Sequence[str], trained, weight_bits: Optional[int]):

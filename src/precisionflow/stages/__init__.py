@@ -20,6 +20,8 @@ holds every module to this shape.
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
+from precisionflow.placements import TENSORRT
+
 
 @dataclass(frozen=True)
 class NodeContext:
@@ -30,7 +32,7 @@ class NodeContext:
     target: Optional[str] = None  # a key of cfg["target_defs"]
     runtime: Optional[Dict[str, str]] = None  # the target's backend version and device name
     precision: Optional[str] = None  # a registered precision's name
-    placement: str = "tensorrt"  # the runtime an int8 graph's Q/DQ is placed for
+    placement: str = TENSORRT  # the runtime an int8 graph's Q/DQ is placed for (placements.PLACEMENTS)
     # onnxruntime_cpu: the CPU's integer dot product as its targets declare it ("" = read where made)
     cpu_dot_product: str = ""
     source: Optional[str] = None  # calibrate: "ptq" or "qat"
