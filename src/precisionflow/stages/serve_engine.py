@@ -113,12 +113,22 @@ def server_max_batch(service_s: Dict[int, float], bound_s: float, max_wait_s: fl
 
 
 def server_overlaps(service_s: Dict[int, float], batch: int, bound_s: float, max_wait_s: float) -> bool:
-    """Whether Server queues a ready batch behind the one in flight (serving.BatchingSUT's overlap).
-    It keeps the GPU busy between batches, but a query that arrives once the next batch is queued
-    waits for both before it rides its own: 3 x the call + the wait must fit the bound (with
-    SERVER_HEADROOM). Where it does not, a batch waits for the last to be answered, as the
-    2-call rule of server_max_batch assumes (measured: docs/how-to/serving.md)."""
+    """Whether Server may queue a ready batch behind the one in flight (serving.BatchingSUT's
+    overlap) at this batch: a query that arrives once the next batch is queued waits for both before
+    it rides its own, so 3 x the call + the wait must fit the bound (with SERVER_HEADROOM)."""
     return 3 * service_s[batch] + max_wait_s <= SERVER_HEADROOM * bound_s
+
+
+def server_batching(service_s: Dict[int, float], bound_s: float, max_wait_s: float, queueable: bool) -> tuple:
+    """(the largest Server batch, whether a ready batch queues behind the one in flight). Where the
+    runners can be queued (a GPU's), the largest batch whose 3-call rule fits, overlapped: it keeps
+    the GPU busy between batches at a smaller batch rather than leave it idle between larger ones.
+    Else, or where no batch fits three calls, the largest by server_max_batch's 2-call rule, each
+    batch waiting for the last (measured: docs/how-to/serving.md)."""
+    overlapped = [size for size in service_s if server_overlaps(service_s, size, bound_s, max_wait_s)] if queueable else []
+    if overlapped:
+        return max(overlapped), True
+    return server_max_batch(service_s, bound_s, max_wait_s), False
 
 
 def serve_side(engine_dir: Path, images: np.ndarray, settings: Dict[str, Any], logs: Path):
@@ -175,9 +185,8 @@ class ServedSide:
         self.runners, self.service_s, self.settings, self.logs = runners, service_s, settings, logs
         self._workers = None  # threads of the side's own for all its runs (started by the first)
         bound_s, self.wait_s = settings["latency_bound_ms"] / 1000, settings["max_wait_ms"] / 1000
-        self.server_batch = server_max_batch(service_s, bound_s, self.wait_s)
         # recorded as what runs: only runners that can be queued overlap (a GPU's; a CPU's run whole)
-        self.server_overlap = serving.queueable(runners) and server_overlaps(service_s, self.server_batch, bound_s, self.wait_s)
+        self.server_batch, self.server_overlap = server_batching(service_s, bound_s, self.wait_s, serving.queueable(runners))
         self.limit = serving.queue_limit(bound_s, service_s[self.server_batch], self.server_batch, settings["workers"])
         self.counter = iter(range(10**6))
         # LoadGen sizes SingleStream and Offline runs from the expected latency / rate: an engine
@@ -212,7 +221,7 @@ class ServedSide:
         from precisionflow.measure import serving
 
         # Offline queues a ready batch behind the one the GPU runs (serving.BatchingSUT's overlap),
-        # Server where the bound leaves room for it (server_overlaps); SingleStream has one query
+        # Server where the bound leaves room for it (server_batching); SingleStream has one query
         # at a time, so nothing to queue behind it.
         if scenario != "Server":  # queries come one by one (SingleStream) or all at once: no batch to wait for
             aside = scenario == "Offline"  # throughput only: LoadGen is answered while the next batch runs
