@@ -185,7 +185,7 @@ def table(work: Path, crosscheck: Path = None) -> str:
             f"{offline / b128:.3f}" if offline else "-",
             f"{server:,.0f}" if server else "none",
             f"{engine.get('server_over_offline', '-')}",
-            f"{ratio['median']} [{ratio['low']}, {ratio['high']}]" if ratio else "ref",
+            server_ratio_cell(ratio),
             f"{served['settings']['min_duration_ms'] / 1000:g}",
             str(len(runs)),
             f"{longest[len(longest) // 2]:.1f}, {longest[-1]:.1f}" if longest else "-",
@@ -194,6 +194,17 @@ def table(work: Path, crosscheck: Path = None) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def server_ratio_cell(ratio) -> str:
+    """The fp16/fp32 Server ratio with its interval, or why it has none (the report's own words)."""
+    from precisionflow.reporting.report_rows import interval_missing
+
+    if not ratio:
+        return "ref"
+    if ratio.get("low") is None or ratio.get("high") is None:
+        return f"{ratio['median']} ({interval_missing(ratio)})"
+    return f"{ratio['median']} [{ratio['low']}, {ratio['high']}]"
 
 
 def main() -> None:
