@@ -72,6 +72,9 @@ def test_the_acceptance_path_ships_runs_elsewhere_lands_and_finishes_here(tmp_pa
     assert set(rows) == {"fp32", "fp16"}, table
     for cells in rows.values():
         assert int(cells[11]) >= 3 and cells[7] != "none", cells  # SingleStream, Offline, the Server search's runs
+    # the fp16/fp32 Server ratio: an interval, or the report's words for why there is none
+    said = r"\d+\.\d+ (\[\d+\.\d+, \d+\.\d+\]|\((no interval|\d+ pairs disagree)[^)]*\))"
+    assert re.fullmatch(said, rows["fp16"][9]), rows["fp16"]
 
 
 def test_land_refuses_folders_of_another_plan(tmp_path):
