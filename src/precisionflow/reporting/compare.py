@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from precisionflow.nodeio import declined, named_lineage, read_node, role_kind
-from precisionflow.quant import qdq
+from precisionflow.placements import TENSORRT
 from precisionflow.records import Evaluation, read_metrics
 
 PER_SAMPLE_FILE = "per_sample.npz"  # an evaluation's test-split predictions and labels (classification)
@@ -186,6 +186,6 @@ def variant(lineage: Dict[str, Dict[str, Any]]) -> str:
     evaluation = Evaluation.of(lineage["evaluate_engine"]["params"])
     if evaluation.twin_of:
         parts.append("qat twin")  # the QAT fine-tune run in fp32: int8_qat's reference
-    if evaluation.simulates == qdq.TENSORRT:
+    if evaluation.simulates == TENSORRT:
         parts.append("TRT-sim")  # TensorRT's Q/DQ placement simulated on this CPU (a note says so)
     return ", ".join(parts)

@@ -8,8 +8,7 @@ from typing import Any, Dict, List
 
 from precisionflow.errors import PrecisionflowError
 from precisionflow.nodeio import lineage, named_lineage, node_key, read_node
-from precisionflow.quant.qdq import ORT_CPU
-from precisionflow.quant import qdq
+from precisionflow.placements import ORT_CPU, TENSORRT
 from precisionflow.records import Evaluation
 from precisionflow.reporting.compare import declined_evaluations
 from precisionflow.stats import wilson
@@ -106,7 +105,7 @@ def int8_graph_of(eval_dir: Path) -> Dict[str, Any]:
 
 
 def placement_of(graph: Dict[str, Any]) -> str:
-    """Where an int8 graph's Q/DQ is placed (qdq.PLACEMENTS), as its node's params record it ('' if not int8)."""
+    """Where an int8 graph's Q/DQ is placed (placements.PLACEMENTS), as its node's params record it ('' if not int8)."""
     return (graph.get("params", {}).get("int8") or {}).get("placement", "")
 
 
@@ -152,7 +151,7 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]], confi
     ]
     for eval_dir, found in metrics.items():
         executed = found["engine"].get("executed", {})
-        if Evaluation.of(read_node(eval_dir)["params"]).simulates == qdq.TENSORRT:
+        if Evaluation.of(read_node(eval_dir)["params"]).simulates == TENSORRT:
             lines.append(
                 f"(sim) {eval_dir.name}: TensorRT's Q/DQ placement run on this CPU ({executed.get('label', '')}): "
                 "its accuracy is what TensorRT's int8 computes; it is not timed (a CPU says nothing of TensorRT's speed)."

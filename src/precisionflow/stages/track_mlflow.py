@@ -243,14 +243,14 @@ def log_child(client, context, eval_dir: Path) -> bool:
     run_id = run.info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in child_params(lineage).items()])
     verdict = context["verdicts"].get(node_key(lineage["evaluate_engine"]), {})
-    timed = Evaluation.of(lineage["evaluate_engine"]["params"]).timed
+    evaluation = Evaluation.of(lineage["evaluate_engine"]["params"])
     values = {
-        **child_metrics(metrics, context["ratios"].get(engine_key(eval_dir)), timed),
+        **child_metrics(metrics, context["ratios"].get(engine_key(eval_dir)), evaluation.timed),
         **graph_metrics(lineage),
         **verdict_metrics(verdict),
         **{key: float(value) for key, value in context["declared"].get(engine_key(eval_dir), {}).items() if is_number(value)},
     }
-    role = blank_reason(Evaluation.of(lineage["evaluate_engine"]["params"]), metrics["precision"])
+    role = blank_reason(evaluation, metrics["precision"])
     if role == "ref":
         values.setdefault("accuracy_change_points", 0.0)  # the reference against itself, drawn at the origin's height
     values[CHART_X], charted = chart_x(values, role)
