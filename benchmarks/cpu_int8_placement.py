@@ -65,7 +65,7 @@ def rows_of(results: Path):
         for setting, values in sorted(speed.items()):
             if "vs_fp32" in values:
                 row[f"x_fp32_{setting}"] = {
-                    k: round(values["vs_fp32"][k], 3) for k in ("median", "cv_percent") if k in values["vs_fp32"]
+                    k: round(values["vs_fp32"][k], 3) for k in ("geomean", "cv_percent") if k in values["vs_fp32"]
                 }
         rows.append(row)
     # the CPU int8 engine against the TensorRT-placed graph of the same precision, image by image

@@ -131,6 +131,7 @@ def points(results: Path):
 
 def side_by_side(found, rounds: int = 12, window_s: float = 0.2):
     """Throughput of every ratio's fp32 engine in alternating rounds; ratio to the unpruned one."""
+    from precisionflow import stats
     from precisionflow.measure import speed, timing
     from precisionflow.backends import onnxruntime_backend
     from precisionflow.nodeio import read_json
@@ -156,8 +157,8 @@ def side_by_side(found, rounds: int = 12, window_s: float = 0.2):
         table[f"b{size}"] = {
             str(ratio): {
                 "throughput_sps": float(np.median(values)),
-                "latency_vs_unpruned": 1.0 / timing.ratio_stats(values, measured[0.0])["median"],
-                "throughput_ratio": timing.ratio_stats(values, measured[0.0]),
+                "latency_vs_unpruned": 1.0 / stats.ratio_stats(values, measured[0.0])["geomean"],
+                "throughput_ratio": stats.ratio_stats(values, measured[0.0]),
             }
             for ratio, values in measured.items()
         }

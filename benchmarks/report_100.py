@@ -108,8 +108,8 @@ def generate(results: Path, engines: int = 100) -> dict:
         ratios = {
             "settings": {
                 s: {
-                    "vs_fp32": {"median": 1.1, "noisy": False, "cv_percent": 2.0},
-                    "vs_tf": {"median": 10.0, "noisy": False, "cv_percent": 2.0},
+                    "vs_fp32": {"geomean": 1.1, "noisy": False, "cv_percent": 2.0},
+                    "vs_tf": {"geomean": 10.0, "noisy": False, "cv_percent": 2.0},
                 }
                 for s in ("b1", "b32", "s4")
             }

@@ -10,6 +10,7 @@ import pytest
 from precisionflow.datasets import sampling
 from precisionflow.datasets.store import Split, write_arrays
 from precisionflow import stats
+from precisionflow.stats import geometric_mean
 from precisionflow.reporting import verdict_rules
 
 PRE_SPLIT_COUNTS = {"ants": 300, "bees": 100, "cats": 100}  # listed class by class, the first the largest
@@ -86,7 +87,7 @@ def test_planning_names_the_classes_a_calibration_sample_would_barely_see():
 
 
 def ratio(rounds):
-    return {"median": float(np.median(rounds)), "rounds": list(rounds)}
+    return {"geomean": geometric_mean(rounds), "rounds": list(rounds)}
 
 
 def test_speed_is_judged_by_the_interval_of_its_rounds():
@@ -120,7 +121,7 @@ def test_a_simulation_row_with_min_speedup_is_judged_on_accuracy_alone():
 
 def speed(name, rounds):
     low, high = verdict_rules.speed_interval(rounds, 0.95)
-    return {"name": name, "median": float(np.median(rounds)), "low": low, "high": high}
+    return {"name": name, "geomean": geometric_mean(rounds), "low": low, "high": high}
 
 
 def test_a_fastest_engine_is_named_only_beyond_the_intervals():
@@ -145,7 +146,7 @@ def test_the_headline_names_a_tie_instead_of_the_luckiest_engine():
             "verdict": "PASS",
             "precision": precision,
             "ran": "int8",
-            "speed": {"median": round(float(np.median(rounds)), 2), "low": round(low, 2), "high": round(high, 2)},
+            "speed": {"geomean": round(geometric_mean(rounds), 2), "low": round(low, 2), "high": round(high, 2)},
             "speedup_at": "bmax",
             "accuracy_name": "top-1",
             "drop_points": 0.1,
@@ -155,7 +156,7 @@ def test_the_headline_names_a_tie_instead_of_the_luckiest_engine():
     assert "no single fastest engine" in tied[0] and "int8_mixed" in tied[0] and "int8 (int8)" in tied[0]
     fp16_on_fp32_kernels = dict(entry("fp16", [1.23, 1.2, 1.25, 1.24]), ran_reference_kernels=True)
     clear = trade_offs([entry("int8", [3.0, 3.1, 2.9, 3.05]), fp16_on_fp32_kernels])
-    assert clear[0].startswith("local: fastest within budget: int8 (int8), 3.02x") and "fp16" not in clear[0]
+    assert clear[0].startswith("local: fastest within budget: int8 (int8), 3.01x") and "fp16" not in clear[0]
 
 
 # ---- per class --------------------------------------------------------------------------------
@@ -220,6 +221,6 @@ def test_four_images_with_no_spurious_box_do_not_pass_a_tight_budget():
 def test_no_interval_is_never_a_pass():
     missing = verdict_rules.mean_check([], 0.0, 0.1, 0.95, "spurious boxes per image")
     assert missing["verdict"] == stats.UNDECIDED and "no per-image series" in missing["text"]
-    one_round = verdict_rules.speed_check({"median": 3.0, "rounds": [3.0]}, 1.2, "bmax", 0.95, True)
+    one_round = verdict_rules.speed_check({"geomean": 3.0, "rounds": [3.0]}, 1.2, "bmax", 0.95, True)
     assert one_round["verdict"] == stats.UNDECIDED and "fewer than the 2 an interval needs" in one_round["text"]
     assert verdict_rules.overall([]) == verdict_rules.NO_BUDGET != stats.PASS

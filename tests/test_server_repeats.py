@@ -61,7 +61,7 @@ def test_a_repeat_starts_afresh_not_from_the_last_answer(monkeypatch, tmp_path):
 
 
 def test_the_ratio_interval_follows_the_configured_confidence():
-    ratio = {"median": 1.5, "pairs": 3, "per_pair": [1.45, 1.5, 1.55]}
+    ratio = {"geomean": 1.5, "pairs": 3, "per_pair": [1.45, 1.5, 1.55]}
     at95, at99 = verdict_rules.server_ratio_at(ratio, 0.95), verdict_rules.server_ratio_at(ratio, 0.99)
     assert at99["low"] < at95["low"] < 1.5 < at95["high"] < at99["high"] and at99["confidence"] == 0.99
 
@@ -73,7 +73,7 @@ def test_too_few_identical_or_disagreeing_pairs_give_no_verdict():
     }
     for pairs, reason in (([1.5], "fewer than"), ([1.5, 1.5], "same ratio"), ([5.79, 1.61], "disagree")):
         checked = verdict_rules.server_check(
-            {**served, "server_ratio": {"median": 1.5, "pairs": len(pairs), "per_pair": pairs}}, 1.1, True, 0.95
+            {**served, "server_ratio": {"geomean": 1.5, "pairs": len(pairs), "per_pair": pairs}}, 1.1, True, 0.95
         )
         assert checked["verdict"] == "UNDECIDED" and reason in checked["text"], checked
 

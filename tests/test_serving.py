@@ -144,7 +144,7 @@ def test_no_valid_rate_is_undecided_unless_batch_one_alone_breaks_the_bound():
 
 def test_a_malformed_serving_record_is_undecided_not_an_exception():
     record = served([3000, 3100], [1000, 1010])
-    record["server_ratio"] = {"median": 3.0}  # no pairs
+    record["server_ratio"] = {"geomean": 3.0}  # no pairs
     assert verdict_rules.server_check(record, 1.0, True, 0.95)["verdict"] == stats.UNDECIDED
     assert verdict_rules.server_check({"results": {}}, 1.0, True, 0.95)["verdict"] == stats.UNDECIDED
 

@@ -1,9 +1,11 @@
+import math
 import threading
 
 import numpy as np
 import pytest
 
 from precisionflow.measure import timing
+from precisionflow.stats import ratio_interval, ratio_stats
 
 
 def test_percentile_follows_trtexec_rule():
@@ -107,9 +109,9 @@ def test_alternating_rounds_recover_a_known_ratio_while_the_machine_speed_change
     machine = _SharedMachine()
     sides = {"fast": machine.side(2.0), "slow": machine.side(1.0)}  # throughput ratio exactly 2
     measured = timing.alternating_rounds(sides, rounds=10, window_s=0.05)
-    stats = timing.ratio_stats(measured["fast"], measured["slow"])
-    assert len(stats["rounds"]) == 10
-    assert stats["median"] == pytest.approx(2.0) and stats["cv_percent"] == pytest.approx(0.0, abs=1e-9)
+    found = ratio_stats(measured["fast"], measured["slow"])
+    assert len(found["rounds"]) == 10
+    assert found["geomean"] == pytest.approx(2.0) and found["cv_percent"] == pytest.approx(0.0, abs=1e-9)
     # the same windows timed one side after the other, as a naive benchmark would: far from 2
     naive = _SharedMachine()
     fast = [naive.side(2.0)(0.05) for _ in range(10)]
@@ -124,13 +126,16 @@ def test_rounds_alternate_their_order():
     assert calls == ["a", "b", "c", "c", "b", "a"]
 
 
-def test_ratio_stats_flag_an_uncertain_median():
-    assert not timing.ratio_stats([2.0, 2.0, 2.02], [1.0, 1.0, 1.0])["noisy"]
-    noisy = timing.ratio_stats([2.0, 3.0, 1.5], [1.0, 1.0, 1.0])
-    assert noisy["noisy"] and noisy["median"] == 2.0 and noisy["min"] == 1.5
-    # the same round-to-round spread over four times the rounds halves the median's uncertainty
-    few, many = timing.ratio_stats([2.0, 2.2] * 2, [1.0] * 4), timing.ratio_stats([2.0, 2.2] * 8, [1.0] * 16)
-    assert many["median_error_percent"] == pytest.approx(few["median_error_percent"] / 2, rel=0.2)
+def test_ratio_stats_flag_an_uncertain_geometric_mean():
+    assert not ratio_stats([2.0, 2.0, 2.02], [1.0, 1.0, 1.0])["noisy"]
+    noisy = ratio_stats([2.0, 3.0, 1.5], [1.0, 1.0, 1.0])
+    assert noisy["noisy"] and noisy["geomean"] == pytest.approx(9.0 ** (1 / 3)) and noisy["min"] == 1.5
+    # the figure shown is the one the verdict's interval bounds: inside it, at its centre on the log scale
+    low, high = ratio_interval(noisy["rounds"], 0.95)
+    assert math.log(noisy["geomean"]) == pytest.approx((math.log(low) + math.log(high)) / 2, abs=1e-3)
+    # the same round-to-round spread over four times the rounds halves the figure's uncertainty
+    few, many = ratio_stats([2.0, 2.2] * 2, [1.0] * 4), ratio_stats([2.0, 2.2] * 8, [1.0] * 16)
+    assert many["error_percent"] == pytest.approx(few["error_percent"] / 2, rel=0.2)
 
 
 def test_a_failing_stream_fails_the_measurement_instead_of_hanging_it():

@@ -26,14 +26,14 @@ def test_a_nan_drop_is_undecided():
 
 
 def test_identical_rounds_are_no_interval():
-    found = verdict_rules.speed_check({"median": 2.0, "rounds": [2.0, 2.0]}, 1.2, "bmax", 0.95, True)
+    found = verdict_rules.speed_check({"geomean": 2.0, "rounds": [2.0, 2.0]}, 1.2, "bmax", 0.95, True)
     assert found["verdict"] == stats.UNDECIDED and "zero-width" in found["text"]  # once PASS [2.00, 2.00]
 
 
 def test_speed_of_one_round_has_no_interval_and_is_never_named_fastest():
-    one = budget.speed_of({"median": 5.0, "rounds": [5.0]}, 0.95)
+    one = budget.speed_of({"geomean": 5.0, "rounds": [5.0]}, 0.95)
     assert one["low"] is None and one["high"] is None
-    measured = budget.speed_of({"median": 2.0, "rounds": [1.9, 2.0, 2.1]}, 0.95)
+    measured = budget.speed_of({"geomean": 2.0, "rounds": [1.9, 2.0, 2.1]}, 0.95)
     ranking = verdict_rules.fastest([{**one, "name": "lucky"}, {**measured, "name": "measured"}])
     assert ranking == {"winner": {**measured, "name": "measured"}}
 
@@ -44,12 +44,12 @@ def test_speed_of_one_round_has_no_interval_and_is_never_named_fastest():
         lambda: verdict_rules.share_check(0, 0, 0.99, 0.95, "agreement"),
         lambda: verdict_rules.mean_check(None, 0.0, 0.1, 0.95, "spurious boxes"),
         lambda: verdict_rules.mean_check([0.0, math.nan], 0.0, 0.1, 0.95, "spurious boxes"),
-        lambda: verdict_rules.speed_check({"median": 2.0, "rounds": None}, 1.2, "bmax", 0.95, True),
-        lambda: verdict_rules.speed_check({"rounds": [1.9, 2.1, 2.0]}, 1.2, "bmax", 0.95, True),
+        lambda: verdict_rules.speed_check({"geomean": 2.0, "rounds": None}, 1.2, "bmax", 0.95, True),
+        lambda: verdict_rules.speed_check({"rounds": [math.nan, math.inf, -1.0]}, 1.2, "bmax", 0.95, True),
         lambda: verdict_rules.server_check({"settings": {}, "results": {"engine": {"Server": {"rate": 10}}}}, 1.0, True, 0.95),
         lambda: verdict_rules.drop_check(stats.drop_from_counts(0, 0, 0, 0, confidence=0.95), 1.0, "top-1 drop"),
     ],
-    ids=["share-0-of-0", "mean-none", "mean-nan", "rounds-none", "no-median", "server-no-ratio", "drop-no-images"],
+    ids=["share-0-of-0", "mean-none", "mean-nan", "rounds-none", "no-usable-round", "server-no-ratio", "drop-no-images"],
 )
 def test_missing_or_malformed_inputs_are_undecided_with_a_reason(call):
     found = call()
@@ -158,7 +158,7 @@ def test_an_engine_slower_than_fp32_is_never_called_best():
         "drop_points": 0.0,
         "drop": None,
         "speedup_at": "bmax",
-        "speed": {"median": 0.12, "low": 0.11, "high": 0.13, "rounds": 12},
+        "speed": {"geomean": 0.12, "low": 0.11, "high": 0.13, "rounds": 12},
     }
     line = report.ranking_line({"winner": {**entry["speed"], "entry": entry}})
     assert "slower than fp32" in line and "best" not in line

@@ -215,12 +215,44 @@ def count_interval(per_image: Sequence[float], confidence: float) -> Optional[tu
     return None if high <= low else (low, high)
 
 
+def geometric_mean(rounds: Sequence[float]) -> Optional[float]:
+    """The speed figure of per-round ratios: exp of their mean logarithm (positive finite rounds
+    only), or None without one. The one estimator every speed ratio prints -- the table's, the
+    Server ratio, int8_mixed's reasons -- because it is the figure ratio_interval bounds."""
+    values = np.asarray([r for r in rounds if r and math.isfinite(r) and r > 0], dtype=float)
+    return float(math.exp(np.log(values).mean())) if values.size else None
+
+
+NOISY_ERROR_PERCENT = 5.0  # a ratio whose geometric mean has a larger standard error (in %) is flagged noisy
+
+
+def ratio_stats(numerator: Sequence[float], denominator: Sequence[float]) -> Dict[str, float]:
+    """Per-round ratios numerator/denominator: their geometric mean (the figure the table shows and
+    ratio_interval bounds), range, the rounds' coefficient of variation, and the geometric mean's
+    standard error in percent (of the mean log ratio) -- the uncertainty of the figure shown, which
+    `noisy` flags above NOISY_ERROR_PERCENT."""
+    ratios = np.asarray(numerator, dtype=float) / np.asarray(denominator, dtype=float)
+    cv = float(100 * ratios.std(ddof=1) / ratios.mean()) if len(ratios) > 1 else 0.0
+    error = float(100 * np.log(ratios).std(ddof=1) / np.sqrt(len(ratios))) if len(ratios) > 1 else 0.0
+    return {
+        "geomean": geometric_mean(ratios),
+        "min": float(ratios.min()),
+        "max": float(ratios.max()),
+        "cv_percent": cv,
+        "error_percent": error,
+        "noisy": bool(error > NOISY_ERROR_PERCENT),
+        "rounds": [round(float(r), 4) for r in ratios],
+    }
+
+
 def ratio_interval(rounds: Sequence[float], confidence: float) -> Optional[tuple]:
-    """(low, high) of a speed ratio from its per-round ratios, or None with fewer than two rounds.
+    """(low, high) of a speed ratio's geometric mean from its per-round ratios, or None with fewer
+    than two rounds.
 
     Each round timed both sides close together, so each round's ratio is one paired measurement;
     ratios multiply, so the interval is taken on their logarithms (a t interval of the mean) and
-    exponentiated back. A bootstrap over 12 rounds would be narrower than the rounds warrant."""
+    exponentiated back: it brackets geometric_mean. A bootstrap over 12 rounds would be narrower
+    than the rounds warrant."""
     values = np.log(np.asarray([r for r in rounds if r and r > 0], dtype=float))
     if len(values) < 2:
         return None
@@ -247,16 +279,16 @@ def outlying_rounds(ratios: Sequence[float]) -> List[int]:
     return [index for index, value in enumerate(logs) if abs(value - centre) > OUTLIER_MADS * spread]
 
 
-def unsound_ratio(median: float, low: float, high: float, of: str = "rounds") -> str:
-    """Why a ratio's printed median cannot be trusted, or "": the median of the rounds (or paired
-    searches: `of`) lies outside the interval of their mean log ratio when they are bimodal or hold
-    outliers. The one rule for every speed figure with an interval (the table's checks, the Server
-    ratio, int8_mixed's reasons)."""
+def unsound_ratio(rounds: Sequence[float], low: float, high: float, of: str = "rounds") -> str:
+    """Why a ratio's geometric mean and its interval cannot be trusted, or "": the median of the
+    rounds (or paired searches: `of`) lies outside the interval -- the rounds are bimodal or hold
+    outliers, and a t interval over them says more than they do. The one rule for every speed
+    figure with an interval (the table's checks, the Server ratio, int8_mixed's reasons)."""
+    values = [r for r in rounds if r and math.isfinite(r) and r > 0]
+    median = float(np.median(values)) if values else float("nan")
     if low <= median <= high:
         return ""
-    return (
-        f"the median {median:.2f}x lies outside the interval of the {of}' mean [{low:.2f}, {high:.2f}]: bimodal or outlying {of}"
-    )
+    return f"the {of}' median {median:.2f}x lies outside the interval [{low:.2f}, {high:.2f}]: bimodal or outlying {of}"
 
 
 def percentile_interval(resampled: Sequence[float], confidence: float) -> tuple:

@@ -6,6 +6,7 @@ import pytest
 
 from precisionflow.datasets.store import Split, write_arrays
 from precisionflow import stats
+from precisionflow.stats import geometric_mean
 from precisionflow.hashing import file_hash
 from precisionflow.quant import cache, qdq, qdq_check
 from precisionflow.stages import calibrate, quantize_onnx
@@ -310,7 +311,7 @@ def test_a_mix_within_budget_is_built_only_when_faster_than_fp32_by_its_interval
 
     def timer(source, graphs, batch, confidence, timing):
         low, high = stats.ratio_interval(rounds, confidence)
-        timed = {"median": float(np.median(rounds)), "interval": [low, high], "rounds": rounds, "window_s": timing["window_s"]}
+        timed = {"geomean": geometric_mean(rounds), "interval": [low, high], "rounds": rounds, "window_s": timing["window_s"]}
         return {name: timed for name in graphs}
 
     source = export_dir / "model.onnx"
@@ -347,25 +348,29 @@ def test_a_mix_within_budget_is_built_only_when_faster_than_fp32_by_its_interval
 def test_a_mix_is_timed_as_the_side_by_side_ratio_is_and_its_reason_says_how(tmp_path, export_dir):
     """The mix's speed is taken by compare_speed's method and settings (windows, not a few calls),
     with the machine's load beside it; a NOT BUILT reason quotes the figure with its rounds, names
-    outlying rounds and a noisy median, and says when the machine was shared."""
+    outlying rounds and a noisy figure, and says when the machine was shared."""
     from precisionflow.quant import mixed
 
     source = export_dir / "model.onnx"
     images = np.random.default_rng(0).random((4, 8, 8, 1), dtype=np.float32)
     timed = mixed.time_against_fp32(source, {"same": source}, images, 0.95, {"rounds": 4, "window_s": 0.02})["same"]
-    assert len(timed["rounds"]) == 4 and timed["window_s"] == 0.02 and timed["interval"][0] <= timed["median"]
+    assert len(timed["rounds"]) == 4 and timed["window_s"] == 0.02 and timed["interval"][0] <= timed["geomean"]
     assert set(timed["machine"]) == {"cpu_count", "loadavg_1m", "finished_loadavg_1m", "other_cores"}
     # the rounds a seventh-batch run quoted (9 rounds of 3 calls): 0.29 lies beyond 3 scaled MADs
     rounds = [1.11, 1.68, 0.29, 1.53, 3.50, 1.73, 0.64, 1.71, 0.62]
     assert stats.outlying_rounds(rounds) == [2] and stats.outlying_rounds([1.0] * 5) == []
-    figure = {"median": 1.53, "interval": [0.65, 2.02], "rounds": rounds, "window_s": 0.1, "outliers": [2]}
-    figure.update(noisy=True, median_error_percent=23.4)
+    # quoted by the figure its interval is of: their geometric mean 1.15x, not their median 1.53x
+    found = stats.ratio_stats(rounds, [1.0] * len(rounds))
+    low, high = stats.ratio_interval(rounds, 0.95)
+    figure = {"geomean": found["geomean"], "interval": [low, high], "rounds": rounds, "window_s": 0.1, "outliers": [2]}
+    figure.update(noisy=found["noisy"], error_percent=found["error_percent"])
     said = mixed.speed_said("b1", figure)
-    assert said == "b1: 1.53x [0.65, 2.02] (9 rounds of 0.1 s; 1 outlying: 0.29; noisy: the median's standard error 23.4%)"
-    # the table's rule (stats.unsound_ratio): a median outside its own interval is not to be trusted
-    bimodal = dict(figure, median=2.10, noisy=False)
+    assert said == "b1: 1.15x [0.65, 2.03] (9 rounds of 0.1 s; 1 outlying: 0.29; noisy: a standard error of 24.8%)"
+    # the table's rule (stats.unsound_ratio): rounds whose median lies outside the interval are not to be trusted
+    rounds = [0.97, 10.5, 0.92, 0.85, 10.1, 0.90, 9.9, 0.95, 13.6]
+    bimodal = dict(figure, rounds=rounds, interval=list(stats.ratio_interval(rounds, 0.95)), outliers=[], noisy=False)
     assert mixed.speed_said("b1", bimodal).endswith(
-        "; not to be trusted: the median 2.10x lies outside the interval of the rounds' mean [0.65, 2.02]: bimodal or outlying rounds)"
+        "; not to be trusted: the rounds' median 0.97x lies outside the interval [1.01, 7.55]: bimodal or outlying rounds)"
     )
     quiet = {"cpu_count": 2, "loadavg_1m": 0.2, "finished_loadavg_1m": 0.3, "other_cores": 0.1}
     busy = dict(quiet, other_cores=1.4)

@@ -45,7 +45,7 @@ def test_the_same_columns_print_whether_or_not_a_sweep_fills_them():
 
 
 def test_the_ranking_line_is_true_of_the_rows_above_it():
-    fp16 = {"precision": "fp16", "speed": {"median": 1.03}, "ran_reference_kernels": True}
+    fp16 = {"precision": "fp16", "speed": {"geomean": 1.03}, "ran_reference_kernels": True}
     assert "ran fp32's kernels here" in why_no_ranking([fp16], [fp16]) and "(fp16)" in why_no_ranking([fp16], [fp16])
     assert why_no_ranking([], []) == "no engine passed its budget, so none is ranked by speed."
 

@@ -182,21 +182,3 @@ def alternating_rounds(sides: Dict[str, Callable[[float], float]], rounds: int, 
         for name in names if index % 2 == 0 else names[::-1]:
             measured[name].append(sides[name](window_s))
     return measured
-
-
-def ratio_stats(numerator: Sequence[float], denominator: Sequence[float]) -> Dict[str, float]:
-    """Per-round ratios numerator/denominator: median, range, the rounds' coefficient of variation,
-    and the standard error of the median (1.25 CV / sqrt(rounds)) -- the uncertainty of the figure
-    the table shows, which `noisy` flags above NOISY_CV_PERCENT."""
-    ratios = np.asarray(numerator, dtype=float) / np.asarray(denominator, dtype=float)
-    cv = float(100 * ratios.std(ddof=1) / ratios.mean()) if len(ratios) > 1 else 0.0
-    error = 1.2533 * cv / np.sqrt(len(ratios))
-    return {
-        "median": float(np.median(ratios)),
-        "min": float(ratios.min()),
-        "max": float(ratios.max()),
-        "cv_percent": cv,
-        "median_error_percent": float(error),
-        "noisy": bool(error > NOISY_CV_PERCENT),
-        "rounds": [round(float(r), 4) for r in ratios],
-    }

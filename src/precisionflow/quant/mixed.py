@@ -256,9 +256,9 @@ def fastest_mix(
     timer = timer or time_against_fp32
     timed = {f"b{size}": timer(source, graphs, images[:size], confidence, timing) for size in TIMED_BATCHES}
     record["speed_vs_fp32"] = timed
-    best = max(graphs, key=lambda name: min(at[name]["median"] for at in timed.values()))
+    best = max(graphs, key=lambda name: min(at[name]["geomean"] for at in timed.values()))
     record["fastest"] = best
-    # not faster: its interval reaches 1, or its median cannot be trusted (the table's rule, stats.unsound_ratio)
+    # not faster: its interval reaches 1, or its rounds cannot be trusted (the table's rule, stats.unsound_ratio)
     slow = {at: found[best] for at, found in timed.items() if found[best]["interval"][0] <= 1.0 or unsound(found[best])}
     if slow:
         said = "; ".join(speed_said(at, x) for at, x in slow.items())
@@ -271,22 +271,22 @@ def fastest_mix(
 
 
 def unsound(timed: Dict[str, Any]) -> str:
-    """Why a timed mix's median cannot be trusted, or "" (stats.unsound_ratio, the table's rule)."""
+    """Why a timed mix's figure cannot be trusted, or "" (stats.unsound_ratio, the table's rule)."""
     from precisionflow import stats
 
-    return stats.unsound_ratio(timed["median"], *timed["interval"])
+    return stats.unsound_ratio(timed["rounds"], *timed["interval"])
 
 
 def speed_said(at: str, timed: Dict[str, Any]) -> str:
     """'b1: 0.99x [0.97, 1.01] (12 rounds of 0.1 s; 1 outlying: 3.50)': the figure with how it was
     taken, so a reader can tell a sound figure from a noisy one."""
     low, high = timed["interval"]
-    said = f"{at}: {timed['median']:.2f}x [{low:.2f}, {high:.2f}] ({len(timed['rounds'])} rounds of {timed['window_s']:g} s"
+    said = f"{at}: {timed['geomean']:.2f}x [{low:.2f}, {high:.2f}] ({len(timed['rounds'])} rounds of {timed['window_s']:g} s"
     outlying = timed.get("outliers") or []
     if outlying:
         said += f"; {len(outlying)} outlying: " + ", ".join(f"{timed['rounds'][i]:.2f}" for i in outlying)
     if timed.get("noisy"):
-        said += f"; noisy: the median's standard error {timed['median_error_percent']:.1f}%"
+        said += f"; noisy: a standard error of {timed['error_percent']:.1f}%"
     untrusted = unsound(timed)
     if untrusted:
         said += f"; not to be trusted: {untrusted}"
@@ -400,10 +400,10 @@ def join_isolated_int8(source: Path, nodes: Sequence[str], kept: Sequence[str]) 
 
 
 def time_against_fp32(source: Path, graphs: Dict[str, Path], batch: np.ndarray, confidence: float, timing: Dict[str, Any]):
-    """{name: {median, interval, rounds, window_s, noisy, median_error_percent, outliers, machine}}:
+    """{name: {geomean, interval, rounds, window_s, noisy, error_percent, outliers, machine}}:
     each graph's throughput over the fp32 graph's by the side-by-side ratio's own method and
     settings (timing.alternating_rounds of `timing["rounds"]` windows of `timing["window_s"]`, one
-    thread each, as the CPU engine runs; timing.ratio_stats), a t interval on the rounds' log ratios
+    thread each, as the CPU engine runs; stats.ratio_stats), a t interval on the rounds' log ratios
     (stats.ratio_interval), the outlying rounds named, and the machine's load while it timed."""
     import onnxruntime as ort
 
@@ -427,14 +427,14 @@ def time_against_fp32(source: Path, graphs: Dict[str, Path], batch: np.ndarray, 
     machine = speed.finished(taken)
     found = {}
     for name in graphs:
-        ratio = clocks.ratio_stats(measured[name], measured["fp32"])
+        ratio = stats.ratio_stats(measured[name], measured["fp32"])
         low, high = stats.ratio_interval(ratio["rounds"], confidence)
         found[name] = {
-            "median": round(ratio["median"], 3),
+            "geomean": round(ratio["geomean"], 3),
             "interval": [round(low, 3), round(high, 3)],
             "rounds": [round(v, 3) for v in ratio["rounds"]],
             "window_s": float(timing["window_s"]),
-            "median_error_percent": round(ratio["median_error_percent"], 2),
+            "error_percent": round(ratio["error_percent"], 2),
             "noisy": ratio["noisy"],
             "outliers": stats.outlying_rounds(ratio["rounds"]),
             "machine": {key: machine.get(key) for key in ("cpu_count", "loadavg_1m", "finished_loadavg_1m", "other_cores")},

@@ -343,14 +343,16 @@ def judge(
 
 
 def speed_of(ratio: Optional[Dict[str, Any]], confidence: float) -> Optional[Dict[str, Any]]:
-    """A side-by-side speed-up as the table and the headline show it: median and interval of its
-    rounds; low and high None where the rounds give no interval (one round, identical rounds),
-    never [median, median], which would read as a measured certainty."""
-    if not ratio or not verdict_rules.finite(ratio.get("median")):
+    """A side-by-side speed-up as the table and the headline show it: the geometric mean of its
+    usable rounds and its interval (the speed check's figure and bounds); low and high None where the
+    rounds give no interval (one round, identical rounds), never [x, x], which would read as a
+    measured certainty. None without a usable round."""
+    usable, _ = verdict_rules.usable_rounds(ratio.get("rounds") if isinstance(ratio, dict) else None)
+    if not usable:
         return None
-    bounds = verdict_rules.speed_interval(ratio.get("rounds") or [], confidence)
+    bounds = verdict_rules.speed_interval(usable, confidence)
     return {
-        "median": round(ratio["median"], 2),
+        "geomean": round(stats.geometric_mean(usable), 2),
         "low": round(bounds[0], 2) if bounds else None,
         "high": round(bounds[1], 2) if bounds else None,
         "rounds": len(ratio.get("rounds") or []),
@@ -361,7 +363,7 @@ def speed_and_serving(engine_ratios: Optional[Dict[str, Any]], budget: Dict[str,
     """The speed-up over fp32 at the budget's setting and the Server ratio, each with its interval at
     the budget's confidence; none for an engine that is not timed (engine_ratios None)."""
     speed = speed_of(engine_ratios.get(f"x_fp32_{budget['speedup_at']}"), budget["confidence"]) if engine_ratios else None
-    found = {"speed": speed, "speedup_at": budget["speedup_at"], "speedup_vs_fp32": speed["median"] if speed else None}
+    found = {"speed": speed, "speedup_at": budget["speedup_at"], "speedup_vs_fp32": speed["geomean"] if speed else None}
     served = (engine_ratios or {}).get("served")
     if served and served.get("server_ratio"):
         ratio = verdict_rules.server_ratio_at(served["server_ratio"], budget["confidence"])

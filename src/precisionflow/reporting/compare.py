@@ -94,7 +94,7 @@ def settings_of(speed: Dict[str, Any]) -> Dict[str, str]:
 
 
 def ratio_values(ratio_metrics: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
-    """{"x_fp32_b1": {"median", "cv_percent", "noisy", ...}, ...} of one compare_speed node."""
+    """{"x_fp32_b1": {"geomean", "cv_percent", "noisy", ...}, ...} of one compare_speed node."""
     settings = ratio_metrics["settings"]
     values = {}
     for column, setting in settings_of(settings).items():

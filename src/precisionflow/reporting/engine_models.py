@@ -123,7 +123,7 @@ def speed_figures(verdict: Dict[str, Any]) -> Dict[str, float]:
         found.update(
             {
                 f"{key}{suffix}": ratio[end]
-                for suffix, end in (("", "median"), ("_low", "low"), ("_high", "high"))
+                for suffix, end in (("", "geomean"), ("_low", "low"), ("_high", "high"))
                 if _number(ratio.get(end))
             }
         )

@@ -145,9 +145,9 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]], confi
     """What a reader must know to read the table right."""
     lines = [
         f"{NOISY_MARK} = uncertain above its flag threshold (timed windows: CV > 5%; ratios: standard error of the "
-        "median of the rounds > 5%): read the figure as noisy (summary.csv: the `noisy` column names them).",
+        "rounds' geometric mean > 5%): read the figure as noisy (summary.csv: the `noisy` column names them).",
         "x_fp32_* / x_tf_* = throughput ratios measured side by side in one job per engine (alternating rounds, "
-        "median of the rounds); absolute figures are each engine's own timing job (timed = start of the workflow run it ran in, load = 1-min load average).",
+        "geometric mean of the rounds, the figure their interval bounds); absolute figures are each engine's own timing job (timed = start of the workflow run it ran in, load = 1-min load average).",
     ]
     for eval_dir, found in metrics.items():
         executed = found["engine"].get("executed", {})

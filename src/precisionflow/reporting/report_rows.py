@@ -228,12 +228,12 @@ def serving_columns(served: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     ratio = served.get("server_ratio")
     if ratio:
         low, high = ("" if ratio.get(end) is None else ratio[end] for end in ("low", "high"))
-        found.update({"x_server": ratio["median"], "x_server_low": low, "x_server_high": high})
+        found.update({"x_server": ratio["geomean"], "x_server_low": low, "x_server_high": high})
         # the printed cell: the ratio with its interval, or with why it has none -- never a bare point
         found["x_server_95"] = (
-            f"{ratio['median']:.2f} ({interval_missing(ratio)})"
+            f"{ratio['geomean']:.2f} ({interval_missing(ratio)})"
             if low == "" or ratio.get("why")  # no interval, or one too wide to inform: never a bare interval
-            else f"{ratio['median']:.2f} [{low:.2f},{high:.2f}]"
+            else f"{ratio['geomean']:.2f} [{low:.2f},{high:.2f}]"
         )
     elif served["results"].get("fp32") is not None:  # a blank would say nothing: say which side found no rate
         fp32_server = served["results"]["fp32"].get("Server") or {}
@@ -265,7 +265,7 @@ def ratio_columns(ratio_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     if not ratio_metrics:
         return {}
     values = ratio_values(ratio_metrics)
-    found: Dict[str, Any] = {column: round(stats["median"], 2) for column, stats in values.items()}
+    found: Dict[str, Any] = {column: round(stats["geomean"], 2) for column, stats in values.items()}
     found["ratio_noisy"] = [column for column, stats in values.items() if stats["noisy"]]
     found["ratio_loaded"] = loaded(ratio_metrics.get("conditions", {}))
     return found

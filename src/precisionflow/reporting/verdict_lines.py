@@ -49,14 +49,14 @@ def speed_text(entry: Dict[str, Any]) -> str:
 def ratio_text(speed: Dict[str, Any]) -> str:
     """'1.62x [1.54, 1.65]', or '1.62x (no interval: 1 round)' -- never a bare point as if certain."""
     if speed.get("low") is None or speed.get("high") is None:
-        return f"{speed['median']}x (no interval: {speed.get('rounds', 0)} round(s))"
-    return f"{speed['median']}x [{speed['low']}, {speed['high']}]"
+        return f"{speed['geomean']}x (no interval: {speed.get('rounds', 0)} round(s))"
+    return f"{speed['geomean']}x [{speed['low']}, {speed['high']}]"
 
 
 def slower_text(speed: Dict[str, Any]) -> str:
     """A row far slower than fp32 says so: ' -- SLOWER than fp32' when its whole interval is below 1."""
     high = speed.get("high")
-    return f" -- SLOWER than fp32 ({speed['median']}x)" if high is not None and high < 1.0 else ""
+    return f" -- SLOWER than fp32 ({speed['geomean']}x)" if high is not None and high < 1.0 else ""
 
 
 def format_verdicts(found: List[Dict[str, Any]]) -> str:

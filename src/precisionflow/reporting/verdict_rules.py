@@ -26,7 +26,7 @@ Minimum evidence per check (below it, or with a zero-width interval from a handf
 rounds or searches, the verdict is UNDECIDED and says why -- a zero-width interval from a few
 samples is no evidence of no variance): MIN_RESAMPLES bootstrap resamples for a mAP drop, MIN_ROUNDS rounds for a
 speed ratio, MIN_SEARCHES paired searches for a Server ratio, one test image for a share. Missing
-or malformed inputs (None, NaN, a record without its median) are UNDECIDED with the reason, never
+or malformed inputs (None, NaN, a record without its rounds) are UNDECIDED with the reason, never
 an exception: the exit code of `precisionflow check` gates releases.
 """
 
@@ -38,8 +38,10 @@ import numpy as np
 from precisionflow import stats
 
 PASS, FAIL, UNDECIDED = stats.PASS, stats.FAIL, stats.UNDECIDED
-SPEED_METHOD = "Student t interval of the mean log per-round ratio (rounds alternate the sides), exponentiated"
-SERVER_METHOD = "Student t interval of the mean log ratio of paired Server searches (sides in alternating order), exponentiated"
+SPEED_METHOD = (
+    "geometric mean of the per-round ratios (rounds alternate the sides), Student t interval of their mean log, exponentiated"
+)
+SERVER_METHOD = "geometric mean of paired Server searches' ratios (sides in alternating order), Student t interval of their mean log, exponentiated"
 MIN_RESAMPLES = 1000  # a percentile interval's tails need ~1,000 resamples (Efron & Tibshirani)
 MIN_ROUNDS = 2  # a t interval needs two rounds; with two it is wide (t = 12.7 at 95%), as it should be
 MIN_SEARCHES = 2  # paired Server searches per side
@@ -399,9 +401,11 @@ def speed_check(
 ) -> Optional[Dict[str, str]]:
     """A speed-up over fp32 (side by side) that must be at least `limit`; None for an untimed row
     (a simulation has no speed to judge, which is not a failure). Method: SPEED_METHOD, at least
-    MIN_ROUNDS usable rounds (non-finite ones dropped and counted) with some spread. The printed
-    median must lie inside the interval: where it does not, the rounds are bimodal or hold outliers
-    (a noisy timing), and the check is UNDECIDED, never faster."""
+    MIN_ROUNDS usable rounds (non-finite ones dropped and counted) with some spread. The figure is
+    the usable rounds' geometric mean, whatever the record says -- the estimate the interval is of;
+    outlying rounds are named beside it (none is dropped). Where the rounds' median lies outside
+    that interval, the rounds are bimodal or hold outliers (a noisy timing) and the check is
+    UNDECIDED, never faster (stats.unsound_ratio)."""
     if not timed:
         return None
     subject = f"speed-up over fp32 at {at}"
@@ -411,29 +415,29 @@ def speed_check(
     if not ratio:
         return judged(UNDECIDED, f"no side-by-side speed-up at {at} measured yet (min {limit}x): run its compare_speed job")
     rounds = ratio.get("rounds") if isinstance(ratio, dict) else None
-    median = ratio.get("median") if isinstance(ratio, dict) else None
-    shown = f"{median:.2f}x" if finite(median) else "(no median recorded)"
+    usable, dropped = usable_rounds(rounds)
+    estimate = stats.geometric_mean(usable)
+    shown = f"{estimate:.2f}x" if estimate is not None else "(no usable round recorded)"
     bounds = speed_interval(rounds, confidence)
-    if bounds is None or not finite(median):
-        why = _no_interval_reason(rounds) if bounds is None else "its record has no median"
+    if bounds is None:
+        why = _no_interval_reason(rounds)
         return judged(
             UNDECIDED, f"{subject} {shown}: {why}, so no interval (min {limit}x); time more rounds (evaluate.ratio_rounds)"
         )
     low, high = bounds
-    usable, dropped = usable_rounds(rounds)
     counted = f"{len(usable)} alternating rounds" + (f", {dropped} non-finite dropped" if dropped else "")
     outlying = stats.outlying_rounds(usable)
     if outlying:
         counted += f"; outlying: {', '.join(f'{usable[i]:.2f}' for i in outlying)}"
-    unsound = stats.unsound_ratio(median, low, high)
+    unsound = stats.unsound_ratio(usable, low, high)
     if unsound:
         return judged(
             UNDECIDED,
-            f"{subject}: {unsound} ({counted}: {', '.join(f'{r:.2f}' for r in usable)}), a noisy timing "
+            f"{subject} {estimate:.2f}x: {unsound} ({counted}: {', '.join(f'{r:.2f}' for r in usable)}), a noisy timing "
             f"(min {limit}x); time again on a quieter machine",
         )
     verdict = stats.verdict_at_least(low, high, limit)
-    text = f"{subject} {median:.2f}x [{low:.2f}, {high:.2f}] ({100 * confidence:g}% interval over {counted}; min {limit}x)"
+    text = f"{subject} {estimate:.2f}x [{low:.2f}, {high:.2f}] ({100 * confidence:g}% interval over {counted}; min {limit}x)"
     if verdict == UNDECIDED:
         text += "; the rounds cannot tell: time more rounds (evaluate.ratio_rounds) or on a quieter machine"
     return judged(verdict, text)
@@ -442,12 +446,12 @@ def speed_check(
 def fastest(candidates: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Which engine is fastest, judged with the intervals.
 
-    `candidates`: {"name", "median", "low", "high"} per engine; one without an interval (low or
+    `candidates`: {"name", "geomean", "low", "high"} per engine; one without an interval (low or
     high None: one round, identical rounds) cannot be named fastest and is left out. Returns
     {"winner": candidate} when its lower end is above every other's upper end, else {"tied": [the
     candidates whose interval reaches the best one's lower end]}, best first."""
-    measured = [c for c in candidates if finite(c.get("median"), c.get("low"), c.get("high")) and c["high"] > c["low"]]
-    ranked = sorted(measured, key=lambda c: c["median"], reverse=True)
+    measured = [c for c in candidates if finite(c.get("geomean"), c.get("low"), c.get("high")) and c["high"] > c["low"]]
+    ranked = sorted(measured, key=lambda c: c["geomean"], reverse=True)
     if not ranked:
         return {"tied": []}
     best = ranked[0]
@@ -459,7 +463,7 @@ WIDE_SERVER_RATIO = 2.0  # an interval whose ends differ more than twofold: the 
 
 
 def server_ratio_at(ratio: Optional[Dict[str, Any]], confidence: float) -> Optional[Dict[str, Any]]:
-    """A serve node's Server ratio (its per-pair ratios and their median) with the interval at
+    """A serve node's Server ratio (its per-pair ratios and their geometric mean) with the interval at
     `confidence` (evaluate.confidence), computed here where every other check's is -- never in the
     measuring node. Fewer than MIN_SEARCHES pairs or identical pairs: no interval, `why` says so; an
     interval wider than WIDE_SERVER_RATIO x says that the pairs disagree and shows them."""
@@ -468,8 +472,8 @@ def server_ratio_at(ratio: Optional[Dict[str, Any]], confidence: float) -> Optio
     pairs, _ = usable_rounds(ratio.get("per_pair"))
     found = {key: value for key, value in ratio.items() if key not in ("low", "high", "why")}
     found["pairs"], found["confidence"] = len(pairs), confidence
-    if pairs:  # the figure is the pairs' median, whatever the record says
-        found["median"] = round(float(np.median(pairs)), 3)
+    if pairs:  # the figure is the pairs' geometric mean (what the interval bounds), whatever the record says
+        found["geomean"] = round(stats.geometric_mean(pairs), 3)
     bounds = speed_interval(pairs, confidence)
     if bounds is None:
         why = (
@@ -479,7 +483,7 @@ def server_ratio_at(ratio: Optional[Dict[str, Any]], confidence: float) -> Optio
         )
         return {**found, "low": None, "high": None, "why": why}
     low, high = round(bounds[0], 3), round(bounds[1], 3)
-    unsound = stats.unsound_ratio(found["median"], low, high, of="pairs")
+    unsound = stats.unsound_ratio(pairs, low, high, of="pairs")
     if unsound:
         found["why"] = unsound
     elif high > WIDE_SERVER_RATIO * low:
@@ -538,12 +542,12 @@ def server_check(served: Optional[Dict[str, Any]], limit: float, timed: bool, co
     if ratio is None:
         why = fp32.get("why") if fp32 else "no fp32 side was served"
         return judged(UNDECIDED, f"the fp32 engine has no valid Server rate within {within} to compare with ({why})")
-    if not finite(ratio.get("median"), ratio.get("low"), ratio.get("high")):
+    if not finite(ratio.get("geomean"), ratio.get("low"), ratio.get("high")):
         searches = ratio.get("pairs")
-        median = f"{ratio['median']:.2f}x fp32's" if finite(ratio.get("median")) else "no finite ratio to fp32's"
+        figure = f"{ratio['geomean']:.2f}x fp32's" if finite(ratio.get("geomean")) else "no finite ratio to fp32's"
         return judged(
             UNDECIDED,
-            f"Server rate {engine['rate']:g}/s within {within}, {median}: "
+            f"Server rate {engine['rate']:g}/s within {within}, {figure}: "
             f"{ratio.get('why') or f'no interval ({searches} paired searches; {MIN_SEARCHES} with some spread needed)'} "
             f"(min {limit}x); raise evaluate.serving.search_repeats",
         )
@@ -551,12 +555,12 @@ def server_check(served: Optional[Dict[str, Any]], limit: float, timed: bool, co
     if ratio.get("why"):  # an interval, but the pairs disagree: no verdict rests on it
         return judged(
             UNDECIDED,
-            f"Server rate {engine['rate']:g}/s within {within}, {ratio['median']:.2f}x fp32's "
+            f"Server rate {engine['rate']:g}/s within {within}, {ratio['geomean']:.2f}x fp32's "
             f"[{ratio['low']:.2f}, {ratio['high']:.2f}]: {ratio['why']} (min {limit}x); raise evaluate.serving.search_repeats",
         )
     verdict = stats.verdict_at_least(ratio["low"], ratio["high"], limit)
     return judged(
         verdict,
-        f"Server rate within {within} {engine['rate']:g}/s, {ratio['median']:.2f}x fp32's "
+        f"Server rate within {within} {engine['rate']:g}/s, {ratio['geomean']:.2f}x fp32's "
         f"[{ratio['low']:.2f}, {ratio['high']:.2f}] ({SERVER_METHOD}, {pairs} pairs; min {limit}x)",
     )

@@ -3,7 +3,7 @@
 For one engine: the engine itself, the fp32 engine of the same target and model, and the
 TensorFlow model -- each in a process of its own -- are timed in alternating rounds (engine, fp32, TensorFlow, then the reverse, ...)
 at each timing batch size and stream count. Every round gives one ratio per pair; the table
-shows their median and the spread of the rounds, so drift of the machine cancels instead of
+shows their geometric mean and the spread of the rounds, so drift of the machine cancels instead of
 landing in one side's figure. One node per engine: changing an engine re-times its own ratios
 (and the references they need), nothing more.
 """
@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 
-from precisionflow import errors
+from precisionflow import errors, stats
 
 from precisionflow.measure import speed, timing
 from precisionflow.backends import engine_loader
@@ -252,7 +252,7 @@ def _compare_setting(connections, setting: str, settings: Dict[str, Any]) -> Dic
     entry: Dict[str, Any] = {"throughput_sps": {side: float(np.median(values)) for side, values in measured.items()}}
     for reference, key in (("fp32", "vs_fp32"), ("tensorflow", "vs_tf")):
         if reference in measured:
-            entry[key] = timing.ratio_stats(measured["engine"], measured[reference])
+            entry[key] = stats.ratio_stats(measured["engine"], measured[reference])
     return entry
 
 
@@ -278,6 +278,6 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     }
     write_json_atomic(out / "metrics.json", metrics)
     return {
-        setting: {key: round(entry[key]["median"], 3) for key in ("vs_fp32", "vs_tf") if key in entry}
+        setting: {key: round(entry[key]["geomean"], 3) for key in ("vs_fp32", "vs_tf") if key in entry}
         for setting, entry in results.items()
     }

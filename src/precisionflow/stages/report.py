@@ -4,7 +4,7 @@ comparison table, a Pareto plot (accuracy vs side-by-side speed-up over fp32) pe
 What a row claims is what it measured:
   * absolute figures (latency, samples/s) are the engine's own timing job, with when and under
     what load they were taken (timed, load);
-  * every ratio (x_fp32_*, x_tf_*) is the median of per-round ratios from ONE compare_speed job
+  * every ratio (x_fp32_*, x_tf_*) is the geometric mean of per-round ratios from ONE compare_speed job
     that timed both sides in alternating rounds -- never one job's figure divided by another's;
   * `ran` says what the backend executed (an fp16 graph on ONNX Runtime's CPU provider runs fp32);
   * a figure whose spread is above its flag threshold carries a '*'.

@@ -14,6 +14,7 @@ from typing import Any, Dict
 import numpy as np
 
 from precisionflow.measure.server_search import combined_searches, server_search
+from precisionflow.stats import geometric_mean
 from precisionflow.nodeio import write_json_atomic
 from precisionflow.stages import NodeContext
 
@@ -342,7 +343,8 @@ def refuse_wrong_answers(answered: Dict[str, Any]) -> None:
 
 def server_ratio(results: Dict[str, Any]):
     """The engine's largest valid Server rate over the fp32 engine's: per pair of searches (search i
-    of each side ran in turn, in alternating order), the ratio of their answers, and their median.
+    of each side ran in turn, in alternating order), the ratio of their answers, and their geometric
+    mean (stats.geometric_mean, what the interval bounds).
     The interval is computed where the verdicts are, at evaluate.confidence
     (verdict_rules.server_ratio_at). None (no figure) when either side has no valid rate."""
     engine, fp32 = results.get("engine", {}).get("Server"), results.get("fp32", {}).get("Server")
@@ -352,7 +354,7 @@ def server_ratio(results: Dict[str, Any]):
     ratios = [mine["rate"] / theirs["rate"] for mine, theirs in pairs if mine.get("rate") and theirs.get("rate")]
     if not ratios:
         return None
-    return {"median": round(float(np.median(ratios)), 3), "pairs": len(ratios), "per_pair": [round(r, 4) for r in ratios]}
+    return {"geomean": round(geometric_mean(ratios), 3), "pairs": len(ratios), "per_pair": [round(r, 4) for r in ratios]}
 
 
 def _repeats(server: Dict[str, Any]):

@@ -90,7 +90,7 @@ def child_metrics(metrics: Dict[str, Any], ratio_metrics, timed: bool = True) ->
     for reference, found in metrics.get("qat", {}).items():
         values.update({f"qat_{reference}_{key}": float(value) for key, value in found.items()})
     for column, stats in (ratio_values(ratio_metrics) if ratio_metrics else {}).items():
-        values[column] = round(stats["median"], 3)  # as the console shows it (1.5528183... read as noise in MLflow)
+        values[column] = round(stats["geomean"], 3)  # as the console shows it (1.5528183... read as noise in MLflow)
         values[f"{column}_cv_percent"] = stats["cv_percent"]
     return values
 
@@ -335,10 +335,10 @@ def verdict_metrics(verdict: Dict[str, Any]) -> Dict[str, float]:
     # graph may still cost time); an end of an interval that was not measured is not logged.
     if verdict.get("speed"):  # the ratio the verdict read (at the budget's speedup_at), beside its interval
         speed = verdict["speed"]
-        found.update({"x_fp32_verdict": speed["median"], "x_fp32_low": speed["low"], "x_fp32_high": speed["high"]})
+        found.update({"x_fp32_verdict": speed["geomean"], "x_fp32_low": speed["low"], "x_fp32_high": speed["high"]})
     if verdict.get("server"):  # the Server rate within the latency bound over the fp32 engine's
         server = verdict["server"]
-        found.update({"x_server": server["median"], "x_server_low": server["low"], "x_server_high": server["high"]})
+        found.update({"x_server": server["geomean"], "x_server_low": server["low"], "x_server_high": server["high"]})
     found = {name: value for name, value in found.items() if value is not None}
     base = verdict.get("vs_base_fp32")
     if base and base.get("drop"):
