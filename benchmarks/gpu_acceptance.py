@@ -203,8 +203,8 @@ def server_ratio_cell(ratio) -> str:
     if not ratio:
         return "ref"
     if ratio.get("low") is None or ratio.get("high") is None:
-        return f"{ratio['median']} ({interval_missing(ratio)})"
-    return f"{ratio['median']} [{ratio['low']}, {ratio['high']}]"
+        return f"{ratio['geomean']} ({interval_missing(ratio)})"
+    return f"{ratio['geomean']} [{ratio['low']}, {ratio['high']}]"
 
 
 def main() -> None:

@@ -94,3 +94,17 @@ def test_the_speed_figure_is_the_rounds_geometric_mean_whatever_the_record_says(
     figure = stats.geometric_mean([2.0, 2.1, 1.9])
     low, high = stats.ratio_interval([2.0, 2.1, 1.9], 0.95)
     assert found["verdict"] == rules.PASS and f"bmax {figure:.2f}x [{low:.2f}, {high:.2f}]" in found["text"], found
+
+
+def test_a_tight_measured_interval_is_printed_as_an_interval_not_a_certainty():
+    """The H100's fp16 b128 rounds (seventh-batch job, 2026-12-06) gave [1.4803, 1.4813]: at two
+    decimals the line and the headline would print [1.48, 1.48], which reads as a zero-width
+    certainty; they print as many decimals (up to 4) as keep the ends apart."""
+    from precisionflow.reporting.budget import speed_of
+
+    rounds = [1.4802, 1.481, 1.4806, 1.4806, 1.4814, 1.4809]
+    found = rules.speed_check({"rounds": rounds}, 1.2, "bmax", 0.95, True)
+    assert "bmax 1.481x [1.480, 1.481]" in found["text"], found
+    shown = speed_of({"rounds": rounds}, 0.95)
+    assert shown["low"] < shown["high"] and shown["geomean"] == 1.481, shown
+    assert rules.interval_digits(1.01, 1.26) == 2 and rules.interval_digits(1.0, 1.0) == 4

@@ -351,10 +351,11 @@ def speed_of(ratio: Optional[Dict[str, Any]], confidence: float) -> Optional[Dic
     if not usable:
         return None
     bounds = verdict_rules.speed_interval(usable, confidence)
+    digits = verdict_rules.interval_digits(*bounds) if bounds else 2
     return {
-        "geomean": round(stats.geometric_mean(usable), 2),
-        "low": round(bounds[0], 2) if bounds else None,
-        "high": round(bounds[1], 2) if bounds else None,
+        "geomean": round(stats.geometric_mean(usable), digits),
+        "low": round(bounds[0], digits) if bounds else None,
+        "high": round(bounds[1], digits) if bounds else None,
         "rounds": len(ratio.get("rounds") or []),
     }
 

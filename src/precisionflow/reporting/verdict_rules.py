@@ -388,6 +388,15 @@ def speed_interval(rounds: Optional[Sequence[float]], confidence: float) -> Opti
     return None if bounds is None or degenerate(*bounds) else bounds
 
 
+def interval_digits(low: float, high: float) -> int:
+    """Decimals that show a speed interval as the interval it is: 2, or up to 4 where two decimals
+    would print a measured, tight interval as [1.48, 1.48] -- which reads as a certainty."""
+    digits = 2
+    while digits < 4 and round(low, digits) == round(high, digits):
+        digits += 1
+    return digits
+
+
 def _no_interval_reason(rounds: Optional[Sequence[float]]) -> str:
     usable, dropped = usable_rounds(rounds)
     if len(usable) < MIN_ROUNDS:
@@ -437,7 +446,10 @@ def speed_check(
             f"(min {limit}x); time again on a quieter machine",
         )
     verdict = stats.verdict_at_least(low, high, limit)
-    text = f"{subject} {estimate:.2f}x [{low:.2f}, {high:.2f}] ({100 * confidence:g}% interval over {counted}; min {limit}x)"
+    d = interval_digits(low, high)
+    text = (
+        f"{subject} {estimate:.{d}f}x [{low:.{d}f}, {high:.{d}f}] ({100 * confidence:g}% interval over {counted}; min {limit}x)"
+    )
     if verdict == UNDECIDED:
         text += "; the rounds cannot tell: time more rounds (evaluate.ratio_rounds) or on a quieter machine"
     return judged(verdict, text)
