@@ -107,4 +107,4 @@ def test_a_tight_measured_interval_is_printed_as_an_interval_not_a_certainty():
     assert "bmax 1.481x [1.480, 1.481]" in found["text"], found
     shown = speed_of({"rounds": rounds}, 0.95)
     assert shown["low"] < shown["high"] and shown["geomean"] == 1.481, shown
-    assert rules.interval_digits(1.01, 1.26) == 2 and rules.interval_digits(1.0, 1.0) == 4
+    assert stats.interval_digits(1.01, 1.26) == 2 and stats.interval_digits(1.0, 1.0) == 4

@@ -60,8 +60,6 @@ def run_on_slurm(results: Path, *overrides: str) -> str:
         "--",
         "--slurm-init-seconds-before-status-checks",
         "1",
-        "--seconds-between-status-checks",
-        "1",
     ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=results.parent, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

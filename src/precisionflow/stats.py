@@ -215,12 +215,26 @@ def count_interval(per_image: Sequence[float], confidence: float) -> Optional[tu
     return None if high <= low else (low, high)
 
 
+def positive_finite(rounds: Sequence[float]) -> List[float]:
+    """The rounds that are measurements: a zero, negative, non-finite or missing ratio is none."""
+    return [float(r) for r in rounds if r and math.isfinite(r) and r > 0]
+
+
 def geometric_mean(rounds: Sequence[float]) -> Optional[float]:
     """The speed figure of per-round ratios: exp of their mean logarithm (positive finite rounds
     only), or None without one. The one estimator every speed ratio prints -- the table's, the
     Server ratio, int8_mixed's reasons -- because it is the figure ratio_interval bounds."""
-    values = np.asarray([r for r in rounds if r and math.isfinite(r) and r > 0], dtype=float)
-    return float(math.exp(np.log(values).mean())) if values.size else None
+    values = positive_finite(rounds)
+    return float(math.exp(np.log(values).mean())) if values else None
+
+
+def interval_digits(low: float, high: float) -> int:
+    """Decimals that show a speed interval as the interval it is: 2, or up to 4 where two decimals
+    would print a measured, tight interval as [1.48, 1.48] -- which reads as a certainty."""
+    digits = 2
+    while digits < 4 and round(low, digits) == round(high, digits):
+        digits += 1
+    return digits
 
 
 NOISY_ERROR_PERCENT = 5.0  # a ratio whose geometric mean has a larger standard error (in %) is flagged noisy
@@ -284,7 +298,7 @@ def unsound_ratio(rounds: Sequence[float], low: float, high: float, of: str = "r
     rounds (or paired searches: `of`) lies outside the interval -- the rounds are bimodal or hold
     outliers, and a t interval over them says more than they do. The one rule for every speed
     figure with an interval (the table's checks, the Server ratio, int8_mixed's reasons)."""
-    values = [r for r in rounds if r and math.isfinite(r) and r > 0]
+    values = positive_finite(rounds)
     median = float(np.median(values)) if values else float("nan")
     if low <= median <= high:
         return ""

@@ -351,7 +351,7 @@ def speed_of(ratio: Optional[Dict[str, Any]], confidence: float) -> Optional[Dic
     if not usable:
         return None
     bounds = verdict_rules.speed_interval(usable, confidence)
-    digits = verdict_rules.interval_digits(*bounds) if bounds else 2
+    digits = stats.interval_digits(*bounds) if bounds else 2
     return {
         "geomean": round(stats.geometric_mean(usable), digits),
         "low": round(bounds[0], digits) if bounds else None,

@@ -67,7 +67,7 @@ def usable_rounds(rounds: Any) -> tuple:
     """(the positive finite values of `rounds`, how many were dropped): a non-finite, zero or
     negative round is no measurement, and is counted where the figure is shown."""
     values = list(rounds) if isinstance(rounds, (list, tuple, np.ndarray)) else []
-    usable = [float(r) for r in values if finite(r) and float(r) > 0]
+    usable = stats.positive_finite([r for r in values if finite(r)])  # finite(): strings and None are no numbers
     return usable, len(values) - len(usable)
 
 
@@ -388,15 +388,6 @@ def speed_interval(rounds: Optional[Sequence[float]], confidence: float) -> Opti
     return None if bounds is None or degenerate(*bounds) else bounds
 
 
-def interval_digits(low: float, high: float) -> int:
-    """Decimals that show a speed interval as the interval it is: 2, or up to 4 where two decimals
-    would print a measured, tight interval as [1.48, 1.48] -- which reads as a certainty."""
-    digits = 2
-    while digits < 4 and round(low, digits) == round(high, digits):
-        digits += 1
-    return digits
-
-
 def _no_interval_reason(rounds: Optional[Sequence[float]]) -> str:
     usable, dropped = usable_rounds(rounds)
     if len(usable) < MIN_ROUNDS:
@@ -446,7 +437,7 @@ def speed_check(
             f"(min {limit}x); time again on a quieter machine",
         )
     verdict = stats.verdict_at_least(low, high, limit)
-    d = interval_digits(low, high)
+    d = stats.interval_digits(low, high)
     text = (
         f"{subject} {estimate:.{d}f}x [{low:.{d}f}, {high:.{d}f}] ({100 * confidence:g}% interval over {counted}; min {limit}x)"
     )
