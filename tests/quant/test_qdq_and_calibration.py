@@ -372,6 +372,9 @@ def test_a_mix_is_timed_as_the_side_by_side_ratio_is_and_its_reason_says_how(tmp
     assert mixed.speed_said("b1", bimodal).endswith(
         "; not to be trusted: the rounds' median 0.97x lies outside the interval [1.01, 7.55]: bimodal or outlying rounds)"
     )
+    # a tight interval keeps its ends apart, as the table's line does (stats.interval_digits)
+    tight = dict(figure, geomean=1.4808, interval=[1.4803, 1.4813], outliers=[], noisy=False, rounds=[1.4802, 1.481])
+    assert mixed.speed_said("b1", tight).startswith("b1: 1.481x [1.480, 1.481] (2 rounds")
     quiet = {"cpu_count": 2, "loadavg_1m": 0.2, "finished_loadavg_1m": 0.3, "other_cores": 0.1}
     busy = dict(quiet, other_cores=1.4)
     assert mixed.machine_said([{"machine": quiet}]) == ""

@@ -280,8 +280,13 @@ def unsound(timed: Dict[str, Any]) -> str:
 def speed_said(at: str, timed: Dict[str, Any]) -> str:
     """'b1: 0.99x [0.97, 1.01] (12 rounds of 0.1 s; 1 outlying: 3.50)': the figure with how it was
     taken, so a reader can tell a sound figure from a noisy one."""
+    from precisionflow import stats
+
     low, high = timed["interval"]
-    said = f"{at}: {timed['geomean']:.2f}x [{low:.2f}, {high:.2f}] ({len(timed['rounds'])} rounds of {timed['window_s']:g} s"
+    d = stats.interval_digits(low, high)
+    said = (
+        f"{at}: {timed['geomean']:.{d}f}x [{low:.{d}f}, {high:.{d}f}] ({len(timed['rounds'])} rounds of {timed['window_s']:g} s"
+    )
     outlying = timed.get("outliers") or []
     if outlying:
         said += f"; {len(outlying)} outlying: " + ", ".join(f"{timed['rounds'][i]:.2f}" for i in outlying)
