@@ -97,9 +97,9 @@ def test_the_speed_figure_is_the_rounds_geometric_mean_whatever_the_record_says(
 
 
 def test_a_tight_measured_interval_is_printed_as_an_interval_not_a_certainty():
-    """The H100's fp16 b128 rounds (seventh-batch job, 2026-12-06) gave [1.4803, 1.4813]: at two
-    decimals the line and the headline would print [1.48, 1.48], which reads as a zero-width
-    certainty; they print as many decimals (up to 4) as keep the ends apart."""
+    """Rounds as tight as an H100's fp16 b128 (benchmarks/results/gpu_path_h100_10s_head) give
+    [1.4803, 1.4813]: the line and the headline print as many decimals (up to 4) as keep the ends
+    apart, never [1.48, 1.48], which reads as a zero-width certainty."""
     from precisionflow.reporting.budget import speed_of
 
     rounds = [1.4802, 1.481, 1.4806, 1.4806, 1.4814, 1.4809]
