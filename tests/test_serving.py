@@ -425,14 +425,15 @@ def test_server_takes_the_largest_quarter_step_between_powers_of_two_that_fits_i
     runners = {size: engine.runner(size) for size in service_s}
     settings = {"latency_bound_ms": 30, "max_wait_ms": 1, "max_batch": 128}
     assert server_batching(service_s, 0.030, 0.001, queueable=True) == (32, True)
-    add_server_sizes(engine, images, runners, service_s, settings)
-    assert engine.prepared == [40, 48] and sorted(runners) == sorted(service_s)
+    timed = add_server_sizes(engine, images, runners, service_s, settings)
+    assert engine.prepared == [40, 48] and sorted(runners) == sorted(service_s) and sorted(timed) == ["40", "48"]
+    assert timed["48"] == pytest.approx(9.6, abs=0.6)  # the step that did not fit is in the record too
     assert 40 in runners and 48 not in runners and service_s[40] == pytest.approx(0.008, abs=0.0006)
     assert server_batching(service_s, 0.030, 0.001, queueable=True) == (40, True)
 
     plain = {size: (lambda: None) for size in serving.powers_of_two(128)}
     cpu_service = {size: 0.0002 * size for size in plain}
-    add_server_sizes(engine, images, plain, cpu_service, settings)
+    assert add_server_sizes(engine, images, plain, cpu_service, settings) == {}
     assert sorted(plain) == serving.powers_of_two(128) and engine.prepared == [40, 48]
 
 

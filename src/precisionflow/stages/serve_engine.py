@@ -135,18 +135,22 @@ def server_batching(service_s: Dict[int, float], bound_s: float, max_wait_s: flo
 SERVER_STEPS = 4  # between a power of two and the next: quarter steps (32 -> 40, 48, 56)
 
 
-def add_server_sizes(engine, images: np.ndarray, runners: Dict[int, Any], service_s: Dict[int, float], settings) -> None:
+def add_server_sizes(
+    engine, images: np.ndarray, runners: Dict[int, Any], service_s: Dict[int, float], settings
+) -> Dict[str, float]:
     """Adds to `runners` and `service_s` the batch sizes between the Server batch the powers of two
     allow and the next power, in quarter steps, while each fits the same rule (server_batching):
     a Server batch runs at its own size's efficiency, so the largest that fits serves the most.
     On the H100, fp32's b32 overlapped held 0.875x Offline against a ceiling of 32 images / 3.25 ms
     = 0.90x, while b64 needs 3 x 6.2 + 1 = 19.6 ms of the 15-ms bound (docs/hardware.md).
     Only runners that can be queued (a GPU's, each size its own session): a CPU's keep the powers
-    of two, and a CPU serve node the runs it had. Sizes below 8 have no quarter steps."""
+    of two, and a CPU serve node the runs it had. Sizes below 8 have no quarter steps.
+    Returns {size: ms a call} of every step timed, the one that did not fit included."""
     from precisionflow.measure import serving, speed, timing
 
+    timed: Dict[str, float] = {}
     if not serving.queueable(runners):
-        return
+        return timed
     bound_s, wait_s = settings["latency_bound_ms"] / 1000, settings["max_wait_ms"] / 1000
     batch, overlap = server_batching(service_s, bound_s, wait_s, queueable=True)
     step = batch // SERVER_STEPS
@@ -154,9 +158,11 @@ def add_server_sizes(engine, images: np.ndarray, runners: Dict[int, Any], servic
         runner = engine.prepare(speed.timing_batch(images, size))
         timing.warm_up(runner, 0.2)
         tried = {**service_s, size: float(np.median(timing.time_runs(runner, 0.0, 0.0, 5)))}
+        timed[str(size)] = round(1000 * tried[size], 4)
         if server_batching(tried, bound_s, wait_s, queueable=True) != (size, overlap):
-            return  # calls grow with the batch: the next step would not fit either
+            break  # calls grow with the batch: the next step would not fit either
         runners[size], service_s[size] = runner, tried[size]
+    return timed
 
 
 def serve_side(engine_dir: Path, images: np.ndarray, settings: Dict[str, Any], logs: Path):
@@ -325,8 +331,10 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     taken = speed.conditions()
     sides = {"engine": inputs["engine"], **({"fp32": inputs["fp32_engine"]} if "fp32_engine" in inputs else {})}
     loaded = {side: runners_of(folder, images, settings["max_batch"]) for side, folder in sides.items()}
-    for engine, runners, service_s in loaded.values():
-        add_server_sizes(engine, images, runners, service_s, settings)
+    steps = {
+        side: add_server_sizes(engine, images, runners, service_s, settings)
+        for side, (engine, runners, service_s) in loaded.items()
+    }
     results = serve_sides(
         {side: (runners, service_s, out / "loadgen" / side) for side, (_engine, runners, service_s) in loaded.items()}, settings
     )
@@ -342,6 +350,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "sides": {side: folder.name for side, folder in sides.items()},
         "results": results,
         "server_ratio": server_ratio(results),
+        "server_steps_ms": steps,  # every quarter step timed per side (add_server_sizes), kept or not
         "mlperf_length": mlperf_valid,
         "note": ""
         if mlperf_valid
