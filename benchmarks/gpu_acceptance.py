@@ -2,9 +2,9 @@
 there is no GPU; build, measure and serve on the GPU node through `precisionflow ship` and
 `python -m precisionflow.pipeline.remote run`; land the node folders here and let `precisionflow run`
 finish the report and MLflow. Nothing is built or served beside the workflow: the table is read from
-the landed node folders. It stands for docs/hardware.md's "The users' path on the H200" table (goals:
+the landed node folders. It stands for docs/hardware.md's "The users' path on an H100" tables (goals:
 engine >= 0.97x a plain ONNX Runtime loop at b128, Offline >= 0.97x the engine's b128, Server >= 0.88x
-Offline, the Server ratio's interval within +-10% of its median).
+Offline, the Server ratio's interval within +-10% of its figure, the geometric mean of its pairs).
 
     here:   python benchmarks/gpu_acceptance.py prepare WORK [--wheels DIR] [overrides...]
             (photo patches at 224 px, the model trained, `ship --target h200`, the payload split in .gpu_parts/)
@@ -14,7 +14,7 @@ Offline, the Server ratio's interval within +-10% of its median).
             python benchmarks/gpu_acceptance.py table WORK [CROSSCHECK.json]
 
 `--device cpu` on prepare plans the same path for the CPU target `cpu` (a test runs it end to end:
-tests/test_gpu_acceptance_path.py); WORK/overrides.txt keeps the overrides every step uses.
+tests/test_remote.py); WORK/overrides.txt keeps the overrides every step uses.
 """
 
 import argparse
