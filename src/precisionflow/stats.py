@@ -267,7 +267,7 @@ def ratio_interval(rounds: Sequence[float], confidence: float) -> Optional[tuple
     ratios multiply, so the interval is taken on their logarithms (a t interval of the mean) and
     exponentiated back: it brackets geometric_mean. A bootstrap over 12 rounds would be narrower
     than the rounds warrant."""
-    values = np.log(np.asarray([r for r in rounds if r and r > 0], dtype=float))
+    values = np.log(np.asarray(positive_finite(rounds), dtype=float))
     if len(values) < 2:
         return None
     # scipy.special's inverse t CDF: the same quantile as scipy.stats.t.ppf, a third of the import

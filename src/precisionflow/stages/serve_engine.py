@@ -140,11 +140,10 @@ def add_server_sizes(
 ) -> Dict[str, float]:
     """Adds to `runners` and `service_s` the batch sizes between the Server batch the powers of two
     allow and the next power, in quarter steps, while each fits the same rule (server_batching):
-    a Server batch runs at its own size's efficiency, so the largest that fits serves the most.
-    On the H100, fp32's b32 overlapped held 0.875x Offline against a ceiling of 32 images / 3.25 ms
-    = 0.90x, while b64 needs 3 x 6.2 + 1 = 19.6 ms of the 15-ms bound (docs/hardware.md).
+    a Server batch runs at its own size's efficiency, so the largest that fits serves the most
+    (where a power of two leaves most of the bound unused: docs/how-to/serving.md).
     Only runners that can be queued (a GPU's, each size its own session): a CPU's keep the powers
-    of two, and a CPU serve node the runs it had. Sizes below 8 have no quarter steps.
+    of two. Sizes below 8 have no quarter steps.
     Returns {size: ms a call} of every step timed, the one that did not fit included."""
     from precisionflow.measure import serving, speed, timing
 
