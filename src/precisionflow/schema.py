@@ -344,8 +344,8 @@ class ServingConf:
     search_duration_ms: Optional[int] = None
     # With short probes, a 0.8x Offline that holds climbs by 0.05x Offline in at most this many more
     # full-length runs (the first INVALID stops it, the runs left halve that last step): the GPU
-    # targets use 4 (0.85, 0.90 failing, 0.875, 0.8875 or 0.8625). One that fails steps down the
-    # same way (0.75, 0.70, ...) before the short probes search.
+    # targets use 5 (0.85, 0.90 failing, 0.875, 0.8875 failing, 0.88125). One that fails steps down
+    # the same way (0.75, 0.70, ...) before the short probes search.
     full_length_climb: int = 0
     coalesce_queries: bool = True  # LoadGen hands the SUT the queries due while it was busy in one call
     seed: int = 1
