@@ -563,6 +563,25 @@ def test_the_runs_a_climb_leaves_halve_the_step_it_failed():
     assert found["rate"] == 10500 and found["bracket"] == [10500, 10650]  # 0.875x held, 0.8875x failed
 
 
+@pytest.mark.parametrize("target", ["a100", "h100", "h200"])
+def test_a_gpu_targets_own_climb_asks_between_a_held_and_a_failed_quarter_step(target):
+    """In every search of the H100's tenth and eleventh jobs fp32 Server held 0.875x Offline and failed
+    0.8875x: the GPU targets' own settings (conf/config.yaml, as the serve node composes them) run
+    a fifth full-length run at 0.88125x, so an engine holding 0.884x reports it."""
+    from precisionflow.config.compose import expand
+    from precisionflow.stages import NodeContext, serve_engine
+
+    cfg = expand([f"targets=[{target}]"])[0]
+    settings = serve_engine.node_params(NodeContext(cfg, target, {"backend_version": "1.31.1", "device": target}))["serving"]
+    seen, offline = [], 12000
+    found = server_search.server_search(
+        stalling_run(3000, 0.884 * offline, seen), {"mean_ns": 6e5}, settings, start=0.8 * offline, ceiling=offline
+    )
+    full_length = [rate for rate, duration in seen if duration == settings["min_duration_ms"]]
+    assert full_length == [9600, 10200, 10800, 10500, 10650, 10575]  # 0.80, 0.85, 0.90, 0.875, 0.8875, 0.88125
+    assert found["rate"] == 10575 and found["bracket"] == [10575, 10650]
+
+
 def test_without_a_valid_offline_the_probes_search_first():
     """With no Offline rate the start is half of what one stream completes, a guess: held at full
     length it would be the answer however far above it the engine serves, so the probes search."""
