@@ -7,7 +7,7 @@ engine >= 0.97x a plain ONNX Runtime loop at b128, Offline >= 0.97x the engine's
 Offline, the Server ratio's interval within +-10% of its figure, the geometric mean of its pairs).
 
     here:   python benchmarks/gpu_acceptance.py prepare WORK [--wheels DIR] [overrides...]
-            (photo patches at 224 px, the model trained, `ship --target h200`, the payload split in .gpu_parts/)
+            (photo patches at 224 px, every 5th dimmed and tagged `dim`, the model trained, `ship --target h200`, the payload split in .gpu_parts/)
     there:  bash benchmarks/gpu_path.sh stage .gpu_parts/partNN     (one call per part)
             bash benchmarks/gpu_path.sh start LEAN_BYTES; bash benchmarks/gpu_path.sh wait 540 (until it ends)
     here:   python benchmarks/gpu_acceptance.py land WORK COLLECTED.tar.xz [overrides...]
@@ -19,6 +19,7 @@ tests/test_remote.py); WORK/overrides.txt keeps the overrides every step uses.
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -83,13 +84,13 @@ def overrides_of(work: Path) -> list:
 
 def prepare(work: Path, device: str, per_class: int, wheels: Path, extra: list) -> None:
     """Images, training and everything upstream of the engines here; the target's bundle shipped."""
-    from photo_patches import write_patches
-
     work.mkdir(parents=True, exist_ok=True)
-    size = 224 if device == "cuda" else 16
-    if not (work / "photos").is_dir():
-        write_patches(work / "photos", per_class, size, seed=0)
-    overrides = [*(GPU_OVERRIDES if device == "cuda" else CPU_OVERRIDES), f"dataset.path={work / 'photos'}"]
+    photos, sidecar = photos_with_dim_condition(work, per_class, size=224 if device == "cuda" else 16)
+    overrides = [
+        *(GPU_OVERRIDES if device == "cuda" else CPU_OVERRIDES),
+        f"dataset.path={photos}",
+        f"dataset.conditions={sidecar}",
+    ]
     overrides += [f"results_dir={work / 'results'}", *extra]
     (work / "overrides.txt").write_text("\n".join(overrides) + "\n")
     print(precisionflow("run", "--cores", "2", *overrides, "--", "--omit-from", "build_engine"))
@@ -97,6 +98,23 @@ def prepare(work: Path, device: str, per_class: int, wheels: Path, extra: list) 
     print(precisionflow("ship", "--target", target, "--to", str(work / "bundle"), *overrides))
     if wheels:
         split_payload(work, wheels)
+
+
+DIM_EVERY, DIM_FACTOR = 5, "0.3"  # every 5th patch at 30% of its brightness: fp16 against fp32 there too
+
+
+def photos_with_dim_condition(work: Path, per_class: int, size: int) -> tuple:
+    """(the image folder, its conditions sidecar): photo patches, every DIM_EVERY-th dimmed and tagged
+    `dim`, so the report judges fp16 against fp32 on the dim images as well as on all of them."""
+    from photo_patches import change_every, write_patches
+
+    photos, sidecar = work / "photos", work / "photos-conditions.csv"
+    if not sidecar.is_file():  # written last: a folder without it is made again
+        shutil.rmtree(photos, ignore_errors=True)
+        write_patches(photos, per_class, size, seed=0)
+        rows = ["file,conditions", *change_every(photos, DIM_EVERY, DIM_FACTOR)]
+        sidecar.write_text("\n".join(rows) + "\n")
+    return photos, sidecar
 
 
 def split_payload(work: Path, lean: Path) -> None:

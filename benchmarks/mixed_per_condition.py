@@ -26,11 +26,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import OUT, QUICK_TIMING, ROOT, save  # noqa: E402
+from photo_patches import change_every  # noqa: E402
 
 DIM_EVERY = 5
 OVERRIDES = [
@@ -63,17 +62,7 @@ def photos_with_condition(condition: str, per_class: int = 300) -> tuple:
         return folder, sidecar, tag
     command = [sys.executable, str(ROOT / "benchmarks" / "photo_patches.py"), str(folder), "--per-class", str(per_class)]
     subprocess.run([*command, "--size", "32", "--seed", "2"], check=True)
-    rows = ["file,conditions"]
-    rng = np.random.default_rng(3)
-    for path in sorted(folder.glob("*/*.png")):
-        if int(path.stem) % DIM_EVERY == 0:
-            pixels = np.asarray(Image.open(path)).astype(np.float32)
-            if noise:
-                pixels = pixels + rng.normal(0.0, float(condition[len("noise") :]), pixels.shape)
-            else:
-                pixels = pixels * float(condition)
-            Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(path)
-            rows.append(f"{path.relative_to(folder)},{tag}")
+    rows = ["file,conditions", *change_every(folder, DIM_EVERY, condition)]
     sidecar.write_text("\n".join(rows) + "\n")
     return folder, sidecar, tag
 

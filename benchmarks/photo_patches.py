@@ -32,6 +32,26 @@ def patch(region: np.ndarray, photo_height: int, size: int, rng: np.random.Gener
     return image.transpose(Image.FLIP_LEFT_RIGHT) if rng.random() < 0.5 else image
 
 
+def change_every(folder: Path, every: int, condition: str, seed: int = 3) -> list:
+    """Changes every `every`-th patch of `folder` in place and returns its sidecar rows (`file,tag`,
+    paths relative to the folder: docs/how-to/conditions.md): "0.04" dims a patch to that fraction
+    of its brightness (tag `dim`), "noise40" adds Gaussian noise of sigma 40 pixel levels (`noisy`)."""
+    noise = condition.startswith("noise")
+    tag = "noisy" if noise else "dim"
+    rng = np.random.default_rng(seed)
+    rows = []
+    for path in sorted(folder.glob("*/*.png")):
+        if int(path.stem) % every == 0:
+            pixels = np.asarray(Image.open(path)).astype(np.float32)
+            if noise:
+                pixels = pixels + rng.normal(0.0, float(condition[len("noise") :]), pixels.shape)
+            else:
+                pixels = pixels * float(condition)
+            Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(path)
+            rows.append(f"{path.relative_to(folder)},{tag}")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)

@@ -41,7 +41,8 @@ def acceptance(*args: str) -> str:
 def test_the_acceptance_path_ships_runs_elsewhere_lands_and_finishes_here(tmp_path):
     """The GPU acceptance's path on this CPU (a named target `cpu`): plan and train here, ship, the
     runner elsewhere (`remote run` on the bundle alone), collect, land, and the report, MLflow and the
-    acceptance's table from the landed node folders -- serving included, every LoadGen run recorded."""
+    acceptance's table from the landed node folders -- serving included, every LoadGen run recorded,
+    and the dim condition judged on its own images."""
     work = tmp_path / "work"
     acceptance("prepare", str(work), "--device", "cpu", "--per-class", "12")
     results, bundle = work / "results", work / "bundle"
@@ -65,6 +66,8 @@ def test_the_acceptance_path_ships_runs_elsewhere_lands_and_finishes_here(tmp_pa
 
     landed = acceptance("land", str(work), str(tmp_path / "collected.tar.xz"))
     assert "8 node folders landed" in landed and re.search(r"\b2 of \d+ planned jobs executed", landed), landed  # report, MLflow
+    # the dim patches (every 5th, tagged in the acceptance's sidecar) judged on their own: fp16 vs fp32 there
+    assert re.search(r"worst condition: dim [+-]\d+\.\d+ \[[^]]+\] points on \d+ images", landed), landed
     plan = json.loads(next((results / ".plans").glob("*.json")).read_text())
     assert remote.land(collected, plan) == []  # landed folders are never overwritten
     table = acceptance("table", str(work)).splitlines()
