@@ -8,10 +8,11 @@ size that holds them (powers of two, and a GPU's Server steps between them; on a
 device buffers bound once, with a captured CUDA graph where the engine has them). The worker
 threads are a side's own (EngineWorkers), kept for all its runs and warmed on every batch size
 before the first: ONNX Runtime's CUDA provider keeps its cuDNN/cuBLAS handles and captured CUDA
-graphs per thread. Inputs are the test images loaded once, as LoadGen's "performance samples" are. The queue is bounded: when more queries wait than the SUT could serve
-within the bound plus the late queries the percentile allows (late_allowance), the run is marked
-overloaded, every waiting and later query is answered at once, and the run is INVALID whatever
-LoadGen's figures say -- it ends, it does not hang.
+graphs per thread. Inputs are the test images loaded once, as LoadGen's "performance samples"
+are. The queue is bounded: when more queries wait than the SUT could serve within the bound plus
+the late queries the percentile allows (late_allowance), the run is marked overloaded, every
+waiting and later query is answered at once, and the run is INVALID whatever LoadGen's figures
+say -- it ends, it does not hang.
 
 Scenarios (MLPerf's rules, as LoadGen implements them): SingleStream (one query after another: its
 90th percentile latency), Server (Poisson arrivals at a target rate, latency from the scheduled

@@ -164,12 +164,18 @@ def add_server_sizes(
     return timed
 
 
+def load_side(engine_dir: Path, images: np.ndarray, settings: Dict[str, Any]):
+    """(the loaded engine, its runners by batch size, their call times, the Server steps timed):
+    the powers of two up to max_batch, and on a GPU the Server steps that fit (add_server_sizes)."""
+    engine, runners, service_s = runners_of(engine_dir, images, settings["max_batch"])
+    return engine, runners, service_s, add_server_sizes(engine, images, runners, service_s, settings)
+
+
 def serve_side(engine_dir: Path, images: np.ndarray, settings: Dict[str, Any], logs: Path):
     """(the loaded engine, every scenario the settings name for it and Offline -- Server is read
-    against it -- with the Server rate by search, repeated)."""
-    engine, runners, service_s = runners_of(engine_dir, images, settings["max_batch"])
-    add_server_sizes(engine, images, runners, service_s, settings)
-    return engine, serve_with(runners, service_s, settings, logs)
+    against it -- with the Server rate by search, repeated, and the Server steps timed)."""
+    engine, runners, service_s, steps = load_side(engine_dir, images, settings)
+    return engine, {**serve_with(runners, service_s, settings, logs), "server_steps_ms": steps}
 
 
 def serve_with(runners: Dict[int, Any], service_s: Dict[int, float], settings: Dict[str, Any], logs: Path) -> Dict[str, Any]:
@@ -329,13 +335,10 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     images = test.head(max(64, settings["max_batch"]))
     taken = speed.conditions()
     sides = {"engine": inputs["engine"], **({"fp32": inputs["fp32_engine"]} if "fp32_engine" in inputs else {})}
-    loaded = {side: runners_of(folder, images, settings["max_batch"]) for side, folder in sides.items()}
-    steps = {
-        side: add_server_sizes(engine, images, runners, service_s, settings)
-        for side, (engine, runners, service_s) in loaded.items()
-    }
+    loaded = {side: load_side(folder, images, settings) for side, folder in sides.items()}
     results = serve_sides(
-        {side: (runners, service_s, out / "loadgen" / side) for side, (_engine, runners, service_s) in loaded.items()}, settings
+        {side: (runners, service_s, out / "loadgen" / side) for side, (_engine, runners, service_s, _steps) in loaded.items()},
+        settings,
     )
     engine = loaded["engine"][0]
     results["engine"]["AccuracyOnly"] = answered = answers_through_server(
@@ -349,7 +352,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "sides": {side: folder.name for side, folder in sides.items()},
         "results": results,
         "server_ratio": server_ratio(results),
-        "server_steps_ms": steps,  # every quarter step timed per side (add_server_sizes), kept or not
+        "server_steps_ms": {side: steps for side, (*_loaded, steps) in loaded.items()},  # every step timed, kept or not
         "mlperf_length": mlperf_valid,
         "note": ""
         if mlperf_valid
