@@ -6,12 +6,17 @@ the landed node folders. It stands for docs/hardware.md's "The users' path on an
 engine >= 0.97x a plain ONNX Runtime loop at b128, Offline >= 0.97x the engine's b128, Server >= 0.88x
 Offline, the Server ratio's interval within +-10% of its figure, the geometric mean of its pairs).
 
-    here:   python benchmarks/gpu_acceptance.py prepare WORK [--wheels DIR] [overrides...]
-            (photo patches at 224 px, every 5th dimmed and tagged `dim`, the model trained, `ship --target h200`, the payload split in .gpu_parts/)
-    there:  bash benchmarks/gpu_path.sh stage .gpu_parts/partNN     (one call per part)
+    here:   python benchmarks/gpu_acceptance.py prepare WORK [overrides...]
+            (photo patches at 224 px, every 5th dimmed and tagged `dim`, the model trained, `ship --target h200`)
+            python benchmarks/gpu_acceptance.py pack WORK PLAN --target h100 --run-seconds 10 --lean LEAN.tar.xz --parts DIR
+            (a plan for the card that comes, over WORK's trained model: shipped with the code its ids name,
+            behind the lean packages -- numpy, onnx, onnxruntime-gpu, LoadGen, scipy, filelock, psutil and
+            their needs, unpacked and xz-compressed -- split into DIR/partNN; LEAN_BYTES printed)
+    there:  bash benchmarks/gpu_path.sh stage DIR/partNN     (one call per part)
             bash benchmarks/gpu_path.sh start LEAN_BYTES; bash benchmarks/gpu_path.sh wait 540 (until it ends)
     here:   python benchmarks/gpu_acceptance.py land WORK COLLECTED.tar.xz [overrides...]
             python benchmarks/gpu_acceptance.py table WORK [CROSSCHECK.json]
+            (PLAN in place of WORK for a packed plan: its overrides.txt names WORK's results)
 
 `--device cpu` on prepare plans the same path for the CPU target `cpu` (a test runs it end to end:
 tests/test_remote.py); WORK/overrides.txt keeps the overrides every step uses.
@@ -64,7 +69,7 @@ CPU_OVERRIDES = [
     "evaluate.serving.search_repeats=2",
     "evaluate.serving.max_batch=8",
 ]
-PART_BYTES = 60_000_000  # a part and the working tree (~6 MB) must travel in one call (64 MiB)
+PART_BYTES = 50_000_000  # a part and the working tree (~7 MB) must travel in one call (64 MiB)
 
 
 def precisionflow(*args: str) -> str:
@@ -82,7 +87,7 @@ def overrides_of(work: Path) -> list:
     return (work / "overrides.txt").read_text().split()
 
 
-def prepare(work: Path, device: str, per_class: int, wheels: Path, extra: list) -> None:
+def prepare(work: Path, device: str, per_class: int, extra: list) -> None:
     """Images, training and everything upstream of the engines here; the target's bundle shipped."""
     work.mkdir(parents=True, exist_ok=True)
     photos, sidecar = photos_with_dim_condition(work, per_class, size=224 if device == "cuda" else 16)
@@ -96,8 +101,6 @@ def prepare(work: Path, device: str, per_class: int, wheels: Path, extra: list) 
     print(precisionflow("run", "--cores", "2", *overrides, "--", "--omit-from", "build_engine"))
     target = "h200" if device == "cuda" else "cpu"
     print(precisionflow("ship", "--target", target, "--to", str(work / "bundle"), *overrides))
-    if wheels:
-        split_payload(work, wheels)
 
 
 DIM_EVERY, DIM_FACTOR = 5, "0.3"  # every 5th patch at 30% of its brightness: fp16 against fp32 there too
@@ -117,19 +120,55 @@ def photos_with_dim_condition(work: Path, per_class: int, size: int) -> tuple:
     return photos, sidecar
 
 
-def split_payload(work: Path, lean: Path) -> None:
-    """lean.tar.xz (the unpacked packages) then bundle.tar.xz, cut into .gpu_parts/partNN."""
-    parts = ROOT / ".gpu_parts"
-    parts.mkdir(exist_ok=True)
+def pack(work: Path, plan_dir: Path, target: str, run_seconds: float, lean: Path, parts: Path) -> None:
+    """A plan for one GPU target over WORK's trained model (its results folder: nothing upstream is made
+    again), shipped with a copy of the code its ids name (gpu_path.sh runs that copy, whatever this
+    checkout holds by then), then split behind the lean packages into PARTS/partNN."""
+    overrides = [o for o in overrides_of(work) if not o.startswith("target_defs.h200.serving.")]
+    overrides += target_overrides(target, run_seconds)
+    plan_dir.mkdir(parents=True, exist_ok=True)
+    (plan_dir / "overrides.txt").write_text("\n".join(overrides) + "\n")
+    print(precisionflow("run", "--cores", "2", *overrides, "--", "--omit-from", "build_engine"))
+    bundle = plan_dir / "bundle"
+    print(precisionflow("ship", "--target", target, "--to", str(bundle), *overrides))
+    shutil.copytree(ROOT / "src", bundle / "code", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    split_payload(plan_dir, lean, parts)
+
+
+def target_overrides(target: str, run_seconds: float) -> list:
+    """The h200 preset's settings for TARGET (conf/experiment/h200.yaml: runtime, no TensorFlow, the
+    preset's timing) with serving runs of RUN_SECONDS: a lent machine's call lasts at most 10 minutes."""
+    import yaml
+
+    preset = yaml.safe_load((ROOT / "conf" / "experiment" / "h200.yaml").read_text())["target_defs"]["h200"]
+    settings = [f"target_defs.{target}.{key}={hydra_value(value)}" for key, value in preset.items()]
+    return [f"targets=[{target}]", *settings, f"target_defs.{target}.serving.min_duration_ms={int(run_seconds * 1000)}"]
+
+
+def hydra_value(value) -> str:
+    """VALUE in Hydra's override grammar: {a:1,b:[1,2]}, [1,2], false, "1.31.1"."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{key}:{hydra_value(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(hydra_value(item) for item in value) + "]"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f'"{value}"'
+    return str(value)
+
+
+def split_payload(plan_dir: Path, lean: Path, parts: Path) -> None:
+    """LEAN (lean.tar.xz) then PLAN_DIR's bundle, xz-compressed, cut into PARTS/partNN."""
+    bundle_xz = plan_dir / "bundle.tar.xz"
+    subprocess.run(f"tar cf - -C {plan_dir / 'bundle'} . | xz -6 -T2 > {bundle_xz}", shell=True, check=True)  # noqa: S602
+    parts.mkdir(parents=True, exist_ok=True)
     for old in parts.glob("part*"):
         old.unlink()
-    for name, folder in (("lean", lean), ("bundle", work / "bundle")):
-        subprocess.run(f"tar cf - -C {folder} . | xz -6 -T2 > {work / (name + '.tar.xz')}", shell=True, check=True)  # noqa: S602
-    lean_bytes = (work / "lean.tar.xz").stat().st_size
-    payload = (work / "lean.tar.xz").read_bytes() + (work / "bundle.tar.xz").read_bytes()
+    payload = lean.read_bytes() + bundle_xz.read_bytes()
     for index in range(0, len(payload), PART_BYTES):
         (parts / f"part{index // PART_BYTES:02d}").write_bytes(payload[index : index + PART_BYTES])
-    print(f"LEAN_BYTES={lean_bytes}; {len(list(parts.glob('part*')))} parts in {parts}")
+    print(f"LEAN_BYTES={lean.stat().st_size}; {len(list(parts.glob('part*')))} parts in {parts}")
 
 
 def land(work: Path, collected: Path) -> None:
@@ -232,7 +271,13 @@ def main() -> None:
     prep.add_argument("work", type=Path)
     prep.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     prep.add_argument("--per-class", type=int, default=110)
-    prep.add_argument("--wheels", type=Path, help="the unpacked lean packages for the GPU node (split into .gpu_parts/)")
+    packing = commands.add_parser("pack")
+    packing.add_argument("work", type=Path)
+    packing.add_argument("plan", type=Path)
+    packing.add_argument("--target", required=True, help="the GPU target the card that comes is (h100, h200)")
+    packing.add_argument("--run-seconds", type=float, default=10)
+    packing.add_argument("--lean", type=Path, required=True, help="the lean packages, unpacked then tar | xz")
+    packing.add_argument("--parts", type=Path, required=True, help="a git-ignored folder (.gpu_parts/NAME)")
     landing = commands.add_parser("land")
     landing.add_argument("work", type=Path)
     landing.add_argument("collected", type=Path)
@@ -242,7 +287,9 @@ def main() -> None:
     args, extra = parser.parse_known_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     if args.command == "prepare":
-        prepare(args.work, args.device, args.per_class, args.wheels, extra)
+        prepare(args.work, args.device, args.per_class, extra)
+    elif args.command == "pack":
+        pack(args.work, args.plan, args.target, args.run_seconds, args.lean, args.parts)
     elif args.command == "land":
         land(args.work, args.collected)
     else:
