@@ -159,3 +159,33 @@ def test_a_detection_bundle_names_the_module_its_evaluations_lack_before_anythin
     missing = remote.missing_modules(plan, list(plan["nodes"]))
     assert missing == {"pycocotools": ["evaluate_engine/a"]}
     assert "pycocotools (needed by 1 node(s), e.g. evaluate_engine/a): install it there" in remote.missing_text(missing)
+
+
+def test_a_packed_h200_plan_is_the_presets_and_an_h100_plan_names_its_own_card_runtime_and_run_length(tmp_path):
+    """`gpu_acceptance.py pack` plans the card that comes with the h200 preset's settings: for h200 the
+    engine, evaluation and serve nodes are the preset's own (a figure from a packed plan is the users'
+    preset's figure); for h100 every engine node names h100, the declared runtime and the run length."""
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(benchmarks))
+    try:
+        import gpu_acceptance
+        from photo_patches import write_patches
+    finally:
+        sys.path.remove(str(benchmarks))
+    from precisionflow.pipeline.plan import plan_from_overrides
+
+    write_patches(tmp_path / "photos", per_class=4, size=16)
+    base = [*gpu_acceptance.GPU_OVERRIDES, f"dataset.path={tmp_path / 'photos'}", f"results_dir={tmp_path / 'results'}"]
+    without_serving = [item for item in base if not item.startswith("target_defs.h200.serving.")]
+
+    def engine_nodes(overrides):
+        nodes = json.loads(plan_from_overrides(overrides).read_text())["nodes"]
+        return {key: node for key, node in nodes.items() if node["params"].get("target") in ("h100", "h200")}
+
+    preset = engine_nodes(base)
+    assert engine_nodes(without_serving + gpu_acceptance.target_overrides("h200", 20)).keys() == preset.keys()
+    h100 = engine_nodes(without_serving + gpu_acceptance.target_overrides("h100", 10))
+    assert {key.split("/")[1].split("-")[1] for key in h100} == {"h100"}
+    assert {node["params"]["runtime"]["backend_version"] for node in h100.values() if "runtime" in node["params"]} == {"1.31.1"}
+    served = [node["params"] for key, node in h100.items() if key.startswith("serve_engine/")]
+    assert served and {params["serving"]["min_duration_ms"] for params in served} == {10000}
