@@ -8,7 +8,7 @@ Offline, the Server ratio's interval within +-10% of its figure, the geometric m
 
     here:   python benchmarks/gpu_acceptance.py prepare WORK [overrides...]
             (photo patches at 224 px, every 5th dimmed and tagged `dim`, the model trained, `ship --target h200`)
-            python benchmarks/gpu_acceptance.py pack WORK PLAN --target h100 --run-seconds 10 --lean LEAN.tar.xz --parts DIR
+            python benchmarks/gpu_acceptance.py pack WORK PLAN --target h100 --run-seconds 10 --lean LEAN.tar.xz --parts DIR [overrides...]
             (a plan for the card that comes, over WORK's trained model: shipped with the code its ids name,
             behind the lean packages -- numpy, onnx, onnxruntime-gpu, LoadGen, scipy, filelock, psutil and
             their needs, unpacked and xz-compressed -- split into DIR/partNN; LEAN_BYTES printed)
@@ -120,12 +120,12 @@ def photos_with_dim_condition(work: Path, per_class: int, size: int) -> tuple:
     return photos, sidecar
 
 
-def pack(work: Path, plan_dir: Path, target: str, run_seconds: float, lean: Path, parts: Path) -> None:
+def pack(work: Path, plan_dir: Path, target: str, run_seconds: float, lean: Path, parts: Path, extra: list) -> None:
     """A plan for one GPU target over WORK's trained model (its results folder: nothing upstream is made
     again), shipped with a copy of the code its ids name (gpu_path.sh runs that copy, whatever this
     checkout holds by then), then split behind the lean packages into PARTS/partNN."""
     overrides = [o for o in overrides_of(work) if not o.startswith("target_defs.h200.serving.")]
-    overrides += target_overrides(target, run_seconds)
+    overrides += [*target_overrides(target, run_seconds), *extra]
     plan_dir.mkdir(parents=True, exist_ok=True)
     (plan_dir / "overrides.txt").write_text("\n".join(overrides) + "\n")
     print(precisionflow("run", "--cores", "2", *overrides, "--", "--omit-from", "build_engine"))
@@ -289,7 +289,7 @@ def main() -> None:
     if args.command == "prepare":
         prepare(args.work, args.device, args.per_class, extra)
     elif args.command == "pack":
-        pack(args.work, args.plan, args.target, args.run_seconds, args.lean, args.parts)
+        pack(args.work, args.plan, args.target, args.run_seconds, args.lean, args.parts, extra)
     elif args.command == "land":
         land(args.work, args.collected)
     else:
