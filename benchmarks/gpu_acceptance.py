@@ -185,6 +185,11 @@ def read(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def results_dir(work: Path) -> Path:
+    """The results folder WORK's overrides name (a packed plan's is the prepared model's)."""
+    return Path(next(item.split("=", 1)[1] for item in overrides_of(work) if item.startswith("results_dir=")))
+
+
 def planned_nodes(work: Path) -> list:
     """The node keys ("stage/id") of the plan WORK/overrides.txt makes (planned here: nothing runs)."""
     from precisionflow.pipeline.plan import plan_from_overrides
@@ -196,7 +201,7 @@ def table(work: Path, crosscheck: Path = None) -> str:
     """docs/hardware.md's table, from the landed node folders (and the plain loop's cross-check)."""
     from precisionflow.reporting.verdict_rules import server_ratio_at
 
-    results = work / "results"
+    results = results_dir(work)
     plain = {}
     if crosscheck and crosscheck.is_file():
         plain = {(row["precision"], row["batch"]): row for row in read(crosscheck)["rows"]}
