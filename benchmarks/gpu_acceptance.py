@@ -198,15 +198,15 @@ def planned_nodes(work: Path) -> list:
 
 
 def table(work: Path, crosscheck: Path = None) -> str:
-    """docs/hardware.md's table, from the landed node folders (and the plain loop's cross-check)."""
-    from precisionflow.reporting.verdict_rules import server_ratio_at
-
+    """docs/hardware.md's table, from the landed node folders (and the plain loop's cross-check): a row
+    for every side a serve node measured -- its engine, and the reference side it served beside it
+    (fp32 beside fp16, for the Server ratio) -- so every LoadGen run of the job is counted."""
     results = results_dir(work)
     plain = {}
     if crosscheck and crosscheck.is_file():
         plain = {(row["precision"], row["batch"]): row for row in read(crosscheck)["rows"]}
     lines = [
-        "| precision | top1 | agree | engine bmax /s | x plain loop | Offline /s | x engine | Server /s | Server / Offline "
+        "| side | top1 | agree | engine bmax /s | x plain loop | Offline /s | x engine | Server /s | Server / Offline "
         "| x fp32 Server [95%] | run s | runs | longest call ms (median, max) | slow calls: gc / size switch / other (excess ms) "
         "| GPU s |",
         "|---" * 15 + "|",
@@ -214,54 +214,67 @@ def table(work: Path, crosscheck: Path = None) -> str:
     planned = planned_nodes(work)  # this plan's nodes only: WORK/results may hold earlier plans' nodes too
     for serve_dir in sorted(results / key for key in planned if key.startswith("serve_engine/")):
         served = read(serve_dir / "metrics.json")
-        node = read(serve_dir / "node.json")
-        evaluation = next(
-            path.parent
-            for path in results.glob("evaluate_engine/*/node.json")
-            if read(path)["inputs"]["engine"] == node["inputs"]["engine"]
-        )
-        evaluated = read(evaluation / "metrics.json")
-        engine = served["results"]["engine"]
-        largest = max(evaluated["speed"]["batch"], key=int)  # 128 on the GPU target
-        b128 = evaluated["speed"]["batch"][largest]["throughput_sps"]
-        offline = (engine.get("Offline") or {}).get("samples_per_second")
-        server = (engine.get("Server") or {}).get("rate")
-        ratio = server_ratio_at(served.get("server_ratio"), 0.95)
-        runs = engine.get("runs") or []
-        longest = sorted(run["longest_call_ms"] for run in runs if run.get("longest_call_ms") is not None)
-        slow = {cause: sum(run["slow_calls"].get(cause, 0) for run in runs) for cause in ("gc", "size_switch", "unexplained")}
-        excess = {cause: sum(run["slow_excess_ms"].get(cause, 0) for run in runs) for cause in slow}
-        gpu_s = sum(
-            read(results / key / "node.json")["timings"]["seconds"]
-            for key in planned
-            if node["params"]["target"] in key and (results / key / "node.json").is_file()
-        )
-        row = plain.get((evaluated["precision"], int(largest)))
-        cells = [
-            evaluated["precision"],
-            f"{evaluated['top1']:.3f}",
-            f"{evaluated.get('agreement', 1.0):.3f}",
-            f"{b128:,.0f}",
-            f"{b128 / row['plain_sps']:.3f}" if row else "-",
-            f"{offline:,.0f}" if offline else "INVALID",
-            f"{offline / b128:.3f}" if offline else "-",
-            f"{server:,.0f}" if server else "none",
-            f"{engine.get('server_over_offline', '-')}",
-            server_ratio_cell(ratio),
-            f"{served['settings']['min_duration_ms'] / 1000:g}",
-            str(len(runs)),
-            f"{longest[len(longest) // 2]:.1f}, {longest[-1]:.1f}" if longest else "-",
-            " / ".join(f"{slow[cause]} ({excess[cause]:.0f})" for cause in slow),
-            f"{gpu_s:.0f}",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+        precision = evaluation_of(results, f"build_engine/{served['sides']['engine']}")["precision"]
+        job_s = target_seconds(results, planned, served["target"])
+        for side, engine_id in served["sides"].items():
+            label = precision if side == "engine" else f"{side} beside {precision}"
+            evaluated = evaluation_of(results, f"build_engine/{engine_id}")
+            ratio_cell = server_ratio_cell(served.get("server_ratio")) if side == "engine" else "-"
+            cells = side_cells(served, side, evaluated, plain, ratio_cell)
+            lines.append("| " + " | ".join([label, *cells, f"{job_s:.0f}"]) + " |")
     return "\n".join(lines)
 
 
-def server_ratio_cell(ratio) -> str:
-    """The fp16/fp32 Server ratio with its interval, or why it has none (the report's own words)."""
-    from precisionflow.reporting.report_rows import interval_missing
+def target_seconds(results: Path, planned: list, target: str) -> float:
+    """The seconds the target's nodes ran on its machine (the engines, evaluations, ratios, serving)."""
+    keys = [key for key in planned if f"-{target}-" in key and (results / key / "node.json").is_file()]
+    return sum(read(results / key / "node.json")["timings"]["seconds"] for key in keys)
 
+
+def evaluation_of(results: Path, engine_key: str) -> dict:
+    """The metrics of the evaluation node of the engine ENGINE_KEY ("build_engine/<id>")."""
+    for path in results.glob("evaluate_engine/*/node.json"):
+        if read(path)["inputs"]["engine"] == engine_key:
+            return read(path.parent / "metrics.json")
+    raise SystemExit(f"no evaluation of {engine_key} in {results}: land the job's node folders first")
+
+
+def side_cells(served: dict, side: str, evaluated: dict, plain: dict, ratio_cell: str) -> list:
+    """One side's cells of the table (all but the label and the job's GPU seconds)."""
+    measured = served["results"][side]
+    largest = max(evaluated["speed"]["batch"], key=int)  # 128 on the GPU target
+    bmax = evaluated["speed"]["batch"][largest]["throughput_sps"]
+    offline = (measured.get("Offline") or {}).get("samples_per_second")
+    server = (measured.get("Server") or {}).get("rate")
+    runs = measured.get("runs") or []
+    longest = sorted(run["longest_call_ms"] for run in runs if run.get("longest_call_ms") is not None)
+    slow = {cause: sum(run["slow_calls"].get(cause, 0) for run in runs) for cause in ("gc", "size_switch", "unexplained")}
+    excess = {cause: sum(run["slow_excess_ms"].get(cause, 0) for run in runs) for cause in slow}
+    row = plain.get((evaluated["precision"], int(largest)))
+    return [
+        f"{evaluated['top1']:.3f}",
+        f"{evaluated.get('agreement', 1.0):.3f}",
+        f"{bmax:,.0f}",
+        f"{bmax / row['plain_sps']:.3f}" if row else "-",
+        f"{offline:,.0f}" if offline else "INVALID",
+        f"{offline / bmax:.3f}" if offline else "-",
+        f"{server:,.0f}" if server else "none",
+        f"{measured.get('server_over_offline', '-')}",
+        ratio_cell,
+        f"{served['settings']['min_duration_ms'] / 1000:g}",
+        str(len(runs)),
+        f"{longest[len(longest) // 2]:.1f}, {longest[-1]:.1f}" if longest else "-",
+        " / ".join(f"{slow[cause]} ({excess[cause]:.0f})" for cause in slow),
+    ]
+
+
+def server_ratio_cell(recorded) -> str:
+    """The fp16/fp32 Server ratio (the report's, at 95%) with its interval, or why it has none (the
+    report's own words); "ref" for the reference's own node."""
+    from precisionflow.reporting.report_rows import interval_missing
+    from precisionflow.reporting.verdict_rules import server_ratio_at
+
+    ratio = server_ratio_at(recorded, 0.95)
     if not ratio:
         return "ref"
     if ratio.get("low") is None or ratio.get("high") is None:

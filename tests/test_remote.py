@@ -72,9 +72,11 @@ def test_the_acceptance_path_ships_runs_elsewhere_lands_and_finishes_here(tmp_pa
     assert remote.land(collected, plan) == []  # landed folders are never overwritten
     table = acceptance("table", str(work)).splitlines()
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table[2:]}
-    assert set(rows) == {"fp32", "fp16"}, table
+    # a row per side served: fp32 beside fp16 (the ratio's reference) too, so every LoadGen run is counted
+    assert set(rows) == {"fp32", "fp16", "fp32 beside fp16"}, table
     for cells in rows.values():
         assert int(cells[11]) >= 3 and cells[7] != "none", cells  # SingleStream, Offline, the Server search's runs
+    assert rows["fp32 beside fp16"][9] == "-" and rows["fp32"][9] == "ref", table
     # the fp16/fp32 Server ratio: an interval, or the report's words for why there is none
     said = r"\d+\.\d+ (\[\d+\.\d+, \d+\.\d+\]|\((no interval|\d+ pairs disagree)[^)]*\))"
     assert re.fullmatch(said, rows["fp16"][9]), rows["fp16"]
