@@ -191,10 +191,12 @@ def results_dir(work: Path) -> Path:
 
 
 def planned_nodes(work: Path) -> list:
-    """The node keys ("stage/id") of the plan WORK/overrides.txt makes (planned here: nothing runs)."""
+    """The node keys ("stage/id") of the plan the job ran: the shipped bundle's copy (its ids name the
+    code that ran, whatever this checkout holds now), else the plan WORK/overrides.txt makes here."""
     from precisionflow.pipeline.plan import plan_from_overrides
 
-    return sorted(read(plan_from_overrides(overrides_of(work)))["nodes"])
+    shipped = work / "bundle" / "plan.json"
+    return sorted(read(shipped if shipped.is_file() else plan_from_overrides(overrides_of(work)))["nodes"])
 
 
 def table(work: Path, crosscheck: Path = None) -> str:
@@ -207,7 +209,8 @@ def table(work: Path, crosscheck: Path = None) -> str:
         plain = {(row["precision"], row["batch"]): row for row in read(crosscheck)["rows"]}
     lines = [
         "| side | top1 | agree | engine bmax /s | x plain loop | Offline /s | x engine | Server /s | Server / Offline "
-        "| x fp32 Server [95%] | run s | runs | longest call ms (median, max) | slow calls: gc / size switch / other (excess ms) "
+        "| x fp32 Server [95%] | run s | runs | longest call ms (median, max) "
+        "| slow calls: gc / size switch / host / other (excess ms) "
         "| GPU s |",
         "|---" * 15 + "|",
     ]
@@ -239,6 +242,9 @@ def evaluation_of(results: Path, engine_key: str) -> dict:
     raise SystemExit(f"no evaluation of {engine_key} in {results}: land the job's node folders first")
 
 
+SLOW_CAUSES = ("gc", "size_switch", "host", "unexplained")  # measure/serving.py's stalls(), in its order
+
+
 def side_cells(served: dict, side: str, evaluated: dict, plain: dict, ratio_cell: str) -> list:
     """One side's cells of the table (all but the label and the job's GPU seconds)."""
     measured = served["results"][side]
@@ -248,8 +254,9 @@ def side_cells(served: dict, side: str, evaluated: dict, plain: dict, ratio_cell
     server = (measured.get("Server") or {}).get("rate")
     runs = measured.get("runs") or []
     longest = sorted(run["longest_call_ms"] for run in runs if run.get("longest_call_ms") is not None)
-    slow = {cause: sum(run["slow_calls"].get(cause, 0) for run in runs) for cause in ("gc", "size_switch", "unexplained")}
+    slow = {cause: sum(run["slow_calls"].get(cause, 0) for run in runs) for cause in SLOW_CAUSES}
     excess = {cause: sum(run["slow_excess_ms"].get(cause, 0) for run in runs) for cause in slow}
+    recorded = {cause for run in runs for cause in run["slow_calls"]}  # "host": records since the GPU's own time was kept
     row = plain.get((evaluated["precision"], int(largest)))
     return [
         f"{evaluated['top1']:.3f}",
@@ -264,7 +271,7 @@ def side_cells(served: dict, side: str, evaluated: dict, plain: dict, ratio_cell
         f"{served['settings']['min_duration_ms'] / 1000:g}",
         str(len(runs)),
         f"{longest[len(longest) // 2]:.1f}, {longest[-1]:.1f}" if longest else "-",
-        " / ".join(f"{slow[cause]} ({excess[cause]:.0f})" for cause in slow),
+        " / ".join(f"{slow[cause]} ({excess[cause]:.0f})" if cause in recorded else "-" for cause in slow),
     ]
 
 

@@ -681,6 +681,40 @@ def test_slow_calls_are_attributed_to_what_they_overlapped():
         "unexplained": {"calls": 2, "excess_ms": 14.0},  # 11.5 + 2.5
     }
     assert found["gc"] == {"collections": 1, "by_generation": {"2": 1}, "pause_max_ms": 15.0, "pause_total_ms": 15.0}
+    assert "median_device_ms" not in found  # no call was timed on the device: none is placed on the host
+
+
+def test_a_slow_call_whose_gpu_time_was_usual_is_the_hosts_and_one_slow_on_the_gpu_stays_unexplained():
+    # (start, host seconds, size, switched, GPU seconds from CUDA events): b1 calls 0.5 ms on the host, 0.4 on the GPU
+    usual = [(0.01 * index, 0.0005, 1, False, 0.0004) for index in range(8)]
+    on_host = (0.100, 0.0025, 1, False, 0.0004)  # 2 ms more on the host, the GPU's usual 0.4 ms
+    on_gpu = (0.110, 0.0030, 1, False, 0.0026)  # the GPU itself took 2.2 ms more
+    unmeasured = (0.120, 0.0030, 1, False, None)  # a call not timed on the device
+    found = serving.stalls([*usual, on_host, on_gpu, unmeasured], [])
+    assert found["median_call_ms"] == {"1": 0.5} and found["median_device_ms"] == {"1": 0.4}
+    assert found["slow_calls"] == {
+        "gc": {"calls": 0, "excess_ms": 0.0},
+        "size_switch": {"calls": 0, "excess_ms": 0.0},
+        "host": {"calls": 1, "excess_ms": 2.0},
+        "unexplained": {"calls": 2, "excess_ms": 5.0},  # 2.5 + 2.5
+    }
+
+
+def test_a_device_timed_runner_s_seconds_reach_the_stall_record(tmp_path):
+    """A runner that returns its GPU seconds (as a CUDA-event-timed engine call does; a stand-in here,
+    no GPU): a real LoadGen run whose 40th call spends 6 ms on the host while the "GPU" time stays
+    usual is recorded as the host's stall."""
+    calls = iter(range(10**9))
+
+    def runner():
+        time.sleep(0.006 if next(calls) == 40 else 0.0005)
+        return 0.0004
+
+    runners = {size: runner for size in serving.powers_of_two(8)}
+    found = serving.run_scenario(make_sut(runners), "SingleStream", SETTINGS, tmp_path / "host")
+    stalls = found["stalls"]
+    assert stalls["median_device_ms"] == {"1": 0.4}, stalls
+    assert stalls["slow_calls"]["host"]["calls"] >= 1 and stalls["slow_calls"]["unexplained"]["calls"] == 0, stalls
 
 
 def test_a_collection_inside_an_engine_call_is_seen_as_the_stall_s_cause(tmp_path):

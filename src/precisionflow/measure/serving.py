@@ -170,12 +170,14 @@ class BatchingSUT:
                 continue
             size = self._size_of(batch)
             started = time.perf_counter()
-            outputs = self.answer([query.index for query, _ in batch]) if self.answer else self.runners[size]()
-            self._done(batch, outputs if self.answer else None, started, time.perf_counter(), size)
+            result = self.answer([query.index for query, _ in batch]) if self.answer else self.runners[size]()
+            finished = time.perf_counter()
+            device_s = result if isinstance(result, float) else None  # a device-timed runner's GPU seconds
+            self._done(batch, result if self.answer else None, started, finished, size, device_s)
 
-    def _done(self, batch, outputs, started: float, finished: float, size: int) -> None:
+    def _done(self, batch, outputs, started: float, finished: float, size: int, device_s: Optional[float] = None) -> None:
         self.batches[size] += 1
-        done = (batch, outputs, started, finished, size, threading.get_ident())
+        done = (batch, outputs, started, finished, size, threading.get_ident(), device_s)
         if self.completions is not None:
             self.completions.put(done)
         else:
@@ -212,12 +214,12 @@ class BatchingSUT:
         self._done(batch, None, max(queued_at, last_end), finished, size)
         return finished
 
-    def _answer(self, batch, outputs, started: float, finished: float, size: int, worker: int) -> None:
+    def _answer(self, batch, outputs, started: float, finished: float, size: int, worker: int, device_s=None) -> None:
         with self.ready:
             if self.unanswered.pop(id(batch), None) is None:  # answered already: the run failed
                 return
         self._complete([query for query, _ in batch], outputs)
-        self.timeline.record(started, finished, [arrival for _, arrival in batch], size, worker)
+        self.timeline.record(started, finished, [arrival for _, arrival in batch], size, worker, device_s)
 
     def _complete_handed(self) -> None:
         """complete_aside's thread: answer each batch the workers hand over, until close says done."""
@@ -341,11 +343,21 @@ class Timeline:
         self.waits_s: List[float] = []  # per query
         self.service_s: List[float] = []  # per batch
         self.shares: List[float] = []  # per query: the engine call's share of its time in the SUT
-        self.calls: List[Tuple[float, float, int, bool]] = []  # per batch: (start, seconds, size, size switched)
+        # per batch: (start, seconds, size, size switched, the GPU's own seconds where the runner timed them)
+        self.calls: List[Tuple[float, float, int, bool, Optional[float]]] = []
         self.last_size: Dict[int, int] = {}  # worker thread -> the batch size of its previous call
 
-    def record(self, started: float, finished: float, arrivals: List[float], size: int = 0, worker: Optional[int] = None) -> None:
-        """One batch; `worker`: the thread that ran it (this thread's by default)."""
+    def record(
+        self,
+        started: float,
+        finished: float,
+        arrivals: List[float],
+        size: int = 0,
+        worker: Optional[int] = None,
+        device_s: Optional[float] = None,
+    ) -> None:
+        """One batch; `worker`: the thread that ran it (this thread's by default); `device_s`: the
+        seconds the GPU took for it (CUDA events), where the call was timed on the device too."""
         if len(self.service_s) >= self.LIMIT:
             return
         service = finished - started
@@ -353,7 +365,7 @@ class Timeline:
         worker = worker if worker is not None else threading.get_ident()
         switched = self.last_size.get(worker, size) != size
         self.last_size[worker] = size
-        self.calls.append((started, service, size, switched))
+        self.calls.append((started, service, size, switched, device_s))
         for arrival in arrivals:
             wait = max(0.0, started - arrival)
             self.waits_s.append(wait)
@@ -416,26 +428,31 @@ SLOW_FACTOR = 2.0  # a call slower than twice its batch size's median call, and 
 SLOW_EXTRA_S = 0.001  # ... by at least 1 ms, is a stall
 
 
-def stalls(calls: List[Tuple[float, float, int, bool]], pauses: List[Tuple[float, float, int]]) -> Dict[str, Any]:
+def stalls(calls: List[tuple], pauses: List[Tuple[float, float, int]]) -> Dict[str, Any]:
     """The run's slow engine calls and what each overlapped: a garbage collection, a switch of batch
-    size on its worker (a new input shape: cuDNN plans, another CUDA graph), or neither. `excess_ms`
-    is the time the slow calls took beyond their size's median, the measured share of each cause."""
+    size on its worker (a new input shape: cuDNN plans, another CUDA graph), a call whose GPU time
+    (CUDA events, where the call was timed on the device) was its size's usual one -- the time went
+    on the host: launching, the thread's turn, the Python around it -- or none of these. `calls`:
+    (start, seconds, size, size switched[, the GPU's seconds or None]). `excess_ms` is the time the
+    slow calls took beyond their size's median, the measured share of each cause."""
     if not calls:
         return {}
-    by_size: Dict[int, List[float]] = collections.defaultdict(list)
-    for _, seconds, size, _ in calls:
-        by_size[size].append(seconds)
-    median = {size: sorted(values)[len(values) // 2] for size, values in by_size.items()}
-    causes = {"gc": [0, 0.0], "size_switch": [0, 0.0], "unexplained": [0, 0.0]}
-    for started, seconds, size, switched in calls:
-        if seconds <= SLOW_FACTOR * median[size] or seconds - median[size] < SLOW_EXTRA_S:
+    median = size_medians([(size, seconds) for _, seconds, size, *_ in calls])
+    on_device = [(call[2], call[4]) for call in calls if len(call) > 4 and call[4] is not None]
+    device_median = size_medians(on_device)
+    # "host" only where calls were timed on the device too: elsewhere no call can be placed there
+    causes = {"gc": [0, 0.0], "size_switch": [0, 0.0], **({"host": [0, 0.0]} if device_median else {}), "unexplained": [0, 0.0]}
+    for started, seconds, size, switched, *device in calls:
+        if not is_slow(seconds, median[size]):
             continue
         in_gc = any(start < started + seconds and start + pause > started for start, pause, _ in pauses)
-        cause = causes["gc" if in_gc else "size_switch" if switched else "unexplained"]
+        device_s = device[0] if device else None
+        gpu_usual = device_s is not None and not is_slow(device_s, device_median[size])
+        cause = causes["gc" if in_gc else "size_switch" if switched else "host" if gpu_usual else "unexplained"]
         cause[0] += 1
         cause[1] += seconds - median[size]
     longest = max(calls, key=lambda call: call[1])
-    return {
+    found = {
         "calls": len(calls),
         "longest_call_ms": round(1000 * longest[1], 3),
         "longest_call_size": longest[2],
@@ -450,6 +467,22 @@ def stalls(calls: List[Tuple[float, float, int, bool]], pauses: List[Tuple[float
             "pause_total_ms": round(1000 * sum(pause for _, pause, _ in pauses), 3),
         },
     }
+    if device_median:
+        found["median_device_ms"] = {str(size): round(1000 * value, 4) for size, value in sorted(device_median.items())}
+    return found
+
+
+def size_medians(timed: List[Tuple[int, float]]) -> Dict[int, float]:
+    """{batch size: the median of its seconds} (the upper middle of an even count)."""
+    by_size: Dict[int, List[float]] = collections.defaultdict(list)
+    for size, seconds in timed:
+        by_size[size].append(seconds)
+    return {size: sorted(values)[len(values) // 2] for size, values in by_size.items()}
+
+
+def is_slow(seconds: float, median: float) -> bool:
+    """Slower than twice its size's median and by at least SLOW_EXTRA_S: a stall, not noise."""
+    return seconds > SLOW_FACTOR * median and seconds - median >= SLOW_EXTRA_S
 
 
 def accuracy_log(outdir: Path) -> Dict[int, Any]:
