@@ -667,10 +667,11 @@ def test_a_server_ratio_without_an_interval_says_why_in_its_cell():
 
 
 def test_slow_calls_are_attributed_to_what_they_overlapped():
-    # (start, seconds, batch size, size switched on its worker): b8 calls take 2 ms, b1 calls 0.5 ms
+    # (start, seconds, batch size, size switched on its worker, GPU seconds: none timed): b8 calls take 2 ms, b1 0.5 ms
     calls = [(0.000, 0.002, 8, False), (0.010, 0.030, 8, False), (0.050, 0.002, 8, False), (0.060, 0.002, 8, False)]
     calls += [(0.100, 0.0005, 1, True), (0.110, 0.012, 1, False), (0.130, 0.0005, 1, True), (0.140, 0.009, 8, True)]
     calls += [(0.160, 0.0005, 1, True), (0.170, 0.0030, 1, False)]
+    calls = [(*call, None) for call in calls]
     pauses = [(0.020, 0.015, 2)]  # one full collection, inside the second b8 call
     found = serving.stalls(calls, pauses)
     assert found["calls"] == 10 and found["longest_call_ms"] == 30.0 and found["longest_call_size"] == 8

@@ -214,7 +214,9 @@ class BatchingSUT:
         self._done(batch, None, max(queued_at, last_end), finished, size)
         return finished
 
-    def _answer(self, batch, outputs, started: float, finished: float, size: int, worker: int, device_s=None) -> None:
+    def _answer(
+        self, batch, outputs, started: float, finished: float, size: int, worker: int, device_s: Optional[float] = None
+    ) -> None:
         with self.ready:
             if self.unanswered.pop(id(batch), None) is None:  # answered already: the run failed
                 return
@@ -428,25 +430,25 @@ SLOW_FACTOR = 2.0  # a call slower than twice its batch size's median call, and 
 SLOW_EXTRA_S = 0.001  # ... by at least 1 ms, is a stall
 
 
-def stalls(calls: List[tuple], pauses: List[Tuple[float, float, int]]) -> Dict[str, Any]:
+def stalls(
+    calls: List[Tuple[float, float, int, bool, Optional[float]]], pauses: List[Tuple[float, float, int]]
+) -> Dict[str, Any]:
     """The run's slow engine calls and what each overlapped: a garbage collection, a switch of batch
     size on its worker (a new input shape: cuDNN plans, another CUDA graph), a call whose GPU time
     (CUDA events, where the call was timed on the device) was its size's usual one -- the time went
     on the host: launching, the thread's turn, the Python around it -- or none of these. `calls`:
-    (start, seconds, size, size switched[, the GPU's seconds or None]). `excess_ms` is the time the
-    slow calls took beyond their size's median, the measured share of each cause."""
+    Timeline.calls. `excess_ms` is the time the slow calls took beyond their size's median, the
+    measured share of each cause."""
     if not calls:
         return {}
-    median = size_medians([(size, seconds) for _, seconds, size, *_ in calls])
-    on_device = [(call[2], call[4]) for call in calls if len(call) > 4 and call[4] is not None]
-    device_median = size_medians(on_device)
+    median = size_medians([(size, seconds) for _, seconds, size, _, _ in calls])
+    device_median = size_medians([(size, device_s) for _, _, size, _, device_s in calls if device_s is not None])
     # "host" only where calls were timed on the device too: elsewhere no call can be placed there
     causes = {"gc": [0, 0.0], "size_switch": [0, 0.0], **({"host": [0, 0.0]} if device_median else {}), "unexplained": [0, 0.0]}
-    for started, seconds, size, switched, *device in calls:
+    for started, seconds, size, switched, device_s in calls:
         if not is_slow(seconds, median[size]):
             continue
         in_gc = any(start < started + seconds and start + pause > started for start, pause, _ in pauses)
-        device_s = device[0] if device else None
         gpu_usual = device_s is not None and not is_slow(device_s, device_median[size])
         cause = causes["gc" if in_gc else "size_switch" if switched else "host" if gpu_usual else "unexplained"]
         cause[0] += 1
