@@ -14,7 +14,7 @@ Offline, the Server ratio's interval within +-10% of its figure, the geometric m
             their needs, unpacked and xz-compressed -- split into DIR/partNN; LEAN_BYTES printed)
     there:  bash benchmarks/gpu_path.sh stage DIR/partNN     (one call per part)
             bash benchmarks/gpu_path.sh start LEAN_BYTES; bash benchmarks/gpu_path.sh wait 540 (until it ends)
-    here:   python benchmarks/gpu_acceptance.py land WORK COLLECTED.tar.xz [overrides...]
+    here:   python benchmarks/gpu_acceptance.py land WORK COLLECTED.tar.xz
             python benchmarks/gpu_acceptance.py table WORK [CROSSCHECK.json]
             (PLAN in place of WORK for a packed plan: its overrides.txt names WORK's results)
 
@@ -310,6 +310,8 @@ def main() -> None:
     tabled.add_argument("work", type=Path)
     tabled.add_argument("crosscheck", type=Path, nargs="?")
     args, extra = parser.parse_known_args()
+    if extra and args.command not in ("prepare", "pack"):  # land and table take WORK's own overrides
+        parser.error(f"{args.command} takes no overrides (it reads WORK/overrides.txt); found {' '.join(extra)}")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     if args.command == "prepare":
         prepare(args.work, args.device, args.per_class, extra)
