@@ -215,13 +215,14 @@ def table(work: Path, crosscheck: Path = None) -> str:
         "|---" * 15 + "|",
     ]
     planned = planned_nodes(work)  # this plan's nodes only: WORK/results may hold earlier plans' nodes too
+    evaluations = evaluations_by_engine(results, planned)  # read once: every side looks its engine up
     for serve_dir in sorted(results / key for key in planned if key.startswith("serve_engine/")):
         served = read(serve_dir / "metrics.json")
-        precision = evaluation_of(results, f"build_engine/{served['sides']['engine']}")["precision"]
+        precision = evaluation_of(evaluations, f"build_engine/{served['sides']['engine']}")["precision"]
         job_s = target_seconds(results, planned, served["target"])
         for side, engine_id in served["sides"].items():
             label = precision if side == "engine" else f"{side} beside {precision}"
-            evaluated = evaluation_of(results, f"build_engine/{engine_id}")
+            evaluated = evaluation_of(evaluations, f"build_engine/{engine_id}")
             ratio_cell = server_ratio_cell(served.get("server_ratio")) if side == "engine" else "-"
             cells = side_cells(served, side, evaluated, plain, ratio_cell)
             lines.append("| " + " | ".join([label, *cells, f"{job_s:.0f}"]) + " |")
@@ -234,12 +235,19 @@ def target_seconds(results: Path, planned: list, target: str) -> float:
     return sum(read(results / key / "node.json")["timings"]["seconds"] for key in keys)
 
 
-def evaluation_of(results: Path, engine_key: str) -> dict:
-    """The metrics of the evaluation node of the engine ENGINE_KEY ("build_engine/<id>")."""
-    for path in results.glob("evaluate_engine/*/node.json"):
-        if read(path)["inputs"]["engine"] == engine_key:
-            return read(path.parent / "metrics.json")
-    raise SystemExit(f"no evaluation of {engine_key} in {results}: land the job's node folders first")
+def evaluations_by_engine(results: Path, planned: list) -> dict:
+    """{"build_engine/<id>": the metrics of its evaluation node}, for this plan's landed evaluations."""
+    found = {}
+    for key in planned:
+        if key.startswith("evaluate_engine/") and (results / key / "node.json").is_file():
+            found[read(results / key / "node.json")["inputs"]["engine"]] = read(results / key / "metrics.json")
+    return found
+
+
+def evaluation_of(evaluations: dict, engine_key: str) -> dict:
+    if engine_key not in evaluations:
+        raise SystemExit(f"no evaluation of {engine_key} landed: land the job's node folders first")
+    return evaluations[engine_key]
 
 
 SLOW_CAUSES = ("gc", "size_switch", "host", "unexplained")  # measure/serving.py's stalls(), in its order
