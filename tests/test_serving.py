@@ -1,6 +1,7 @@
 """Serving under a latency bound (measure/serving.py, stages/serve_engine.py): the real MLPerf
 LoadGen drives a system under test whose service time is known, on this CPU."""
 
+import collections
 import time
 
 import pytest
@@ -300,7 +301,7 @@ def test_a_sides_engine_threads_are_warmed_once_and_serve_every_run(tmp_path):
         return run_once
 
     runners = {size: runner(size) for size in serving.powers_of_two(8)}
-    workers = serving.EngineWorkers(runners, 2)
+    workers = serving.EngineWorkers([runners] * 2)  # two threads sharing one set (a CPU session)
     pool = {thread.ident for thread in workers.threads}
     assert len(pool) == 2
     for size in runners:  # warmed: every size, WARM_CALLS times on each of the two threads
@@ -321,7 +322,7 @@ def test_a_sides_engine_threads_are_warmed_once_and_serve_every_run(tmp_path):
     workers.close()
     assert not any(thread.is_alive() for thread in workers.threads)
     with pytest.raises(RuntimeError, match="warmed up: ZeroDivisionError"):  # an engine that fails says so
-        serving.EngineWorkers({1: lambda: 1 / 0}, 2)
+        serving.EngineWorkers([{1: lambda: 1 / 0}] * 2)
 
 
 def test_an_offline_run_answered_aside_completes_every_query_and_keeps_the_timeline(tmp_path):
@@ -876,3 +877,99 @@ def test_a_side_records_server_overlap_only_where_its_runners_can_be_queued(tmp_
     plain = ServedSide({size: (lambda: None) for size in calls}, calls, settings, tmp_path)
     queued = ServedSide({size: QueuedDevice(0.0001).runner() for size in calls}, calls, settings, tmp_path)
     assert plain.found["server_overlap"] is False and queued.found["server_overlap"] is True
+
+
+class SharedSms:
+    """A stand-in for one GPU that engine instances share (no GPU here): each instance's runner can be
+    queued (start, finish) and its batch holds the GPU's SMs, one batch at a time, 1 ms an image --
+    two instances calling at once take turns. Records which thread called which instance."""
+
+    def __init__(self):
+        import threading
+
+        self.sms = threading.Lock()
+        self.callers = collections.defaultdict(set)  # instance -> threads that called it
+
+    def runner(self, instance: str, size: int):
+        import threading
+
+        gpu = self
+
+        class Runner:
+            def __call__(self):
+                self.finish(self.start())
+
+            def start(self):
+                gpu.callers[instance].add(threading.get_ident())
+                with gpu.sms:
+                    time.sleep(0.001 * size)
+
+            def finish(self, _):
+                pass
+
+        return Runner()
+
+
+def test_two_gpu_instances_each_serve_from_a_thread_of_their_own_with_batches_sized_by_calls_together(tmp_path):
+    """workers=2 with runners that can be queued (a GPU's): engine_instances gives the second worker
+    runners on sessions of their own; the side times every batch size with both instances calling at
+    once and sizes Server's batch by those times, with no batch queued behind another (each instance
+    has one in flight); in every run each serving thread calls its own instance only."""
+    import numpy as np
+
+    from precisionflow.stages.serve_engine import ServedSide, engine_instances
+
+    gpu, sizes = SharedSms(), serving.powers_of_two(8)
+
+    class Engine:
+        made = 0
+
+        def instance_runner(self, batch):
+            Engine.made += 1
+            return gpu.runner("second", len(batch))
+
+    first = {size: gpu.runner("first", size) for size in sizes}
+    instances = engine_instances(Engine(), np.zeros((8, 3, 2, 2), np.float32), first, workers=2)
+    assert instances[0] is first and sorted(instances[1]) == sizes and Engine.made == len(sizes)
+    plain = {size: (lambda: None) for size in sizes}  # a CPU session: one set, shared
+    assert engine_instances(Engine(), np.zeros((8, 3, 2, 2), np.float32), plain, workers=2) == [plain, plain]
+
+    alone = {size: 0.001 * size for size in sizes}
+    settings = dict(SETTINGS, max_wait_ms=1.0, max_batch=8, workers=2, scenarios=["Server"])
+    side = ServedSide(first, alone, settings, tmp_path, instances)
+    together = side.found["engine_call_together_ms"]
+    assert side.found["instances"] == 2 and sorted(together) == [str(size) for size in sizes]
+    assert together["8"] > 1000 * alone[8]  # the two took turns on the SMs
+    assert side.found["server_overlap"] is False and side.server_batch == 4  # b8 together: 2 x >8 ms + 1 > 18 ms
+    try:
+        for scenario, rate in (("Offline", 2000), ("Server", 300)):
+            found = side.run(scenario, rate=rate)
+            assert found["where_time_went"]["engine_call_ms"]["max"] > 0, found
+    finally:
+        side.close()
+    serving_threads = {thread.ident for thread in side.workers.threads}
+    assert gpu.callers["first"] & gpu.callers["second"] & serving_threads == set()
+    assert gpu.callers["first"] & serving_threads and gpu.callers["second"] & serving_threads
+
+
+def test_serving_threads_warm_up_one_at_a_time(tmp_path):
+    """A captured CUDA graph must not overlap another thread's launches: EngineWorkers' threads warm
+    one after the other, never together."""
+    import threading
+
+    spans = collections.defaultdict(list)  # thread -> (start, end) of each warm call
+
+    def runner():
+        def run_once():
+            began = time.perf_counter()
+            time.sleep(0.002)
+            spans[threading.get_ident()].append((began, time.perf_counter()))
+
+        return run_once
+
+    workers = serving.EngineWorkers([{1: runner(), 2: runner()} for _ in range(3)])
+    workers.close()
+    windows = sorted((calls[0][0], calls[-1][1]) for calls in spans.values())
+    assert len(windows) == 3
+    for (_, ended), (began, _) in zip(windows, windows[1:], strict=False):
+        assert began >= ended

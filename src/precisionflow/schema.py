@@ -331,7 +331,7 @@ class ServingConf:
     min_query_count: int = 500  # with no query over the bound, a p99 claim needs ~459 (LoadGen's early stopping)
     max_batch: int = 8  # the SUT's batching: up to this many queries per engine call ...
     max_wait_ms: float = 1.0  # ... waiting at most this long for a batch to fill
-    workers: int = 1  # threads calling the engine (1 on a GPU: a captured CUDA graph is one thread's)
+    workers: int = 1  # threads calling the engine; on a GPU each is an instance: sessions, stream, CUDA graphs of its own
     search_precision: float = 0.1  # the Server rate is bisected until its bracket is within 10%
     # Independent Server searches per side (each its own arrival schedule), run in pairs with the
     # fp32 side's in alternating order: the ratio's interval is the t interval of the pairs' log

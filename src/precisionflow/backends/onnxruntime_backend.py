@@ -390,6 +390,13 @@ class OrtEngine:
             return QueuedRun(slot.clock, slot.queue)  # timed as before when called; serving may queue it
         return slot.run
 
+    def instance_runner(self, batch: np.ndarray) -> Callable[[], object]:
+        """prepare(batch) on a session of its own -- its own CUDA stream, device buffers and graph:
+        another instance of the engine, for a serving thread that must not share this one's."""
+        own = self.reload()
+        self.graph_sessions.append(own)  # kept alive with its graph
+        return own.prepare(batch)
+
     def stream_runners(self, batch: np.ndarray, count: int) -> Tuple[List[Callable[[], object]], str]:
         """`count` callables for concurrent threads, and how they share the engine."""
         if not self.on_gpu:

@@ -135,12 +135,14 @@ class BatchingSUT:
     def _size_of(self, batch: List[Any]) -> int:
         return next(size for size in self.sizes if size >= len(batch))
 
-    def _work(self) -> None:
-        """A worker's loop until the SUT closes. An engine that raises ends the run instead of leaving
-        LoadGen waiting for answers that never come: every query taken or waiting is answered empty,
-        later ones at once, and run_scenario raises the error."""
+    def _work(self, runners: Optional[Dict[int, Callable[[], object]]] = None) -> None:
+        """A worker's loop until the SUT closes, calling `runners` (an engine instance of the
+        worker's own, EngineWorkers') or the SUT's. An engine that raises ends the run instead of
+        leaving LoadGen waiting for answers that never come: every query taken or waiting is
+        answered empty, later ones at once, and run_scenario raises the error."""
+        own = {size: (runners or self.runners)[size] for size in self.sizes}
         try:
-            self._serve_batches()
+            self._serve_batches(own)
         except BaseException as error:  # noqa: BLE001 -- raised again by run_scenario, in its thread
             self._fail(error)
             # LoadGen keeps a logger per thread that answered a query; a thread that ends mid-run
@@ -159,9 +161,9 @@ class BatchingSUT:
             self.unanswered.clear()
         self._complete(dropped)
 
-    def _serve_batches(self) -> None:
-        if self.overlap and queueable(self.runners):
-            return self._work_overlapped()
+    def _serve_batches(self, runners: Dict[int, Callable[[], object]]) -> None:
+        if self.overlap and queueable(runners):
+            return self._work_overlapped(runners)
         while True:
             batch = self._take()
             if batch is None:
@@ -170,7 +172,7 @@ class BatchingSUT:
                 continue
             size = self._size_of(batch)
             started = time.perf_counter()
-            result = self.answer([query.index for query, _ in batch]) if self.answer else self.runners[size]()
+            result = self.answer([query.index for query, _ in batch]) if self.answer else runners[size]()
             finished = time.perf_counter()
             device_s = result if isinstance(result, float) else None  # a device-timed runner's GPU seconds
             self._done(batch, result if self.answer else None, started, finished, size, device_s)
@@ -183,7 +185,7 @@ class BatchingSUT:
         else:
             self._answer(*done)
 
-    def _work_overlapped(self) -> None:
+    def _work_overlapped(self, runners: Dict[int, Any]) -> None:
         """_work with at most two batches queued on the GPU: the next is queued before the last is
         waited on (a batch of another size first waits for the last: sizes run on streams of their
         own, and two streams would run at once). A batch's call in the timeline starts when it was
@@ -193,23 +195,23 @@ class BatchingSUT:
         while True:
             batch = self._take(block=in_flight is None)
             if batch and in_flight and self._size_of(batch) != in_flight[1]:
-                last_end = self._finish(in_flight, last_end)
+                last_end = self._finish(runners, in_flight, last_end)
                 in_flight = None
             if batch:
                 size = self._size_of(batch)
                 queued_at = time.perf_counter()
-                following = (batch, size, self.runners[size].start(), queued_at)
+                following = (batch, size, runners[size].start(), queued_at)
             if in_flight:  # the next is queued (or none is ready): the last one's turn to be answered
-                last_end = self._finish(in_flight, last_end)
+                last_end = self._finish(runners, in_flight, last_end)
                 in_flight = None
             if batch:
                 in_flight = following
             elif batch is None:
                 return
 
-    def _finish(self, in_flight, last_end: float) -> float:
+    def _finish(self, runners: Dict[int, Any], in_flight, last_end: float) -> float:
         batch, size, event, queued_at = in_flight
-        self.runners[size].finish(event)
+        runners[size].finish(event)
         finished = time.perf_counter()
         self._done(batch, None, max(queued_at, last_end), finished, size)
         return finished
@@ -260,23 +262,26 @@ class BatchingSUT:
 
 
 class EngineWorkers:
-    """The threads that call a side's engine, started once and kept for every LoadGen run of it, each
-    warmed on every batch size before it serves. ONNX Runtime's CUDA provider keeps its cuDNN and
-    cuBLAS handles and its captured CUDA graphs per thread (a PerThreadContext): a thread new to a
-    batch size pays two plain runs and a capture before its first replay, slow calls a timed run
-    must not contain."""
+    """The threads that call a side's engine, started once and kept for every LoadGen run of it, one
+    per runner set (an engine instance: on a GPU its own sessions, stream, buffers and graphs; on a
+    CPU the threads may share one set, a session serving many threads), each warmed on every batch
+    size before it serves. ONNX Runtime's CUDA provider keeps its cuDNN and cuBLAS handles and its
+    captured CUDA graphs per thread (a PerThreadContext): a thread new to a batch size pays two plain
+    runs and a capture before its first replay, slow calls a timed run must not contain. The threads
+    warm one at a time: a graph's capture must not overlap another thread's launches."""
 
     WARM_CALLS = 4  # per size and thread: two plain runs, the capture, a replay
 
-    def __init__(self, runners: Dict[int, Callable[[], object]], count: int, warm_calls: int = WARM_CALLS):
-        self.runners, self.warm_calls = runners, warm_calls
+    def __init__(self, runner_sets: List[Dict[int, Callable[[], object]]], warm_calls: int = WARM_CALLS):
+        self.runner_sets, self.warm_calls = runner_sets, warm_calls
         self.changed = threading.Condition()
+        self.warming = threading.Lock()  # one thread's warm-up at a time
         self.current: Optional[BatchingSUT] = None  # the SUT being served, one at a time
         self.done = 0  # threads that have left the current SUT
         self.warmed = 0
         self.failed: Optional[BaseException] = None  # the first exception of a thread's warm-up
         self.closed = False
-        self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(max(1, count))]
+        self.threads = [threading.Thread(target=self._loop, args=(runners,), daemon=True) for runners in runner_sets]
         for thread in self.threads:
             thread.start()
         with self.changed:
@@ -286,11 +291,12 @@ class EngineWorkers:
             self.close()
             raise RuntimeError(f"the engine failed while its serving threads warmed up: {self.failed!r}") from self.failed
 
-    def _loop(self) -> None:
+    def _loop(self, runners: Dict[int, Callable[[], object]]) -> None:
         try:
-            for _ in range(self.warm_calls):
-                for run_once in self.runners.values():
-                    run_once()
+            with self.warming:
+                for _ in range(self.warm_calls):
+                    for run_once in runners.values():
+                        run_once()
         except BaseException as error:  # noqa: BLE001 -- handed to the constructor, which raises it
             self.failed = self.failed or error
         with self.changed:
@@ -305,7 +311,7 @@ class EngineWorkers:
                     return
                 served = self.current
             try:
-                served._work()  # returns once the SUT is stopping and its queue is empty
+                served._work(runners)  # returns once the SUT is stopping and its queue is empty
             finally:
                 with self.changed:
                     self.done += 1
@@ -332,6 +338,47 @@ class EngineWorkers:
             self.changed.notify_all()
         for thread in self.threads:
             thread.join(5)
+
+
+def calls_together(runner_sets: List[Dict[int, Callable[[], object]]], rounds: int = 5) -> Dict[int, float]:
+    """{batch size: seconds one call takes while every instance calls at the same moment}: per size,
+    a thread per instance warms its runner (one thread at a time, as EngineWorkers do), then in each
+    of `rounds` rounds the threads start a call together at a barrier; the median of every call.
+    Instances on one GPU share its SMs: this, not a call alone, is how long a Server batch takes
+    when every instance is busy."""
+    return {size: _seconds_together([runners[size] for runners in runner_sets], rounds) for size in sorted(runner_sets[0])}
+
+
+def _seconds_together(calls: List[Callable[[], object]], rounds: int) -> float:
+    import statistics
+
+    start_together, warming = threading.Barrier(len(calls)), threading.Lock()
+    seconds: List[float] = []
+    failed: List[BaseException] = []
+
+    def call(run_once: Callable[[], object]) -> None:
+        try:
+            with warming:
+                for _ in range(EngineWorkers.WARM_CALLS):
+                    run_once()
+            for _ in range(rounds):
+                start_together.wait()
+                began = time.perf_counter()
+                run_once()
+                seconds.append(time.perf_counter() - began)
+        except BaseException as error:  # noqa: BLE001 -- raised below, in the caller's thread
+            failed.append(error)
+            start_together.abort()
+
+    threads = [threading.Thread(target=call, args=(run_once,)) for run_once in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    real = [error for error in failed if not isinstance(error, threading.BrokenBarrierError)]
+    if failed:
+        raise RuntimeError("the engine failed while its instances were timed together") from (real or failed)[0]
+    return statistics.median(seconds)
 
 
 class Timeline:

@@ -8,8 +8,10 @@ arrival, the chosen percentile within the bound), found by repeated searches; th
 ratio. LoadGen's logs stay in the node folder (loadgen/<side>/<run>/).
 """
 
+import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -69,10 +71,13 @@ def answers_through_server(run_batch, images: np.ndarray, labels, settings: Dict
 
     size = settings["max_batch"]
 
+    one_at_a_time = threading.Lock()  # a GPU engine's run() copies through one bound slot
+
     def fixed(batch: np.ndarray) -> np.ndarray:  # one batch size: a CUDA-graph engine captures one
         padded = np.zeros((size,) + batch.shape[1:], dtype=np.float32)
         padded[: len(batch)] = batch
-        return np.asarray(run_batch(padded))[: len(batch)]
+        with one_at_a_time:
+            return np.asarray(run_batch(padded))[: len(batch)]
 
     answer = lambda indices: fixed(images[np.asarray(indices)])  # noqa: E731
     sizes = serving.powers_of_two(size)
@@ -164,18 +169,47 @@ def add_server_sizes(
     return timed
 
 
-def load_side(engine_dir: Path, images: np.ndarray, settings: Dict[str, Any]):
-    """(the loaded engine, its runners by batch size, their call times, the Server steps timed):
-    the powers of two up to max_batch, and on a GPU the Server steps that fit (add_server_sizes)."""
+@dataclass
+class LoadedSide:
+    """A side ready to serve: its engine, runners and call times by batch size, the Server steps
+    timed (add_server_sizes), and the runner set of each serving thread (engine_instances)."""
+
+    engine: Any
+    runners: Dict[int, Any]
+    service_s: Dict[int, float]
+    steps: Dict[str, float]
+    instances: List[Dict[int, Any]]
+
+
+def load_side(engine_dir: Path, images: np.ndarray, settings: Dict[str, Any]) -> LoadedSide:
+    """The powers of two up to max_batch, on a GPU the Server steps that fit (add_server_sizes),
+    and a runner set for each of the settings' workers."""
     engine, runners, service_s = runners_of(engine_dir, images, settings["max_batch"])
-    return engine, runners, service_s, add_server_sizes(engine, images, runners, service_s, settings)
+    steps = add_server_sizes(engine, images, runners, service_s, settings)
+    return LoadedSide(engine, runners, service_s, steps, engine_instances(engine, images, runners, settings["workers"]))
+
+
+def engine_instances(engine, images: np.ndarray, runners: Dict[int, Any], workers: int) -> List[Dict[int, Any]]:
+    """The runner sets of a side's serving threads, one per worker. Runners that can be queued (a
+    GPU's) hold one session's stream, device buffers and CUDA graph, which two threads must not
+    share: each worker after the first gets sessions of its own for every batch size
+    (engine.instance_runner) -- instances of the engine, as serving systems run several on one GPU.
+    Plain callables (a CPU session, which serves many threads) are one set the workers share."""
+    from precisionflow.measure import serving, speed
+
+    count = max(1, int(workers))
+    if count == 1 or not serving.queueable(runners):
+        return [runners] * count
+    extra = [{size: engine.instance_runner(speed.timing_batch(images, size)) for size in runners} for _ in range(count - 1)]
+    return [runners] + extra
 
 
 def serve_side(engine_dir: Path, images: np.ndarray, settings: Dict[str, Any], logs: Path):
     """(the loaded engine, every scenario the settings name for it and Offline -- Server is read
     against it -- with the Server rate by search, repeated, and the Server steps timed)."""
-    engine, runners, service_s, steps = load_side(engine_dir, images, settings)
-    return engine, {**serve_with(runners, service_s, settings, logs), "server_steps_ms": steps}
+    side = load_side(engine_dir, images, settings)
+    found = serve_sides({"engine": (side.runners, side.service_s, logs, side.instances)}, settings)["engine"]
+    return side.engine, {**found, "server_steps_ms": side.steps}
 
 
 def serve_with(runners: Dict[int, Any], service_s: Dict[int, float], settings: Dict[str, Any], logs: Path) -> Dict[str, Any]:
@@ -184,13 +218,16 @@ def serve_with(runners: Dict[int, Any], service_s: Dict[int, float], settings: D
 
 
 def serve_sides(sides: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
-    """Every scenario the settings name, for each side ({name: (runners, call times, logs folder)}).
+    """Every scenario the settings name, for each side ({name: (runners, call times, logs folder[,
+    runner set per worker])}).
     SingleStream and Offline side by side, then the Server searches in turns: each side's first
     search, then each side's second, and so on. The Server ratio sets two sides' rates against each
     other; on a shared machine whose load moves over minutes, sides served one after the other met
     different loads (the CPU default's int8_qat ratio 1.341 [1.213, 1.468] in one run, 0.885
     [0.817, 0.997] in the next), while searches in turns meet the same ones."""
-    served = {name: ServedSide(runners, service_s, settings, logs) for name, (runners, service_s, logs) in sides.items()}
+    served = {
+        name: ServedSide(runners, service_s, settings, logs, *rest) for name, (runners, service_s, logs, *rest) in sides.items()
+    }
     try:
         return _serve_in_turns(served, settings)
     finally:
@@ -217,16 +254,32 @@ def _serve_in_turns(served: Dict[str, "ServedSide"], settings: Dict[str, Any]) -
 
 class ServedSide:
     """One side's system under test (the serve stage's choices: no batch wait outside Server, the
-    largest Server batch by server_max_batch) and what its runs found, for serve_sides to drive."""
+    largest Server batch by server_batching) and what its runs found, for serve_sides to drive.
+    `instances`: the runner set of each serving thread (engine_instances; by default every worker
+    shares `runners`)."""
 
-    def __init__(self, runners: Dict[int, Any], service_s: Dict[int, float], settings: Dict[str, Any], logs: Path):
+    def __init__(
+        self,
+        runners: Dict[int, Any],
+        service_s: Dict[int, float],
+        settings: Dict[str, Any],
+        logs: Path,
+        instances: Optional[List[Dict[int, Any]]] = None,
+    ):
         from precisionflow.measure import serving
 
         self.runners, self.service_s, self.settings, self.logs = runners, service_s, settings, logs
+        self.instances = instances or [runners] * max(1, int(settings["workers"]))
         self._workers = None  # threads of the side's own for all its runs (started by the first)
         bound_s, self.wait_s = settings["latency_bound_ms"] / 1000, settings["max_wait_ms"] / 1000
         # recorded as what runs: only runners that can be queued overlap (a GPU's; a CPU's run whole)
         self.server_batch, self.server_overlap = server_batching(service_s, bound_s, self.wait_s, serving.queueable(runners))
+        separate = len({id(each) for each in self.instances}) > 1
+        together = serving.calls_together(self.instances) if separate else None
+        if together:
+            # Instances of their own (a GPU's): each thread has a batch in flight, none queues behind
+            # another, and a batch takes as long as it does beside the others' (calls_together).
+            self.server_batch, self.server_overlap = server_max_batch(together, bound_s, self.wait_s), False
         self.limit = serving.queue_limit(bound_s, service_s[self.server_batch], self.server_batch, settings["workers"])
         self.counter = iter(range(10**6))
         # LoadGen sizes SingleStream and Offline runs from the expected latency / rate: an engine
@@ -241,16 +294,19 @@ class ServedSide:
             "queue_limit": self.limit,
             "runs": [],  # every LoadGen run of this side, probes and re-checks included (run_record)
         }
+        if together:
+            self.found["instances"] = len(self.instances)
+            self.found["engine_call_together_ms"] = {str(size): round(1000 * s, 4) for size, s in sorted(together.items())}
         self.offline_rate = None  # single_and_offline sets it: LoadGen's Offline rate where VALID
         self.repeats = []
 
     @property
     def workers(self):
-        """The side's engine threads, each warmed on every batch size (serving.EngineWorkers)."""
+        """The side's engine threads, one per instance, each warmed on every batch size (serving.EngineWorkers)."""
         from precisionflow.measure import serving
 
         if self._workers is None:
-            self._workers = serving.EngineWorkers(self.runners, self.settings["workers"])
+            self._workers = serving.EngineWorkers(self.instances)
         return self._workers
 
     def close(self) -> None:
@@ -337,10 +393,9 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
     sides = {"engine": inputs["engine"], **({"fp32": inputs["fp32_engine"]} if "fp32_engine" in inputs else {})}
     loaded = {side: load_side(folder, images, settings) for side, folder in sides.items()}
     results = serve_sides(
-        {side: (runners, service_s, out / "loadgen" / side) for side, (_engine, runners, service_s, _steps) in loaded.items()},
-        settings,
+        {name: (side.runners, side.service_s, out / "loadgen" / name, side.instances) for name, side in loaded.items()}, settings
     )
-    engine = loaded["engine"][0]
+    engine = loaded["engine"].engine
     results["engine"]["AccuracyOnly"] = answered = answers_through_server(
         engine.run, images, test.labels, settings, out / "loadgen" / "accuracy"
     )
@@ -352,7 +407,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "sides": {side: folder.name for side, folder in sides.items()},
         "results": results,
         "server_ratio": server_ratio(results),
-        "server_steps_ms": {side: steps for side, (*_loaded, steps) in loaded.items()},  # every step timed, kept or not
+        "server_steps_ms": {name: side.steps for name, side in loaded.items()},  # every step timed, kept or not
         "mlperf_length": mlperf_valid,
         "note": ""
         if mlperf_valid
