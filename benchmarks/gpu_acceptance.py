@@ -209,10 +209,10 @@ def table(work: Path, crosscheck: Path = None) -> str:
         plain = {(row["precision"], row["batch"]): row for row in read(crosscheck)["rows"]}
     lines = [
         "| side | top1 | agree | engine bmax /s | x plain loop | Offline /s | x engine | Server /s | Server / Offline "
-        "| x fp32 Server [95%] | run s | runs | longest call ms (median, max) "
+        "| x fp32 Server [95%] | Server batch | run s | runs | longest call ms (median, max) "
         "| slow calls: gc / size switch / host / other (excess ms) "
         "| GPU s |",
-        "|---" * 15 + "|",
+        "|---" * 16 + "|",
     ]
     planned = planned_nodes(work)  # this plan's nodes only: WORK/results may hold earlier plans' nodes too
     evaluations = evaluations_by_engine(results, planned)  # read once: every side looks its engine up
@@ -276,11 +276,23 @@ def side_cells(served: dict, side: str, evaluated: dict, plain: dict, ratio_cell
         f"{server:,.0f}" if server else "none",
         f"{measured.get('server_over_offline', '-')}",
         ratio_cell,
+        server_batch_cell(measured),
         f"{served['settings']['min_duration_ms'] / 1000:g}",
         str(len(runs)),
         f"{longest[len(longest) // 2]:.1f}, {longest[-1]:.1f}" if longest else "-",
         " / ".join(f"{slow[cause]} ({excess[cause]:.0f})" if cause in recorded else "-" for cause in slow),
     ]
+
+
+def server_batch_cell(measured: dict) -> str:
+    """How the side's Server batched: its batch size, "overlapped" where a ready batch queued behind
+    the one in flight, "x N instances" where N engine instances served (serving.workers on a GPU)."""
+    cell = str(measured.get("server_max_batch", "-"))
+    if measured.get("server_overlap"):
+        cell += " overlapped"
+    if measured.get("instances", 1) > 1:
+        cell += f" x {measured['instances']} instances"
+    return cell
 
 
 def server_ratio_cell(recorded) -> str:

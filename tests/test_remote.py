@@ -75,7 +75,8 @@ def test_the_acceptance_path_ships_runs_elsewhere_lands_and_finishes_here(tmp_pa
     # a row per side served: fp32 beside fp16 (the ratio's reference) too, so every LoadGen run is counted
     assert set(rows) == {"fp32", "fp16", "fp32 beside fp16"}, table
     for cells in rows.values():
-        assert int(cells[11]) >= 3 and cells[7] != "none", cells  # SingleStream, Offline, the Server search's runs
+        assert int(cells[12]) >= 3 and cells[7] != "none", cells  # SingleStream, Offline, the Server search's runs
+        assert re.fullmatch(r"\d+", cells[10]), cells  # a CPU's Server batch: one instance, nothing queued behind it
     assert rows["fp32 beside fp16"][9] == "-" and rows["fp32"][9] == "ref", table
     # the fp16/fp32 Server ratio: an interval, or the report's words for why there is none
     said = r"\d+\.\d+ (\[\d+\.\d+, \d+\.\d+\]|\((no interval|\d+ pairs disagree)[^)]*\))"
