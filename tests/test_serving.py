@@ -974,3 +974,34 @@ def test_serving_threads_warm_up_one_at_a_time(tmp_path):
     assert len(windows) == 3
     for (_, ended), (began, _) in zip(windows, windows[1:], strict=False):
         assert began >= ended
+
+
+def test_an_onnx_runtime_engine_instance_runs_on_a_session_of_its_own(tmp_path):
+    """OrtEngine.instance_runner: a runner on another session of the same engine file (on a GPU its
+    own stream, buffers and graph), kept alive by the engine, answering as the engine does."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from precisionflow.backends.onnxruntime_backend import OrtEngine
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+    )
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+    def load(timed=True, cuda_graph=True):
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return OrtEngine(session, {"device": "cpu"}, load)
+
+    engine = load()
+    batch = np.array([[-1.0, 0.5, 2.0], [3.0, -4.0, 0.0]], np.float32)
+    instance = engine.instance_runner(batch)
+    (own,) = engine.graph_sessions
+    assert own.session is not engine.session
+    np.testing.assert_array_equal(instance()[0], engine.run(batch))
