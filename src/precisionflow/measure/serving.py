@@ -27,7 +27,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 SUMMARY = "mlperf_log_summary.txt"
@@ -294,9 +294,7 @@ class EngineWorkers:
     def _loop(self, runners: Dict[int, Callable[[], object]]) -> None:
         try:
             with self.warming:
-                for _ in range(self.warm_calls):
-                    for run_once in runners.values():
-                        run_once()
+                warm(runners.values(), self.warm_calls)
         except BaseException as error:  # noqa: BLE001 -- handed to the constructor, which raises it
             self.failed = self.failed or error
         with self.changed:
@@ -340,6 +338,13 @@ class EngineWorkers:
             thread.join(5)
 
 
+def warm(runners: Iterable[Callable[[], object]], calls: int) -> None:
+    """`calls` rounds of one call of each runner: a serving thread's warm-up, untimed."""
+    for _ in range(calls):
+        for run_once in runners:
+            run_once()
+
+
 def calls_together(runner_sets: List[Dict[int, Callable[[], object]]], rounds: int = 5) -> Dict[int, float]:
     """{batch size: seconds one call takes while every instance calls at the same moment}: per size,
     a thread per instance warms its runner (one thread at a time, as EngineWorkers do), then in each
@@ -359,8 +364,7 @@ def _seconds_together(calls: List[Callable[[], object]], rounds: int) -> float:
     def call(run_once: Callable[[], object]) -> None:
         try:
             with warming:
-                for _ in range(EngineWorkers.WARM_CALLS):
-                    run_once()
+                warm([run_once], EngineWorkers.WARM_CALLS)
             for _ in range(rounds):
                 start_together.wait()
                 began = time.perf_counter()

@@ -272,14 +272,14 @@ class ServedSide:
         self.instances = instances or [runners] * max(1, int(settings["workers"]))
         self._workers = None  # threads of the side's own for all its runs (started by the first)
         bound_s, self.wait_s = settings["latency_bound_ms"] / 1000, settings["max_wait_ms"] / 1000
-        # recorded as what runs: only runners that can be queued overlap (a GPU's; a CPU's run whole)
-        self.server_batch, self.server_overlap = server_batching(service_s, bound_s, self.wait_s, serving.queueable(runners))
         separate = len({id(each) for each in self.instances}) > 1
         together = serving.calls_together(self.instances) if separate else None
         if together:
             # Instances of their own (a GPU's): each thread has a batch in flight, none queues behind
             # another, and a batch takes as long as it does beside the others' (calls_together).
             self.server_batch, self.server_overlap = server_max_batch(together, bound_s, self.wait_s), False
+        else:  # recorded as what runs: only runners that can be queued overlap (a GPU's; a CPU's run whole)
+            self.server_batch, self.server_overlap = server_batching(service_s, bound_s, self.wait_s, serving.queueable(runners))
         self.limit = serving.queue_limit(bound_s, service_s[self.server_batch], self.server_batch, settings["workers"])
         self.counter = iter(range(10**6))
         # LoadGen sizes SingleStream and Offline runs from the expected latency / rate: an engine
