@@ -215,6 +215,7 @@ def serving_settings(seconds: float) -> dict:
         "max_batch": 128,
         "max_wait_ms": 1.0,
         "workers": 1,
+        "server_next_batch": "when_ready",
         "seed": 1,
         "samples": 64,
     }
@@ -232,6 +233,7 @@ def serving(graph_dir: Path, out: Path, names, fractions, seconds: float, work: 
         "max_batch": max_batch,
         "max_wait_ms": 1.0,
         "workers": 1,
+        "server_next_batch": "when_ready",
         "seed": 1,
         "samples": 64,
         "scenarios": [],

@@ -286,9 +286,12 @@ def side_cells(served: dict, side: str, evaluated: dict, plain: dict, ratio_cell
 
 def server_batch_cell(measured: dict) -> str:
     """How the side's Server batched: its batch size, "overlapped" where a ready batch queued behind
-    the one in flight, "x N instances" where N engine instances served (serving.workers on a GPU)."""
+    the one in flight, "closed as the GPU frees" where the next batch filled until then
+    (serving.server_next_batch), "x N instances" where N engine instances served (serving.workers)."""
     cell = str(measured.get("server_max_batch", "-"))
-    if measured.get("server_overlap"):
+    if measured.get("server_next_batch") == "when_gpu_frees":
+        cell += " closed as the GPU frees"
+    elif measured.get("server_overlap"):
         cell += " overlapped"
     if measured.get("instances", 1) > 1:
         cell += f" x {measured['instances']} instances"

@@ -28,6 +28,7 @@ BASE = {
     "max_batch": 8,
     "max_wait_ms": 1.0,
     "workers": 1,
+    "server_next_batch": "when_ready",
     "search_precision": 0.1,
     "search_repeats": 2,
     "coalesce_queries": True,

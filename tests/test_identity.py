@@ -196,6 +196,7 @@ EXPECTED = {
             "max_batch",
             "max_wait_ms",
             "workers",
+            "server_next_batch",
             "search_precision",
             "search_repeats",
             "search_duration_ms",

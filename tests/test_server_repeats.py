@@ -15,6 +15,7 @@ SETTINGS = {
     "max_batch": 8,
     "max_wait_ms": 1.0,
     "workers": 1,
+    "server_next_batch": "when_ready",
     "search_precision": 0.1,
     "search_repeats": 3,
     "seed": 1,

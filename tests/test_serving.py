@@ -10,7 +10,15 @@ from precisionflow.measure import server_search, serving
 from precisionflow import stats
 from precisionflow.reporting import verdict_rules
 
-SETTINGS = {"latency_bound_ms": 20, "percentile": 0.99, "min_duration_ms": 300, "min_query_count": 480, "seed": 1, "samples": 64}
+SETTINGS = {
+    "latency_bound_ms": 20,
+    "percentile": 0.99,
+    "min_duration_ms": 300,
+    "min_query_count": 480,
+    "seed": 1,
+    "samples": 64,
+    "server_next_batch": "when_ready",
+}
 
 
 def known_service(per_batch_s: float, per_image_s: float):
@@ -424,7 +432,7 @@ def test_server_takes_the_largest_quarter_step_between_powers_of_two_that_fits_i
     engine, images = SleepingEngine(), np.zeros((64, 3, 2, 2), np.float32)
     service_s = {size: 0.0004 * size for size in serving.powers_of_two(128)}
     runners = {size: engine.runner(size) for size in service_s}
-    settings = {"latency_bound_ms": 60, "max_wait_ms": 1, "max_batch": 128}
+    settings = {"latency_bound_ms": 60, "max_wait_ms": 1, "max_batch": 128, "server_next_batch": "when_ready"}
     assert server_batching(service_s, 0.060, 0.001, queueable=True) == (32, True)
     timed = add_server_sizes(engine, images, runners, service_s, settings)
     assert engine.prepared == [40, 48] and sorted(runners) == sorted(service_s) and sorted(timed) == ["40", "48"]
@@ -739,6 +747,18 @@ def test_a_collection_inside_an_engine_call_is_seen_as_the_stall_s_cause(tmp_pat
     assert stalls["longest_call_ms"] >= stalls["gc"]["pause_max_ms"] > 0 and len(heap) == 300_000
 
 
+def test_a_next_batch_closed_as_the_gpu_frees_is_sized_by_the_2_call_rule():
+    """when_gpu_frees: a query waits for one batch at most before its own, so Server's batch is the
+    2-call rule's -- the H100's fp32 at b56 (2 x 5.5 + 1 = 12 ms of 13.5), where queueing a batch once
+    ready needs 3 calls and stays at b32 -- and still overlapped; a CPU's runners are never queued."""
+    from precisionflow.stages.serve_engine import server_batching
+
+    fp32 = {1: 0.00058, 32: 0.00325, 56: 0.0055, 64: 0.00655, 128: 0.01185}
+    assert server_batching(fp32, 0.015, 0.001, True, "when_gpu_frees") == (56, True)
+    assert server_batching(fp32, 0.015, 0.001, True, "when_ready") == (32, True)
+    assert server_batching(fp32, 0.015, 0.001, False, "when_gpu_frees") == (56, False)
+
+
 class QueuedDevice:
     """A stand-in for one CUDA stream (no GPU here): start() queues a batch's work and returns at
     once, one thread runs the queued work in order, finish() waits for a batch's end. It records
@@ -839,6 +859,67 @@ def test_a_batch_in_flight_takes_only_a_batch_that_is_ready_by_the_same_rule():
         sut.close()
 
 
+def test_a_batch_in_flight_closing_when_the_gpu_frees_fills_until_its_deadline_or_until_full():
+    """_take_by (when_gpu_frees): a part batch keeps filling until the deadline, however long its
+    first query has waited; a full batch goes at once; nothing waiting at the deadline is []."""
+
+    class Query:
+        def __init__(self, index):
+            self.id, self.index = index, index
+
+    # no serving thread (EngineWorkers of no runner set): the test takes every batch itself
+    sut = serving.BatchingSUT(
+        {size: (lambda: None) for size in serving.powers_of_two(4)}, 4, 0.001, serving.EngineWorkers([]), 10**9
+    )
+    try:
+        with sut.ready:
+            sut.waiting.extend((Query(index), time.perf_counter() - 1.0) for index in range(2))  # past max_wait
+        began = time.perf_counter()
+        assert len(sut._take_by(began + 0.05)) == 2
+        assert time.perf_counter() - began >= 0.05  # held to the deadline, not taken at max_wait
+        with sut.ready:
+            sut.waiting.extend((Query(index), time.perf_counter()) for index in range(2, 7))
+        began = time.perf_counter()
+        assert len(sut._take_by(began + 30.0)) == 4 and time.perf_counter() - began < 30.0  # full: at once
+        assert len(sut._take_by(time.perf_counter())) == 1
+        assert sut._take_by(time.perf_counter()) == []  # nothing waiting
+    finally:
+        sut.close()
+
+
+@pytest.mark.parametrize("next_batch", ["when_ready", "when_gpu_frees"])
+def test_server_queues_the_next_batch_as_the_gpu_frees_not_as_soon_as_it_is_ready(tmp_path, next_batch):
+    """A real Server run on a stand-in stream of 4-ms calls, at a rate where no batch fills (8 of 64
+    a call). when_gpu_frees queues batches behind the one in flight (the GPU kept busy), never before
+    that one is expected within PIPELINE_LEAD_S of its end, so a query waits for one batch at most.
+    when_ready queues one only if it is ready (full, or its first query waited max_wait) the moment
+    the last started, which at this rate it never is: each batch waits for the last to be answered.
+    Either way the stream runs one batch at a time and each is answered after it ran."""
+    call_s = 0.004
+    device = QueuedDevice(call_s)
+    runner = device.runner()
+    runners = {size: runner for size in serving.powers_of_two(64)}
+    close_by = {size: call_s for size in runners} if next_batch == "when_gpu_frees" else None
+    make = lambda scenario: serving.BatchingSUT(runners, 64, 0.001, 1, 10**6, overlap=True, close_when_gpu_frees=close_by)  # noqa: E731
+    settings = dict(SETTINGS, latency_bound_ms=60, min_duration_ms=1000, min_query_count=100)
+    found = serving.run_scenario(make, "Server", settings, tmp_path / "server", rate=2000)
+    assert found["valid"] and max(found["batches"]) <= 32, found  # no batch was full
+    ran = sorted(device.ran)
+    for (_, _, ended), (_, began, _) in zip(ran, ran[1:], strict=False):
+        assert began >= ended  # one batch at a time on the stream
+    assert all(device.waited[index] >= ended for index, _, ended in ran)  # answered once it ran
+    expected_end, early, behind = 0.0, 0, 0  # the worker's expectation: queued, or behind the last, + a call
+    for index in range(len(device.queued) - 1):
+        expected_end = max(device.queued[index], expected_end) + call_s
+        queued_behind = device.queued[index + 1] < device.waited[index]  # while the last was in flight
+        behind += queued_behind
+        early += queued_behind and device.queued[index + 1] < expected_end - serving.PIPELINE_LEAD_S - 0.001
+    if next_batch == "when_gpu_frees":  # a batch of another size waits for the last (its own stream)
+        assert early == 0 and behind > len(device.queued) / 5, (early, behind, len(device.queued))
+    else:
+        assert behind < len(device.queued) / 20, (behind, len(device.queued))
+
+
 @pytest.mark.parametrize("overlap", [False, True])
 def test_an_engine_that_raises_mid_run_ends_the_run_with_its_error(tmp_path, overlap):
     """A worker's exception (a CUDA fault, say) answers every query taken or waiting and the run
@@ -877,6 +958,19 @@ def test_a_side_records_server_overlap_only_where_its_runners_can_be_queued(tmp_
     plain = ServedSide({size: (lambda: None) for size in calls}, calls, settings, tmp_path)
     queued = ServedSide({size: QueuedDevice(0.0001).runner() for size in calls}, calls, settings, tmp_path)
     assert plain.found["server_overlap"] is False and queued.found["server_overlap"] is True
+    assert plain.found["server_next_batch"] == "after_the_last" and queued.found["server_next_batch"] == "when_ready"
+    pipelined = dict(settings, server_next_batch="when_gpu_frees")
+    closing = ServedSide({size: QueuedDevice(0.0001).runner() for size in calls}, calls, pipelined, tmp_path)
+    assert closing.found["server_next_batch"] == "when_gpu_frees"
+    for side, close_by in ((queued, None), (closing, calls)):  # what the Server SUT is handed
+        sut = side.make_sut("Server")
+        assert sut.call_s == close_by
+        sut.close()
+        side.close()
+    assert (
+        ServedSide({size: (lambda: None) for size in calls}, calls, pipelined, tmp_path).found["server_next_batch"]
+        == "after_the_last"
+    )
 
 
 class SharedSms:

@@ -315,6 +315,11 @@ class Scenario(str, Enum):
     Offline = "Offline"
 
 
+class NextBatch(str, Enum):
+    when_ready = "when_ready"
+    when_gpu_frees = "when_gpu_frees"
+
+
 @dataclass
 class ServingConf:
     """Serving under a latency bound (the serve_engine stage, MLPerf LoadGen): per engine and the fp32
@@ -332,6 +337,10 @@ class ServingConf:
     max_batch: int = 8  # the SUT's batching: up to this many queries per engine call ...
     max_wait_ms: float = 1.0  # ... waiting at most this long for a batch to fill
     workers: int = 1  # threads calling the engine; on a GPU each is an instance: sessions, stream, CUDA graphs of its own
+    # On a GPU, when Server queues the next batch behind the one running: when_ready (once full, or
+    # once its first query waited max_wait; batches sized so 3 calls + the wait fit the bound) or
+    # when_gpu_frees (it fills until the GPU is about to be free; 2 calls + the wait: larger batches).
+    server_next_batch: NextBatch = NextBatch.when_ready
     search_precision: float = 0.1  # the Server rate is bisected until its bracket is within 10%
     # Independent Server searches per side (each its own arrival schedule), run in pairs with the
     # fp32 side's in alternating order: the ratio's interval is the t interval of the pairs' log

@@ -412,6 +412,7 @@ SERVING_RULES = (
     ("search_precision", lambda v: v > 0, "a bracket width > 0 (0.1 = within 10%)"),
     ("search_repeats", lambda v: v >= 1, "an integer >= 1 (2 or more for a ratio with an interval)"),
     ("full_length_climb", lambda v: v >= 0, "an integer >= 0"),
+    ("server_next_batch", lambda v: v in ("when_ready", "when_gpu_frees"), "when_ready or when_gpu_frees"),
 )
 
 

@@ -30,6 +30,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
+# close_when_gpu_frees queues the next batch this long before the GPU is expected to be past the last:
+# the worker's timed wake-up (~0.1 ms) and the batch's launch must land before the GPU frees, or it
+# idles; a query coming in this window rides the batch after, still within 2 calls + max_wait.
+PIPELINE_LEAD_S = 0.0005
 SUMMARY = "mlperf_log_summary.txt"
 
 
@@ -52,6 +56,7 @@ class BatchingSUT:
         answer: Optional[Callable[[List[int]], Any]] = None,
         complete_aside: bool = False,
         overlap: bool = False,
+        close_when_gpu_frees: Optional[Dict[int, float]] = None,
     ):
         """`workers`: a count of threads of this SUT's own, or a side's EngineWorkers, which serve it
         until close. `answer` (an accuracy run): called with a batch's sample indices, returns the
@@ -62,11 +67,17 @@ class BatchingSUT:
         `overlap`: a runner that can be queued (a QueuedRun: start, then finish) gets the next batch
         of its size queued before the last is waited on, so the GPU starts it the moment the last
         ends instead of after the host has answered it; the stream still runs them one after the
-        other. A batch is answered only once the GPU is past it."""
+        other. A batch is answered only once the GPU is past it.
+        `close_when_gpu_frees` (with overlap: Server's when_gpu_frees): each batch size's seconds a
+        call. The next batch then keeps filling while the GPU runs the last, and is queued
+        PIPELINE_LEAD_S before the GPU is expected to be free (or once full): a query that comes after
+        it waits for one batch at most before riding its own, where a batch queued as soon as it is
+        ready (full, or its first query waited max_wait) can leave a later query waiting for two."""
         import mlperf_loadgen as lg
 
         self.answer = answer
         self.overlap = overlap and answer is None
+        self.call_s = close_when_gpu_frees if self.overlap else None
         self.lg, self.runners, self.sizes = lg, runners, sorted(runners)
         self.max_batch, self.max_wait_s, self.queue_limit = min(max_batch, self.sizes[-1]), max_wait_s, queue_limit
         self.waiting: collections.deque = collections.deque()
@@ -127,10 +138,28 @@ class BatchingSUT:
                 if not block:
                     return []
                 self.ready.wait(left)
-            count = min(len(self.waiting), self.max_batch)
-            batch = [self.waiting.popleft() for _ in range(count)]
-            self.unanswered[id(batch)] = batch
-            return batch
+            return self._pop_batch()
+
+    def _take_by(self, deadline: float) -> Optional[List[Any]]:
+        """The next batch while one is in flight (close_when_gpu_frees): the queries waiting once
+        max_batch wait or `deadline` (perf_counter seconds) comes, up to max_batch; [] when none
+        waits then, None when the SUT is closing and none waits."""
+        with self.ready:
+            while len(self.waiting) < self.max_batch and not self.stopping:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    break
+                self.ready.wait(left)
+            if not self.waiting:
+                return None if self.stopping else []
+            return self._pop_batch()
+
+    def _pop_batch(self) -> List[Any]:
+        """Up to max_batch waiting queries, oldest first, held as unanswered (the caller holds `ready`)."""
+        count = min(len(self.waiting), self.max_batch)
+        batch = [self.waiting.popleft() for _ in range(count)]
+        self.unanswered[id(batch)] = batch
+        return batch
 
     def _size_of(self, batch: List[Any]) -> int:
         return next(size for size in self.sizes if size >= len(batch))
@@ -192,8 +221,12 @@ class BatchingSUT:
         queued or when the batch before it ended, whichever is later: its own time on the GPU."""
         in_flight = None  # (batch, size, event, queued at)
         last_end = 0.0
+        free_at = 0.0  # close_when_gpu_frees: when the GPU is expected to be past every batch queued on it
         while True:
-            batch = self._take(block=in_flight is None)
+            if in_flight is not None and self.call_s:
+                batch = self._take_by(free_at - PIPELINE_LEAD_S)
+            else:
+                batch = self._take(block=in_flight is None)
             if batch and in_flight and self._size_of(batch) != in_flight[1]:
                 last_end = self._finish(runners, in_flight, last_end)
                 in_flight = None
@@ -201,9 +234,13 @@ class BatchingSUT:
                 size = self._size_of(batch)
                 queued_at = time.perf_counter()
                 following = (batch, size, runners[size].start(), queued_at)
+                if self.call_s:
+                    free_at = max(queued_at, free_at) + self.call_s[size]
             if in_flight:  # the next is queued (or none is ready): the last one's turn to be answered
                 last_end = self._finish(runners, in_flight, last_end)
                 in_flight = None
+                if batch and self.call_s:  # the queued batch started when the last really ended
+                    free_at = max(free_at, last_end + self.call_s[size])
             if batch:
                 in_flight = following
             elif batch is None:

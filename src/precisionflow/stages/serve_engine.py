@@ -125,12 +125,19 @@ def server_overlaps(service_s: Dict[int, float], batch: int, bound_s: float, max
     return 3 * service_s[batch] + max_wait_s <= SERVER_HEADROOM * bound_s
 
 
-def server_batching(service_s: Dict[int, float], bound_s: float, max_wait_s: float, queueable: bool) -> tuple:
-    """(the largest Server batch, whether a ready batch queues behind the one in flight). Where the
-    runners can be queued (a GPU's), the largest batch whose 3-call rule fits, overlapped: it keeps
-    the GPU busy between batches at a smaller batch rather than leave it idle between larger ones.
-    Else, or where no batch fits three calls, the largest by server_max_batch's 2-call rule, each
-    batch waiting for the last (measured: docs/how-to/serving.md)."""
+def server_batching(
+    service_s: Dict[int, float], bound_s: float, max_wait_s: float, queueable: bool, next_batch: str = "when_ready"
+) -> tuple:
+    """(the largest Server batch, whether the next batch queues behind the one in flight). Where the
+    runners can be queued (a GPU's): with `next_batch` when_gpu_frees, the 2-call rule's batch,
+    overlapped (the next batch closes as the GPU frees, so a query waits for one batch at most
+    before its own); with when_ready (a batch queued once full or once its first query waited
+    max_wait), the largest batch whose 3-call rule fits, overlapped: it keeps the GPU busy between
+    batches at a smaller batch rather than leave it idle between larger ones. Else, or where no
+    batch fits three calls, the largest by server_max_batch's 2-call rule, each batch waiting for
+    the last (measured: docs/how-to/serving.md)."""
+    if queueable and next_batch == "when_gpu_frees":
+        return server_max_batch(service_s, bound_s, max_wait_s), True
     overlapped = [size for size in service_s if server_overlaps(service_s, size, bound_s, max_wait_s)] if queueable else []
     if overlapped:
         return max(overlapped), True
@@ -156,14 +163,15 @@ def add_server_sizes(
     if not serving.queueable(runners):
         return timed
     bound_s, wait_s = settings["latency_bound_ms"] / 1000, settings["max_wait_ms"] / 1000
-    batch, overlap = server_batching(service_s, bound_s, wait_s, queueable=True)
+    batching = lambda times: server_batching(times, bound_s, wait_s, True, settings["server_next_batch"])  # noqa: E731
+    batch, overlap = batching(service_s)
     step = batch // SERVER_STEPS
     for size in range(batch + step, min(2 * batch, settings["max_batch"] + 1), step) if batch >= 8 else ():
         runner = engine.prepare(speed.timing_batch(images, size))
         timing.warm_up(runner, 0.2)
         tried = {**service_s, size: float(np.median(timing.time_runs(runner, 0.0, 0.0, 5)))}
         timed[str(size)] = round(1000 * tried[size], 4)
-        if server_batching(tried, bound_s, wait_s, queueable=True) != (size, overlap):
+        if batching(tried) != (size, overlap):
             break  # calls grow with the batch: the next step would not fit either
         runners[size], service_s[size] = runner, tried[size]
     return timed
@@ -279,7 +287,11 @@ class ServedSide:
             # another, and a batch takes as long as it does beside the others' (calls_together).
             self.server_batch, self.server_overlap = server_max_batch(together, bound_s, self.wait_s), False
         else:  # recorded as what runs: only runners that can be queued overlap (a GPU's; a CPU's run whole)
-            self.server_batch, self.server_overlap = server_batching(service_s, bound_s, self.wait_s, serving.queueable(runners))
+            self.server_batch, self.server_overlap = server_batching(
+                service_s, bound_s, self.wait_s, serving.queueable(runners), settings["server_next_batch"]
+            )
+        # when_gpu_frees: the SUT closes each next batch by the expected end of the one in flight
+        self.close_by = service_s if self.server_overlap and settings["server_next_batch"] == "when_gpu_frees" else None
         self.limit = serving.queue_limit(bound_s, service_s[self.server_batch], self.server_batch, settings["workers"])
         self.counter = iter(range(10**6))
         # LoadGen sizes SingleStream and Offline runs from the expected latency / rate: an engine
@@ -291,6 +303,7 @@ class ServedSide:
             "engine_call_ms": {str(size): round(1000 * seconds, 4) for size, seconds in sorted(service_s.items())},
             "server_max_batch": self.server_batch,
             "server_overlap": self.server_overlap,
+            "server_next_batch": settings["server_next_batch"] if self.server_overlap else "after_the_last",
             "queue_limit": self.limit,
             "runs": [],  # every LoadGen run of this side, probes and re-checks included (run_record)
         }
@@ -325,7 +338,15 @@ class ServedSide:
                 self.runners, self.settings["max_batch"], 0.0, self.workers, 10**9, complete_aside=aside, overlap=aside
             )
         chosen = {size: run_once for size, run_once in self.runners.items() if size <= self.server_batch}
-        return serving.BatchingSUT(chosen, self.server_batch, self.wait_s, self.workers, self.limit, overlap=self.server_overlap)
+        return serving.BatchingSUT(
+            chosen,
+            self.server_batch,
+            self.wait_s,
+            self.workers,
+            self.limit,
+            overlap=self.server_overlap,
+            close_when_gpu_frees=self.close_by,
+        )
 
     def run(self, scenario: str, rate: float = 0.0, seed_offset: int = 0, duration_ms: int = None):
         from precisionflow.measure import serving
