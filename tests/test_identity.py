@@ -51,6 +51,7 @@ FLIP_VALUES = {
     **{f"target_defs.{name}.cpu_dot_product": "avx512_vnni" for name in ("local", "cpu", "a100", "h100", "h200")},
     "dataset.name": None,  # a data set choice: see CONDITIONAL (image_folder needs a folder)
     "model.name": "small_cnn",
+    "evaluate.serving.server_next_batch": "when_gpu_frees",
     "engine.backend": "tensorrt",
     "calibration.method": "minmax",
     "calibration.sampling": "random",
@@ -544,6 +545,9 @@ SOURCE_EDITS = {
     # verdicts are drawn by the report; int8_mixed's search decides by the same intervals, but the
     # default plan has no int8_mixed node: its graphs (fp32, fp16, int8, int8_qat) never run stats.py
     "stats.py": {"build_engine", "evaluate_engine", "compare_speed", "serve_engine"} | AGGREGATES,
+    # the configuration's schema: its values reach a node through its params (a new serving key
+    # moves the serve nodes by their params, and no model is trained again for it)
+    "schema.py": set(),
 }
 
 

@@ -13,7 +13,9 @@ from enum import Enum
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA_FILES = [ROOT / "src" / "precisionflow" / name for name in ("schema.py", "budgets.py")]  # budgets: BudgetConf
+SCHEMA_FILES = [
+    ROOT / "src" / "precisionflow" / name for name in ("schema.py", "budgets.py", "detection/boxes.py")
+]  # BudgetConf, DetectionEvalConf
 PAGE = ROOT / "docs" / "reference" / "config.md"
 
 

@@ -11,6 +11,7 @@ from enum import Enum
 from typing import Any, Dict, List, Optional
 
 from precisionflow.budgets import BudgetConf
+from precisionflow.detection.boxes import DetectionEvalConf
 
 
 def _choices(name: str, values: str) -> type:
@@ -295,17 +296,6 @@ class TargetConf:
     # 16 bits, which saturate: 7-bit weights). Declared, it is in the int8 graph's id; empty, it is
     # read where the int8 graph is made and recorded there (never on the machine that plans).
     cpu_dot_product: str = ""
-
-
-@dataclass
-class DetectionEvalConf:
-    """Decoding (identical for every precision, after the engine) and the spurious/lost counting."""
-
-    min_score: float = 0.01  # detections kept for mAP (COCO evaluates the whole ranked list)
-    top_k: int = 50  # per image
-    nms_iou: float = 0.5  # per-class non-maximum suppression
-    score_threshold: float = 0.3  # spurious/lost/shadow boxes and the picture grid count boxes above this
-    match_iou: float = 0.5  # a box matches another of its class at this IoU or more
 
 
 class Scenario(str, Enum):

@@ -6,12 +6,27 @@ class), then the box width and height in grid cells, then the centre's offset in
 Boxes are [x0, y0, x1, y1] in input pixels.
 """
 
+from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
 import numpy as np
 
 STRIDE = 4
 REGRESSION_CHANNELS = 4  # width, height, offset x, offset y
+
+
+# A section of the configuration schema (evaluate.detection), kept here beside the decoding it sets:
+# the training summary decodes with its defaults, and a stage's id covers the code it imports -- so
+# training imports these few lines, not the whole schema (whose other sections would retrain it).
+@dataclass
+class DetectionEvalConf:
+    """Decoding (identical for every precision, after the engine) and the spurious/lost counting."""
+
+    min_score: float = 0.01  # detections kept for mAP (COCO evaluates the whole ranked list)
+    top_k: int = 50  # per image
+    nms_iou: float = 0.5  # per-class non-maximum suppression
+    score_threshold: float = 0.3  # spurious/lost/shadow boxes and the picture grid count boxes above this
+    match_iou: float = 0.5  # a box matches another of its class at this IoU or more
 
 
 class Detections:

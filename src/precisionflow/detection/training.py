@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 
-from precisionflow.schema import DetectionEvalConf
+from precisionflow.detection.boxes import DetectionEvalConf
 from precisionflow.datasets.store import Split, predict_in_batches
 from precisionflow.detection import boxes, center_net, metrics
 from precisionflow.detection.data import load_objects
