@@ -914,8 +914,8 @@ def test_server_queues_the_next_batch_as_the_gpu_frees_not_as_soon_as_it_is_read
         queued_behind = device.queued[index + 1] < device.waited[index]  # while the last was in flight
         behind += queued_behind
         early += queued_behind and device.queued[index + 1] < expected_end - serving.PIPELINE_LEAD_S - 0.001
-    if next_batch == "when_gpu_frees":  # a batch of another size waits for the last (its own stream)
-        assert early == 0 and behind > len(device.queued) / 5, (early, behind, len(device.queued))
+    if next_batch == "when_gpu_frees":  # while busy, a batch runs at the size in flight where it fits
+        assert early == 0 and behind > len(device.queued) / 2, (early, behind, len(device.queued))
     else:
         assert behind < len(device.queued) / 20, (behind, len(device.queued))
 

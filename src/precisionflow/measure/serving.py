@@ -227,11 +227,11 @@ class BatchingSUT:
                 batch = self._take_by(free_at - PIPELINE_LEAD_S)
             else:
                 batch = self._take(block=in_flight is None)
-            if batch and in_flight and self._size_of(batch) != in_flight[1]:
+            size = self._queued_size(batch, in_flight) if batch else None
+            if batch and in_flight and size != in_flight[1]:
                 last_end = self._finish(runners, in_flight, last_end)
                 in_flight = None
             if batch:
-                size = self._size_of(batch)
                 queued_at = time.perf_counter()
                 following = (batch, size, runners[size].start(), queued_at)
                 if self.call_s:
@@ -245,6 +245,17 @@ class BatchingSUT:
                 in_flight = following
             elif batch is None:
                 return
+
+    def _queued_size(self, batch: List[Any], in_flight) -> int:
+        """The size a batch runs at: the smallest holding it; with close_when_gpu_frees and a batch in
+        flight, that batch's size where it holds this one too -- a size is a session with a stream of
+        its own, so a batch of another size waits for the host between the two (finish, answer,
+        start), where one of the same size queues behind on the stream. The size then comes down
+        only once the GPU is idle; each batch still fits 2 calls + the wait, by the Server rule."""
+        size = self._size_of(batch)
+        if self.call_s and in_flight is not None and size < in_flight[1]:
+            return in_flight[1]
+        return size
 
     def _finish(self, runners: Dict[int, Any], in_flight, last_end: float) -> float:
         batch, size, event, queued_at = in_flight
