@@ -114,6 +114,11 @@ CATEGORIES = {
             "evaluate.serving.min_duration_ms: expected a duration",
         ),
         ("no server search", ["evaluate.serving.search_repeats=0"], "evaluate.serving.search_repeats: expected an integer >= 1"),
+        (
+            "a target's next batch misspelt",
+            ["+target_defs.local.serving.server_next_batch=when_free"],
+            "target_defs.local.serving.server_next_batch: expected when_ready or when_gpu_frees, found 'when_free'.",
+        ),
         ("channels 2", ["dataset.channels=2"], "dataset.channels: expected 1 (grey) or 3 (RGB), found 2."),
         ("prune ratio 1.2", ["prune=channel", "prune.ratio=1.2", "finetune.mode=fp32"], "prune.ratio: expected a fraction"),
         ("prune threshold 2", ["prune=channel", "prune.threshold=2.0", "finetune.mode=fp32"], "prune.threshold"),

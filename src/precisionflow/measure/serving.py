@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 # close_when_gpu_frees queues the next batch this long before the GPU is expected to be past the last:
-# the worker's timed wake-up (~0.1 ms) and the batch's launch must land before the GPU frees, or it
+# the worker's timed wake-up and the batch's launch must land before the GPU frees, or it
 # idles; a query coming in this window rides the batch after, still within 2 calls + max_wait.
 PIPELINE_LEAD_S = 0.0005
 SUMMARY = "mlperf_log_summary.txt"
