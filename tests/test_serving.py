@@ -893,7 +893,7 @@ def test_server_queues_the_next_batch_as_the_gpu_frees_not_as_soon_as_it_is_read
     a call). when_gpu_frees queues batches behind the one in flight (the GPU kept busy), never before
     that one is expected within PIPELINE_LEAD_S of its end, so a query waits for one batch at most.
     when_ready queues one only if it is ready (full, or its first query waited max_wait) the moment
-    the last started, which at this rate it never is: each batch waits for the last to be answered.
+    the last started, which at this rate it seldom is: each batch waits for the last to be answered.
     Either way the stream runs one batch at a time and each is answered after it ran."""
     call_s = 0.004
     device = QueuedDevice(call_s)
