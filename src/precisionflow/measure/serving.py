@@ -130,14 +130,10 @@ class BatchingSUT:
                 return None
             if not self.waiting:
                 return []
-            first_arrival = self.waiting[0][1]
-            while len(self.waiting) < self.max_batch and not self.stopping:
-                left = first_arrival + self.max_wait_s - time.perf_counter()
-                if left <= 0:
-                    break
-                if not block:
-                    return []
-                self.ready.wait(left)
+            deadline = self.waiting[0][1] + self.max_wait_s  # the first query's arrival + max_wait
+            if not block and not self._full_or_due(deadline):
+                return []
+            self._fill_until(deadline)
             return self._pop_batch()
 
     def _take_by(self, deadline: float) -> Optional[List[Any]]:
@@ -145,14 +141,19 @@ class BatchingSUT:
         max_batch wait or `deadline` (perf_counter seconds) comes, up to max_batch; [] when none
         waits then, None when the SUT is closing and none waits."""
         with self.ready:
-            while len(self.waiting) < self.max_batch and not self.stopping:
-                left = deadline - time.perf_counter()
-                if left <= 0:
-                    break
-                self.ready.wait(left)
+            self._fill_until(deadline)
             if not self.waiting:
                 return None if self.stopping else []
             return self._pop_batch()
+
+    def _full_or_due(self, deadline: float) -> bool:
+        """Whether a batch may be taken now: max_batch wait, the SUT is closing, or `deadline` has come."""
+        return len(self.waiting) >= self.max_batch or self.stopping or time.perf_counter() >= deadline
+
+    def _fill_until(self, deadline: float) -> None:
+        """Wait (the caller holds `ready`) until a batch may be taken (_full_or_due)."""
+        while not self._full_or_due(deadline):
+            self.ready.wait(deadline - time.perf_counter())
 
     def _pop_batch(self) -> List[Any]:
         """Up to max_batch waiting queries, oldest first, held as unanswered (the caller holds `ready`)."""
