@@ -135,6 +135,40 @@ def pack(work: Path, plan_dir: Path, target: str, run_seconds: float, lean: Path
     split_payload(plan_dir, lean, parts)
 
 
+REUSED_STAGES = ("prepare_dataset", "train_model")  # their ids name code and packages, not the machine
+
+
+def pack_default(work: Path, plan_dir: Path, lean: Path, env: Path, parts: Path, extra: list) -> None:
+    """`precisionflow run` with the default target on the GPU machine itself, as a user with a GPU and
+    TensorFlow runs it: WORK's photos and the nodes trained here (the same ids there; every later node,
+    the export included -- its id names onnxruntime-gpu there --, is made there), WORK's overrides less
+    the named target's, split behind LEAN and ENV (the lock's other packages, unpacked for the GPU
+    machine's Python) into PARTS/partNN."""
+    from precisionflow.pipeline.plan import plan_from_overrides
+
+    overrides = [o for o in overrides_of(work) if not o.startswith(("experiment=", "target_defs.h200."))] + extra
+    plan_dir.mkdir(parents=True, exist_ok=True)
+    (plan_dir / "overrides.txt").write_text("\n".join(overrides) + "\n")
+    results = results_dir(plan_dir)
+    planned = read(plan_from_overrides(overrides))["nodes"]  # here only to name the nodes the machine reuses
+    reused = [key for key in planned if key.split("/")[0] in REUSED_STAGES and (results / key / "node.json").is_file()]
+    if len(reused) != len(REUSED_STAGES):
+        raise SystemExit(f"expected WORK's {' and '.join(REUSED_STAGES)} done in {results}, found {reused}: run prepare first")
+    (work / "default-overrides.txt").write_text("\n".join(overrides) + "\n")
+    members = [work / "default-overrides.txt", *photos_of(overrides), *(results / key for key in reused)]
+    work_xz = plan_dir / "work.tar.xz"
+    listed = " ".join(str(member.relative_to("/")) for member in members)
+    subprocess.run(f"tar cf - -C / {listed} | xz -6 -T2 > {work_xz}", shell=True, check=True)  # noqa: S602
+    write_parts(parts, [lean, env, work_xz])
+    print(f"LEAN_BYTES={lean.stat().st_size} ENV_BYTES={env.stat().st_size}; {len(list(parts.glob('part*')))} parts in {parts}")
+
+
+def photos_of(overrides: list) -> list:
+    """The image folder and conditions sidecar the overrides name (absolute paths)."""
+    named = dict(item.split("=", 1) for item in overrides if item.startswith(("dataset.path=", "dataset.conditions=")))
+    return [Path(named["dataset.path"]), Path(named["dataset.conditions"])]
+
+
 def target_overrides(target: str, run_seconds: float) -> list:
     """The h200 preset's settings for TARGET (conf/experiment/h200.yaml: runtime, no TensorFlow, the
     preset's timing) with serving runs of RUN_SECONDS: a lent machine's call lasts at most 10 minutes."""
@@ -162,13 +196,26 @@ def split_payload(plan_dir: Path, lean: Path, parts: Path) -> None:
     """LEAN (lean.tar.xz) then PLAN_DIR's bundle, xz-compressed, cut into PARTS/partNN."""
     bundle_xz = plan_dir / "bundle.tar.xz"
     subprocess.run(f"tar cf - -C {plan_dir / 'bundle'} . | xz -6 -T2 > {bundle_xz}", shell=True, check=True)  # noqa: S602
+    write_parts(parts, [lean, bundle_xz])
+    print(f"LEAN_BYTES={lean.stat().st_size}; {len(list(parts.glob('part*')))} parts in {parts}")
+
+
+def write_parts(parts: Path, archives: list) -> None:
+    """ARCHIVES one after another, cut into PARTS/partNN of PART_BYTES (the lean packages first, so a
+    payload's first parts are every payload's)."""
     parts.mkdir(parents=True, exist_ok=True)
     for old in parts.glob("part*"):
         old.unlink()
-    payload = lean.read_bytes() + bundle_xz.read_bytes()
-    for index in range(0, len(payload), PART_BYTES):
-        (parts / f"part{index // PART_BYTES:02d}").write_bytes(payload[index : index + PART_BYTES])
-    print(f"LEAN_BYTES={lean.stat().st_size}; {len(list(parts.glob('part*')))} parts in {parts}")
+    index, carried = 0, b""
+    for archive in archives:
+        with archive.open("rb") as stream:
+            while chunk := stream.read(PART_BYTES - len(carried)):
+                carried += chunk
+                if len(carried) == PART_BYTES:
+                    (parts / f"part{index:02d}").write_bytes(carried)
+                    index, carried = index + 1, b""
+    if carried:
+        (parts / f"part{index:02d}").write_bytes(carried)
 
 
 def land(work: Path, collected: Path) -> None:
@@ -326,6 +373,14 @@ def main() -> None:
     packing.add_argument("--run-seconds", type=float, default=10)
     packing.add_argument("--lean", type=Path, required=True, help="the lean packages, unpacked then tar | xz")
     packing.add_argument("--parts", type=Path, required=True, help="a git-ignored folder (.gpu_parts/NAME)")
+    default = commands.add_parser("pack-default", help="the default target, run by `precisionflow run` on the GPU machine")
+    default.add_argument("work", type=Path)
+    default.add_argument("plan", type=Path)
+    default.add_argument("--lean", type=Path, required=True, help="the lean packages, unpacked then tar | xz")
+    default.add_argument(
+        "--env", type=Path, required=True, help="the lock's other packages for the GPU machine's Python, unpacked then tar | xz"
+    )
+    default.add_argument("--parts", type=Path, required=True, help="a git-ignored folder (.gpu_parts/NAME)")
     landing = commands.add_parser("land")
     landing.add_argument("work", type=Path)
     landing.add_argument("collected", type=Path)
@@ -333,13 +388,15 @@ def main() -> None:
     tabled.add_argument("work", type=Path)
     tabled.add_argument("crosscheck", type=Path, nargs="?")
     args, extra = parser.parse_known_args()
-    if extra and args.command not in ("prepare", "pack"):  # land and table take WORK's own overrides
+    if extra and args.command not in ("prepare", "pack", "pack-default"):  # land and table take WORK's own overrides
         parser.error(f"{args.command} takes no overrides (it reads WORK/overrides.txt); found {' '.join(extra)}")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     if args.command == "prepare":
         prepare(args.work, args.device, args.per_class, extra)
     elif args.command == "pack":
         pack(args.work, args.plan, args.target, args.run_seconds, args.lean, args.parts, extra)
+    elif args.command == "pack-default":
+        pack_default(args.work, args.plan, args.lean, args.env, args.parts, extra)
     elif args.command == "land":
         land(args.work, args.collected)
     else:

@@ -7,6 +7,9 @@
 #   bash benchmarks/gpu_path.sh stage PART          # keep one part of the payload (lean.tar.xz + bundle.tar.xz, split)
 #   bash benchmarks/gpu_path.sh start LEAN_BYTES [PLAN_DIR]  # unpack, doctor, start `remote run` (its own
 #                                                   # session); PLAN_DIR: another plan.json + manifest.json
+#   bash benchmarks/gpu_path.sh start-default LEAN_BYTES ENV_BYTES  # the default target instead: the
+#                                                   # whole environment (ENV) and WORK's photos and trained
+#                                                   # model unpacked, `precisionflow run` started here
 #   bash benchmarks/gpu_path.sh wait SECONDS [partial]  # until the run ends or SECONDS pass; at the end, the
 #                                                   # plain-loop cross-check and collected.tar.xz in $OUT;
 #                                                   # `partial`: at SECONDS, the nodes finished so far (the
@@ -22,6 +25,8 @@ LIBS=$(find /opt /usr/local /usr/lib -xdev \( -name 'libcudart.so.1*' -o -name '
 code() { if [ -d "$WHERE/bundle/code" ]; then echo "$WHERE/bundle/code"; else echo "$PWD/src"; fi; }
 export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}" PYTHONPATH="$WHERE/lean:$(code)" PYTHONUNBUFFERED=1
 PY="python3 -S"  # no site-packages: the image's CPU onnxruntime 1.30 cannot be imported by mistake
+# the results folder the run writes: the default target's (start-default), else the shipped bundle's
+where_results() { if [ -f "$WHERE/default-results" ]; then cat "$WHERE/default-results"; else echo "$WHERE/bundle/results"; fi; }
 
 case "$1" in
 stage)
@@ -29,7 +34,7 @@ stage)
   ls -l "$WHERE/stage"
   ;;
 start)
-  rm -rf "$WHERE/bundle" "$WHERE/run.rc" "$WHERE/run.log" "$WHERE/collected"  # a second job starts from the payload afresh
+  rm -rf "$WHERE/bundle" "$WHERE/run.rc" "$WHERE/run.log" "$WHERE/collected" "$WHERE/default-results"  # a second job starts from the payload afresh
   mkdir -p "$WHERE/lean" "$WHERE/bundle"
   [ -f "$WHERE/payload" ] || cat "$WHERE"/stage/part?? > "$WHERE/payload"
   head -c "$2" "$WHERE/payload" | xz -d | tar xi -C "$WHERE/lean"  # i: the lean packages may be two archives
@@ -49,6 +54,30 @@ start)
 echo \$? > $WHERE/run.rc" > /dev/null 2>&1 &
   sleep 5; cat "$WHERE/run.log"
   ;;
+start-default)
+  # `precisionflow run` with the default target, as on a user's GPU machine with TensorFlow: the lean
+  # packages (onnxruntime-gpu first), every other package of the lock unpacked for this Python, and WORK
+  # (photos, the nodes trained there, default-overrides.txt) at the absolute path its overrides name
+  rm -rf "$WHERE/bundle" "$WHERE/run.rc" "$WHERE/run.log" "$WHERE/collected" "$WHERE/env"
+  mkdir -p "$WHERE/lean" "$WHERE/env"
+  [ -f "$WHERE/payload" ] || cat "$WHERE"/stage/part?? > "$WHERE/payload"
+  head -c "$2" "$WHERE/payload" | xz -d | tar xi -C "$WHERE/lean"
+  tail -c +$(($2 + 1)) "$WHERE/payload" | head -c "$3" | xz -d -T8 | tar x -C "$WHERE/env"
+  tail -c +$(($2 + $3 + 1)) "$WHERE/payload" | xz -d | tar xv -C / | grep default-overrides.txt > "$WHERE/overrides-file"
+  export PYTHONPATH="$WHERE/lean:$WHERE/env"
+  overrides="/$(cat "$WHERE/overrides-file")"
+  grep '^results_dir=' "$overrides" | cut -d= -f2 > "$WHERE/default-results"
+  $PY -c "import sys, numpy, onnxruntime, tensorflow, snakemake; print(sys.version.split()[0], 'numpy', numpy.__version__, \
+'onnxruntime', onnxruntime.__version__, onnxruntime.get_available_providers(), 'tensorflow', tensorflow.__version__, \
+tensorflow.config.list_physical_devices(), 'snakemake', snakemake.__version__)" 2>&1 | tee "$WHERE/doctor.txt"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$WHERE/doctor.txt"
+  date +%s > "$WHERE/started"
+  # one override a line, passed as written (no shell reads their brackets and braces)
+  setsid nohup bash -c "mapfile -t overrides < $overrides; cd $WHERE && \
+$PY -m precisionflow.cli run --cores 16 \"\${overrides[@]}\" > $WHERE/run.log 2>&1; echo \$? > $WHERE/run.rc" \
+    > /dev/null 2>&1 &
+  sleep 5; cat "$WHERE/run.log"
+  ;;
 wait)
   deadline=$(($(date +%s) + $2))
   while [ ! -f "$WHERE/run.rc" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
@@ -56,14 +85,19 @@ wait)
   if [ -f "$WHERE/run.rc" ] || [ "${3:-}" = partial ]; then
     if [ -f "$WHERE/run.rc" ]; then
       echo "remote run exit $(cat "$WHERE/run.rc") after $(($(date +%s) - $(cat "$WHERE/started"))) s (finished at most 5 s earlier)"
-      $PY benchmarks/gpu_crosscheck.py "$WHERE/bundle" "$OUT/crosscheck.json" --seconds 1.5 --batches 1 128 || true
+      $PY benchmarks/gpu_crosscheck.py "$(where_results)/.." "$OUT/crosscheck.json" --seconds 1.5 --batches 1 128 || true
     else
       echo "still running after $(($(date +%s) - $(cat "$WHERE/started"))) s: collecting the nodes finished so far"
     fi
     cp "$WHERE/run.log" "$WHERE/doctor.txt" "$OUT/"
     rm -rf "$WHERE/collected"
-    $PY -m precisionflow.pipeline.remote collect "$WHERE/bundle" "$WHERE/collected" --without-engine-files > /dev/null
-    tar cf - -C "$WHERE/collected" . | xz > "$OUT/collected.tar.xz"
+    if [ -f "$WHERE/default-results" ]; then  # the whole results folder, less the graphs and models
+      tar cf - -C "$(where_results)" --exclude='*.onnx' --exclude='*.keras' --exclude='*.npy' --exclude='*.npz' \
+        --exclude=.snakemake . | xz > "$OUT/collected.tar.xz"
+    else
+      $PY -m precisionflow.pipeline.remote collect "$WHERE/bundle" "$WHERE/collected" --without-engine-files > /dev/null
+      tar cf - -C "$WHERE/collected" . | xz > "$OUT/collected.tar.xz"
+    fi
     ls -l "$OUT"
   else
     echo "still running after $(($(date +%s) - $(cat "$WHERE/started"))) s"

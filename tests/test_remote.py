@@ -192,3 +192,26 @@ def test_a_packed_h200_plan_is_the_presets_and_an_h100_plan_names_its_own_card_r
     assert {node["params"]["runtime"]["backend_version"] for node in h100.values() if "runtime" in node["params"]} == {"1.31.1"}
     served = [node["params"] for key, node in h100.items() if key.startswith("serve_engine/")]
     assert served and {params["serving"]["min_duration_ms"] for params in served} == {10000}
+
+
+def test_a_payload_split_into_parts_joins_back_byte_for_byte_and_its_first_parts_are_the_lean_packages(tmp_path, monkeypatch):
+    """gpu_path.sh joins the parts and cuts the archives apart by their byte counts: the parts must join
+    back to the archives in order, and a lean archive of whole parts must fill its parts alone (the
+    lean parts staged for one payload serve every payload)."""
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(benchmarks))
+    try:
+        import gpu_acceptance
+    finally:
+        sys.path.remove(str(benchmarks))
+    size = 1000
+    monkeypatch.setattr(gpu_acceptance, "PART_BYTES", size)
+    archives = []
+    for name, length in (("lean", 2 * size), ("env", size // 3), ("work", size + 7)):
+        archives.append(tmp_path / name)
+        archives[-1].write_bytes(bytes([len(archives)]) * length)
+    gpu_acceptance.write_parts(tmp_path / "parts", archives)
+    parts = sorted((tmp_path / "parts").glob("part*"))
+    assert [part.name for part in parts] == ["part00", "part01", "part02", "part03"]
+    assert b"".join(part.read_bytes() for part in parts) == b"".join(archive.read_bytes() for archive in archives)
+    assert set(parts[0].read_bytes() + parts[1].read_bytes()) == {1}
