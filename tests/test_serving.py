@@ -778,6 +778,7 @@ class QueuedDevice:
             began = time.perf_counter()
             time.sleep(self.seconds)
             self.ran.append((index, began, time.perf_counter()))
+            done.device_s = self.ran[-1][2] - began  # the batch's own time on the "GPU", as QueuedRun's events give
             done.set()
 
     def runner(self):
@@ -799,6 +800,7 @@ class QueuedDevice:
             def finish(self, done):
                 done.wait()
                 device.waited[done.index] = time.perf_counter()
+                return done.device_s
 
         return Runner()
 
@@ -822,6 +824,10 @@ def test_an_overlapped_offline_run_queues_each_batch_before_answering_the_last(t
     # every batch but the last was queued before the worker had waited on the one before it
     assert all(device.queued[index + 1] < device.waited[index] for index in range(len(ran) - 1))
     assert found["stalls"]["calls"] == len(ran)
+    # each queued batch's GPU time reaches the record, so a slow call can be told host from GPU
+    assert "host" in found["stalls"]["slow_calls"]
+    device_ms = found["stalls"]["median_device_ms"].values()
+    assert device_ms and all(2.0 <= ms < 20.0 for ms in device_ms)  # the 2-ms call, not the host's wait for it
 
 
 def test_without_overlap_a_queued_runner_is_called_whole(tmp_path):

@@ -16,7 +16,6 @@ from precisionflow.errors import CudaError
 
 CUDART_NAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so")
 NON_BLOCKING = 1  # cudaStreamNonBlocking: no implicit synchronisation with the legacy default stream
-DISABLE_TIMING = 2  # cudaEventDisableTiming: an event only waited on, never timed (cheaper to record)
 HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2  # cudaMemcpyKind
 
 
@@ -133,41 +132,48 @@ class CudaClock:
 
 class QueuedRun:
     """A prepared batch on a CudaClock's stream, run whole (calling it: the device seconds, as
-    CudaClock.time) or in two halves: start() queues the work and an event after it and returns at
-    once; finish(event) waits until the GPU is past that event. A caller that queues the next batch
-    before it waits on the last keeps the GPU busy while the host answers; the stream still runs the
-    batches one after another. At most RING - 1 may be in flight."""
+    CudaClock.time) or in two halves: start() queues the work between two events and returns at
+    once; finish(slot) waits until the GPU is past the second and returns the seconds between them
+    -- the batch's own time on the GPU, from when the stream reached it (a batch queued behind
+    another starts when that one ends). A caller that queues the next batch before it waits on the
+    last keeps the GPU busy while the host answers; the stream still runs the batches one after
+    another. At most RING - 1 may be in flight."""
 
     RING = 4
 
     def __init__(self, clock: CudaClock, queue_work: Callable[[], object]):
         self.clock, self.queue_work = clock, queue_work
-        self.events = []
-        for _ in range(self.RING):
-            event = ctypes.c_void_p()
-            check_status(
-                clock.cudart,
-                clock.cudart.cudaEventCreateWithFlags(ctypes.byref(event), DISABLE_TIMING),
-                "cudaEventCreateWithFlags",
-            )
-            self.events.append(event)
+        self.events = [(self._event(), self._event()) for _ in range(self.RING)]  # (begins, ends) per slot
         self.started = 0
+
+    def _event(self) -> ctypes.c_void_p:
+        event = ctypes.c_void_p()
+        check_status(self.clock.cudart, self.clock.cudart.cudaEventCreate(ctypes.byref(event)), "cudaEventCreate")
+        return event
 
     def __call__(self) -> float:
         return self.clock.time(self.queue_work)
 
-    def start(self) -> ctypes.c_void_p:
+    def start(self) -> int:
+        slot = self.started % self.RING
+        begins, ends = self.events[slot]
+        cudart, stream = self.clock.cudart, self.clock.stream
+        check_status(cudart, cudart.cudaEventRecord(begins, stream), "cudaEventRecord")
         self.queue_work()
-        event = self.events[self.started % self.RING]
+        check_status(cudart, cudart.cudaEventRecord(ends, stream), "cudaEventRecord")
         self.started += 1
-        check_status(self.clock.cudart, self.clock.cudart.cudaEventRecord(event, self.clock.stream), "cudaEventRecord")
-        return event
+        return slot
 
-    def finish(self, event: ctypes.c_void_p) -> None:
-        check_status(self.clock.cudart, self.clock.cudart.cudaEventSynchronize(event), "cudaEventSynchronize")
+    def finish(self, slot: int) -> float:
+        begins, ends = self.events[slot]
+        cudart = self.clock.cudart
+        check_status(cudart, cudart.cudaEventSynchronize(ends), "cudaEventSynchronize")
+        elapsed_ms = ctypes.c_float()
+        check_status(cudart, cudart.cudaEventElapsedTime(ctypes.byref(elapsed_ms), begins, ends), "cudaEventElapsedTime")
+        return elapsed_ms.value / 1000.0
 
     def close(self) -> None:
-        for event in self.events:
+        for event in (event for pair in self.events for event in pair):
             if event.value:
                 self.clock.cudart.cudaEventDestroy(event)
                 event.value = None

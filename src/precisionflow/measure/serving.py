@@ -260,9 +260,9 @@ class BatchingSUT:
 
     def _finish(self, runners: Dict[int, Any], in_flight, last_end: float) -> float:
         batch, size, event, queued_at = in_flight
-        runners[size].finish(event)
+        device_s = runners[size].finish(event)  # a QueuedRun's GPU seconds for the batch
         finished = time.perf_counter()
-        self._done(batch, None, max(queued_at, last_end), finished, size)
+        self._done(batch, None, max(queued_at, last_end), finished, size, device_s if isinstance(device_s, float) else None)
         return finished
 
     def _answer(
