@@ -61,9 +61,10 @@ start-default)
   rm -rf "$WHERE/bundle" "$WHERE/run.rc" "$WHERE/run.log" "$WHERE/collected" "$WHERE/env"
   mkdir -p "$WHERE/lean" "$WHERE/env"
   [ -f "$WHERE/payload" ] || cat "$WHERE"/stage/part?? > "$WHERE/payload"
-  head -c "$2" "$WHERE/payload" | xz -d | tar xi -C "$WHERE/lean"
-  tail -c +$(($2 + 1)) "$WHERE/payload" | head -c "$3" | xz -d -T8 | tar x -C "$WHERE/env"
-  tail -c +$(($2 + $3 + 1)) "$WHERE/payload" | xz -d | tar xv -C / | grep default-overrides.txt > "$WHERE/overrides-file"
+  # cut by byte counts with dd (`tail | head` would end tail by SIGPIPE: a failed pipeline under pipefail)
+  dd if="$WHERE/payload" bs=4M iflag=count_bytes count="$2" status=none | xz -d | tar xi -C "$WHERE/lean"
+  dd if="$WHERE/payload" bs=4M iflag=skip_bytes,count_bytes skip="$2" count="$3" status=none | xz -d -T8 | tar x -C "$WHERE/env"
+  dd if="$WHERE/payload" bs=4M iflag=skip_bytes skip=$(($2 + $3)) status=none | xz -d | tar xv -C / | grep default-overrides.txt > "$WHERE/overrides-file"
   export PYTHONPATH="$WHERE/lean:$WHERE/env"
   overrides="/$(cat "$WHERE/overrides-file")"
   grep '^results_dir=' "$overrides" | cut -d= -f2 > "$WHERE/default-results"
