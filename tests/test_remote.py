@@ -215,3 +215,34 @@ def test_a_payload_split_into_parts_joins_back_byte_for_byte_and_its_first_parts
     assert [part.name for part in parts] == ["part00", "part01", "part02", "part03"]
     assert b"".join(part.read_bytes() for part in parts) == b"".join(archive.read_bytes() for archive in archives)
     assert set(parts[0].read_bytes() + parts[1].read_bytes()) == {1}
+
+
+def test_the_default_target_planned_on_a_gpu_machine_finds_the_dataset_and_model_made_without_one(tmp_path, monkeypatch):
+    """`gpu_acceptance.py pack-default` ships the dataset and trained-model nodes and lets the GPU
+    machine make the rest: those ids must not depend on the machine that plans (a GPU, another
+    onnxruntime), while the export's names the onnxruntime there and the engines are the GPU's."""
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(benchmarks))
+    try:
+        import gpu_acceptance
+    finally:
+        sys.path.remove(str(benchmarks))
+    from precisionflow import devices, identity
+    from precisionflow.pipeline.plan import plan_from_overrides
+
+    def planned():
+        nodes = json.loads(plan_from_overrides(["precisions=[fp32,fp16]", f"results_dir={tmp_path}"]).read_text())["nodes"]
+        return lambda stage: {key for key in nodes if key.startswith(f"{stage}/")}
+
+    monkeypatch.setattr(devices, "has_nvidia_gpu", lambda: False)
+    here = planned()
+    facts = {**devices.gpu_facts(), "device_name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
+    monkeypatch.setattr(devices, "gpu_facts", lambda selector=None: dict(facts))
+    monkeypatch.setattr(devices, "has_nvidia_gpu", lambda: True)
+    installed = identity.installed_version
+    monkeypatch.setattr(identity, "installed_version", lambda name: "1.31.1" if name == "onnxruntime" else installed(name))
+    there = planned()
+    for stage in gpu_acceptance.REUSED_STAGES:
+        assert here(stage) and here(stage) == there(stage), stage
+    assert here("export_onnx") != there("export_onnx")  # its id names the onnxruntime that checks it
+    assert there("build_engine") and there("build_engine").isdisjoint(here("build_engine"))  # the GPU's engines
