@@ -66,7 +66,8 @@ def test_both_sides_are_timed_in_alternating_rounds(tiny_onnx, tmp_path, data_di
     }
     outcome = compare_within(60, sides, data_dir)
     assert "error" not in outcome, outcome
-    assert set(outcome["result"]) == {"b1", "b4", "loading"}
+    assert set(outcome["result"]) == {"b1", "b4", "loading", "devices"}
+    assert outcome["result"]["devices"] == {"engine": "cpu", "fp32": "cpu"}  # engines built for this CPU
     assert outcome["result"]["b4"]["throughput_sps"]["fp32"] > 0 and "vs_fp32" in outcome["result"]["b4"]
     # Each side loaded (on a GPU: chose its kernels) while no other side was loading.
     windows = sorted(compare_speed.loaded_windows(outcome["result"].pop("loading")).values())

@@ -58,3 +58,27 @@ def test_an_int8_qat_engine_below_the_qat_fidelity_goal_says_by_how_much_and_why
     # TensorRT's placement below the goal: the runtime's arithmetic, not the CPU's requantization
     [on_trt] = report_notes.qat_fidelity_notes({trt: below}, 0.95)
     assert "requantizes" not in on_trt and "arithmetic order" in on_trt
+
+
+def test_an_x_tf_ratio_of_sides_on_two_devices_says_so_once_per_pair():
+    """compare_speed records where each side ran; a GPU engine timed beside a TensorFlow that found
+    no GPU gets a note naming both devices, and sides on one device get none."""
+    from precisionflow.reporting.report_rows import ratio_columns
+
+    def record(devices):
+        entry = {"throughput_sps": {}, "vs_tf": {"geomean": 40.0, "noisy": False}}
+        return {"settings": {"b1": entry, "b128": entry}, "conditions": {}, "devices": devices}
+
+    apart = ratio_columns(record({"engine": "gpu", "tensorflow": "cpu"}))
+    assert apart["x_tf_b1"] == 40.0 and apart["x_tf_devices"] == "TensorFlow on the CPU, the engine on the GPU"
+    assert ratio_columns(record({"engine": "cpu", "tensorflow": "cpu"}))["x_tf_devices"] == ""
+    assert ratio_columns(record({"engine": "gpu", "fp32": "gpu"}))["x_tf_devices"] == ""  # no TensorFlow side
+    rows = [
+        {"precision": "fp16", "target": "local", "x_tf_devices": apart["x_tf_devices"]},
+        {"precision": "fp32", "target": "local", "x_tf_devices": apart["x_tf_devices"]},
+        {"precision": "fp32", "target": "cpu", "x_tf_devices": ""},
+    ]
+    assert report_notes.device_notes(rows) == [
+        "x_tf_* of fp16 (local), fp32 (local): TensorFlow on the CPU, the engine on the GPU -- a ratio of the two "
+        "as they ran, not of one device's engine against its framework."
+    ]

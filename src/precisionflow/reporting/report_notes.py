@@ -35,6 +35,19 @@ def serving_notes(rows: List[Dict[str, Any]]) -> List[str]:
     return [f"Serving: {line}" for line in lines]
 
 
+def device_notes(rows: List[Dict[str, Any]]) -> List[str]:
+    """Once per pair of devices: the rows whose x_tf_* set the engine against TensorFlow running on
+    another kind of device (a GPU engine beside a TensorFlow that found no GPU)."""
+    apart: Dict[str, List[str]] = {}
+    for row in rows:
+        if row.get("x_tf_devices"):
+            apart.setdefault(row["x_tf_devices"], []).append(f"{row['precision']} ({row['target']})")
+    return [
+        f"x_tf_* of {', '.join(names)}: {devices} -- a ratio of the two as they ran, not of one device's engine against its framework."
+        for devices, names in apart.items()
+    ]
+
+
 def load_notes(rows: List[Dict[str, Any]]) -> List[str]:
     """Once per table: the rows timed while the machine was shared (their figures are not marked one by one)."""
     shared = [row for row in rows if row.get("loaded")]
@@ -161,6 +174,7 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]], confi
                 f"(!) {eval_dir.name}: {executed['label']} -- its speed is that of what ran, not of its graph's precision."
             )
     lines += qat_fidelity_notes(metrics, confidence)
+    lines += device_notes(rows)
     lines += load_notes(rows)
     lines += serving_notes(rows)
     lines += non_finite_notes(metrics)

@@ -268,7 +268,17 @@ def ratio_columns(ratio_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     found: Dict[str, Any] = {column: round(stats["geomean"], 2) for column, stats in values.items()}
     found["ratio_noisy"] = [column for column, stats in values.items() if stats["noisy"]]
     found["ratio_loaded"] = loaded(ratio_metrics.get("conditions", {}))
+    found["x_tf_devices"] = devices_apart(ratio_metrics.get("devices") or {})
     return found
+
+
+def devices_apart(devices: Dict[str, str]) -> str:
+    """ "TensorFlow on the CPU, the engine on the GPU" where the x_tf sides ran on two kinds of device
+    (compare_speed's record); "" where they shared one, or no TensorFlow side ran."""
+    framework, engine = devices.get("tensorflow"), devices.get("engine")
+    if not framework or not engine or framework == engine:
+        return ""
+    return f"TensorFlow on the {framework.upper()}, the engine on the {engine.upper()}"
 
 
 def displayed(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:

@@ -18,7 +18,7 @@ from precisionflow import errors, stats
 
 from precisionflow.measure import speed, timing
 from precisionflow.backends import engine_loader
-from precisionflow.nodeio import write_json_atomic
+from precisionflow.nodeio import read_json, write_json_atomic
 from precisionflow.datasets.store import Split
 from precisionflow.errors import PrecisionflowError, StageError
 from precisionflow.stages import NodeContext
@@ -72,6 +72,17 @@ def keras_loader(model_dir: Path, threads: int) -> Callable[[], Any]:
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     return lambda: KerasRunner(tf, keras.models.load_model(model_dir / "model.keras", compile=False))
+
+
+def side_device(role: str, folder: Path) -> str:
+    """Where a side runs, "gpu" or "cpu": TensorFlow's devices as it finds them in this process (a
+    TensorFlow without a CUDA it can load runs on the CPU beside a GPU engine), an engine's as built."""
+    if role == "model":
+        from precisionflow.modeling.tfenv import import_tensorflow
+
+        tf, _ = import_tensorflow()
+        return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+    return "gpu" if read_json(folder / "engine.json").get("device") == "cuda" else "cpu"
 
 
 def side_timers(loader: Callable[[], Any], images: np.ndarray, settings: Dict[str, Any], phase: str):
@@ -133,7 +144,7 @@ def side_worker(conn, role: str, folder: str, data_dir: str, threads: int, setti
     except PrecisionflowError as err:  # e.g. an engine built elsewhere: the job fails with this message
         conn.send(("error", type(err).__name__, str(err)))
         return
-    conn.send(("ready", sorted(timers), [loading_from, time.monotonic()]))
+    conn.send(("ready", sorted(timers), [loading_from, time.monotonic()], side_device(role, Path(folder))))
     for setting, seconds in iter(conn.recv, None):
         conn.send(timers[setting](seconds))
 
@@ -171,6 +182,7 @@ def compare(sides: Dict[str, tuple], data_dir: Path, settings: Dict[str, Any]) -
             for setting in ready[(phase, "engine")][1]
         }
         results["loading"] = {f"{phase}/{side}": message[2] for (phase, side), message in ready.items()}
+        results["devices"] = {side: message[3] for (phase, side), message in ready.items() if phase == "batch"}
         return results
     finally:
         for conn in connections.values():
@@ -265,10 +277,11 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         sides["tensorflow"] = ("model", inputs["model"], params["threads"])
     conditions = speed.conditions()
     results = compare(sides, inputs["data"], params["ratio"])
-    loading = results.pop("loading")
+    loading, devices = results.pop("loading"), results.pop("devices")
     metrics = {
         "target": params["target"],
         "sides": {side: folder.name for side, (_, folder, _) in sides.items()},
+        "devices": devices,  # where each side ran: a ratio of sides on two devices is said so in the report
         "settings": results,
         "conditions": speed.finished(conditions),
         "loaded_s": loaded_windows(loading),
