@@ -18,6 +18,16 @@ Offline, the Server ratio's interval within +-10% of its figure, the geometric m
             python benchmarks/gpu_acceptance.py table WORK [CROSSCHECK.json]
             (PLAN in place of WORK for a packed plan: its overrides.txt names WORK's results)
 
+The default target, run by `precisionflow run` on the GPU machine itself (TensorFlow, Snakemake and the
+rest shipped; WORK's dataset and trained model found done there by id):
+
+    here:   python benchmarks/gpu_acceptance.py pack-default WORK PLAN --lean LEAN.tar.xz --env ENV.tar.xz --parts DIR [overrides...]
+            (ENV: the lock's other packages as wheels for the GPU machine's Python, unpacked, tar | xz)
+    there:  bash benchmarks/gpu_path.sh stage DIR/partNN     (one call per part)
+            bash benchmarks/gpu_path.sh start-default LEAN_BYTES ENV_BYTES; bash benchmarks/gpu_path.sh wait 540 partial
+    here:   python benchmarks/gpu_acceptance.py land-default PLAN COLLECTED.tar.xz
+            python benchmarks/gpu_acceptance.py table PLAN [CROSSCHECK.json]
+
 `--device cpu` on prepare plans the same path for the CPU target `cpu` (a test runs it end to end:
 tests/test_remote.py); WORK/overrides.txt keeps the overrides every step uses.
 """
@@ -228,12 +238,39 @@ def land(work: Path, collected: Path) -> None:
     print(precisionflow("run", "--cores", "2", *overrides_of(work)))
 
 
+def land_default(plan_dir: Path, collected: Path) -> None:
+    """The default target's run on the GPU machine -- its results folder, report and MLflow made
+    there -- unpacked into PLAN/results (never over an earlier landing), with the plan that run made
+    as PLAN/bundle/plan.json, so `table PLAN` reads that run's nodes."""
+    landed = plan_dir / "results"
+    if landed.exists():
+        raise SystemExit(f"{landed} holds a landed run already: land into another PLAN folder, or delete it first")
+    landed.mkdir(parents=True)
+    with tarfile.open(collected) as archive:
+        archive.extractall(landed, filter="data")
+    done = lambda plan: sum((landed / key / "node.json").is_file() for key in plan["nodes"])  # noqa: E731
+    served = [
+        plan
+        for plan in (read(path) for path in sorted((landed / ".plans").glob("*.json")))
+        if any(key.startswith("serve_engine/") and (landed / key / "node.json").is_file() for key in plan["nodes"])
+    ]
+    if not served:
+        raise SystemExit(f"no plan in {collected} served an engine there: the run stopped before serving (its run.log says why)")
+    (plan_dir / "bundle").mkdir(exist_ok=True)
+    (plan_dir / "bundle" / "plan.json").write_text(json.dumps(max(served, key=done), indent=1))
+    for summary in sorted((landed / "report").glob("*/summary.txt")):
+        print(summary.read_text())
+
+
 def read(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
 def results_dir(work: Path) -> Path:
-    """The results folder WORK's overrides name (a packed plan's is the prepared model's)."""
+    """WORK/results where a run landed there (land-default; prepare's WORK names it too), else the
+    results folder WORK's overrides name (a packed plan's is the prepared model's)."""
+    if (work / "results").is_dir():
+        return work / "results"
     return Path(next(item.split("=", 1)[1] for item in overrides_of(work) if item.startswith("results_dir=")))
 
 
@@ -381,6 +418,9 @@ def main() -> None:
         "--env", type=Path, required=True, help="the lock's other packages for the GPU machine's Python, unpacked then tar | xz"
     )
     default.add_argument("--parts", type=Path, required=True, help="a git-ignored folder (.gpu_parts/NAME)")
+    landing_default = commands.add_parser("land-default", help="the default target's collected results, beside PLAN")
+    landing_default.add_argument("plan", type=Path)
+    landing_default.add_argument("collected", type=Path)
     landing = commands.add_parser("land")
     landing.add_argument("work", type=Path)
     landing.add_argument("collected", type=Path)
@@ -397,6 +437,8 @@ def main() -> None:
         pack(args.work, args.plan, args.target, args.run_seconds, args.lean, args.parts, extra)
     elif args.command == "pack-default":
         pack_default(args.work, args.plan, args.lean, args.env, args.parts, extra)
+    elif args.command == "land-default":
+        land_default(args.plan, args.collected)
     elif args.command == "land":
         land(args.work, args.collected)
     else:

@@ -246,3 +246,38 @@ def test_the_default_target_planned_on_a_gpu_machine_finds_the_dataset_and_model
         assert here(stage) and here(stage) == there(stage), stage
     assert here("export_onnx") != there("export_onnx")  # its id names the onnxruntime that checks it
     assert there("build_engine") and there("build_engine").isdisjoint(here("build_engine"))  # the GPU's engines
+
+
+def test_a_landed_default_run_is_read_with_the_plan_it_ran_and_never_landed_twice(tmp_path):
+    """land-default keeps the GPU machine's results beside the plan and takes, of the plans the run
+    wrote there, the one whose engines it served, so `table` reads that run's own nodes."""
+    import io
+    import tarfile
+
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(benchmarks))
+    try:
+        import gpu_acceptance
+    finally:
+        sys.path.remove(str(benchmarks))
+    dry = {"nodes": {"build_engine/fp32-local-a": {}}}
+    ran = {"nodes": {"build_engine/fp32-local-a": {}, "serve_engine/fp32-local-b": {}}}
+    files = {
+        ".plans/1.json": json.dumps(dry),
+        ".plans/2.json": json.dumps(ran),
+        "serve_engine/fp32-local-b/node.json": "{}",
+        "report/sweep-1/summary.txt": "the report made there",
+    }
+    collected = tmp_path / "collected.tar.xz"
+    with tarfile.open(collected, "w:xz") as archive:
+        for name, text in files.items():
+            member = tarfile.TarInfo(name)
+            member.size = len(text.encode())
+            archive.addfile(member, io.BytesIO(text.encode()))
+    plan_dir = tmp_path / "plan"
+    gpu_acceptance.land_default(plan_dir, collected)
+    assert json.loads((plan_dir / "bundle" / "plan.json").read_text()) == ran
+    assert gpu_acceptance.results_dir(plan_dir) == plan_dir / "results"
+    assert gpu_acceptance.planned_nodes(plan_dir) == sorted(ran["nodes"])
+    with pytest.raises(SystemExit, match="holds a landed run already"):
+        gpu_acceptance.land_default(plan_dir, collected)
