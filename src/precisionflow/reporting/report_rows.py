@@ -273,8 +273,8 @@ def ratio_columns(ratio_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def devices_apart(devices: Dict[str, str]) -> str:
-    """ "TensorFlow on the CPU, the engine on the GPU" where the x_tf sides ran on two kinds of device
-    (compare_speed's record); "" where they shared one, or no TensorFlow side ran."""
+    """Where the x_tf sides ran on two kinds of device (compare_speed's record), the words for it
+    ("TensorFlow on the CPU, the engine on the GPU"); "" where they shared one, or no TensorFlow side ran."""
     framework, engine = devices.get("tensorflow"), devices.get("engine")
     if not framework or not engine or framework == engine:
         return ""
