@@ -118,6 +118,20 @@ def test_the_pareto_plot_is_drawn(tmp_path):
     assert (tmp_path / "pareto.png").stat().st_size > 10_000
 
 
+def test_a_ratio_rounded_past_its_interval_is_drawn_at_the_interval_s_end(tmp_path):
+    """x_fp32_bmax is rounded to 2 decimals, its interval not: 1.004 shows as 1.00 beside a low end of
+    1.002. Drawn at 1.00, its error bar would be negative (matplotlib refuses: the report failed)."""
+    rows = [
+        *ROWS[:1],
+        {"target": "local", "model": "m-1", "precision": "int8", "variant": "dynamic", "top1": "0.9",
+         "x_fp32_bmax": "1.0", "x_fp32_low": "1.002", "x_fp32_high": "1.01", "x_fp32_at": "bmax"},
+    ]  # fmt: skip
+    points = {p.label: p for p in report_pages.speed_points(rows, "local", "bmax", "top1", False)}
+    assert (points["int8 dynamic"].ratio, points["int8 dynamic"].low, points["int8 dynamic"].high) == (1.002, 1.002, 1.01)
+    report_pages.pareto_plot(rows, "local", tmp_path / "pareto.png", "bmax")
+    assert (tmp_path / "pareto.png").is_file()
+
+
 def test_a_gallery_of_one_image_is_wide_enough_for_its_title_and_legend(tmp_path):
     from PIL import Image
 

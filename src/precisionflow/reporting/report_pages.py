@@ -66,7 +66,9 @@ def speed_points(rows: List[Dict[str, Any]], target: str, at: str, column: str, 
             interval = row.get("x_fp32_at") == at and row.get("x_fp32_low", "") != "" and row.get("x_fp32_high", "") != ""
             value = number(ratio)
             low, high = (number(row["x_fp32_low"]), number(row["x_fp32_high"])) if interval else (value, value)
-            points.append(SpeedPoint(value, low, high, accuracy, label))
+            # the row's ratio is rounded to 2 decimals, its interval's ends are not: a ratio rounded
+            # past an end (1.004 shown 1.00 beside 1.002) is drawn at that end, within its rounding
+            points.append(SpeedPoint(min(max(value, low), high), low, high, accuracy, label))
     return points
 
 
