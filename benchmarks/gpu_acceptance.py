@@ -22,7 +22,7 @@ The default target, run by `precisionflow run` on the GPU machine itself (Tensor
 rest shipped; WORK's dataset and trained model found done there by id):
 
     here:   python benchmarks/gpu_acceptance.py pack-default WORK PLAN --lean LEAN.tar.xz --env ENV.tar.xz --parts DIR [overrides...]
-            (ENV: the lock's other packages as wheels for the GPU machine's Python, unpacked, tar | xz)
+            (ENV: `bash benchmarks/gpu_env.sh ENV.tar.xz`, the lock's other packages for the GPU machine's Python)
     there:  bash benchmarks/gpu_path.sh stage DIR/partNN     (one call per part)
             bash benchmarks/gpu_path.sh start-default LEAN_BYTES ENV_BYTES; bash benchmarks/gpu_path.sh wait 540 partial
     here:   python benchmarks/gpu_acceptance.py land-default PLAN COLLECTED.tar.xz
