@@ -82,3 +82,14 @@ def test_an_x_tf_ratio_of_sides_on_two_devices_says_so_once_per_pair():
         "x_tf_* of fp16 (local), fp32 (local): TensorFlow on the CPU, the engine on the GPU -- a ratio of the two "
         "as they ran, not of one device's engine against its framework."
     ]
+
+
+def test_mlflow_tags_an_engine_run_whose_x_tf_sides_ran_on_two_devices():
+    """The same words reach the engine's MLflow run, where teams compare x_tf_* across sweeps."""
+    from precisionflow.stages.track_mlflow import ratio_device_tags
+
+    assert ratio_device_tags({"devices": {"engine": "gpu", "tensorflow": "cpu"}}) == {
+        "x_tf_devices": "TensorFlow on the CPU, the engine on the GPU"
+    }
+    assert ratio_device_tags({"devices": {"engine": "gpu", "tensorflow": "gpu"}}) == {}
+    assert ratio_device_tags({"settings": {}}) == {} and ratio_device_tags(None) == {}  # a record from before devices

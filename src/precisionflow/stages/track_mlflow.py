@@ -27,7 +27,7 @@ from precisionflow.reporting.compare import (
 )
 from precisionflow.nodeio import named_lineage, node_key, read_json
 from precisionflow.records import METRICS_FILE, SIMULATES, Evaluation, read_metrics
-from precisionflow.reporting.report_rows import blank_reason
+from precisionflow.reporting.report_rows import blank_reason, devices_apart
 from precisionflow.quant import cache
 
 # Reads every evaluation: a declined one is listed as not built, not carried (pipeline/runner.py).
@@ -133,6 +133,13 @@ def child_tags(lineage, metrics, commit: str) -> Dict[str, str]:
         }
     )
     return {**tags, **version_tags(lineage, commit)}
+
+
+def ratio_device_tags(ratio_metrics) -> Dict[str, str]:
+    """{"x_tf_devices": "TensorFlow on the CPU, the engine on the GPU"} where the x_tf_* metrics set
+    sides on two kinds of device against each other (the report's note, on the run); {} otherwise."""
+    apart = devices_apart((ratio_metrics or {}).get("devices") or {})
+    return {"x_tf_devices": apart} if apart else {}
 
 
 def artifacts(eval_dir: Path, lineage) -> List[Path]:
@@ -267,6 +274,7 @@ def log_child(client, context, eval_dir: Path) -> bool:
             for k, v in {
                 **training_runs,
                 **child_tags(lineage, metrics, context["commit"]),
+                **ratio_device_tags(context["ratios"].get(engine_key(eval_dir))),
                 **verdict_tags(verdict),
                 "on_chart": charted,
             }.items()
