@@ -175,8 +175,12 @@ def pack_default(work: Path, plan_dir: Path, lean: Path, env: Path, parts: Path,
 
 def photos_of(overrides: list) -> list:
     """The image folder and conditions sidecar the overrides name (absolute paths)."""
-    named = dict(item.split("=", 1) for item in overrides if item.startswith(("dataset.path=", "dataset.conditions=")))
-    return [Path(named["dataset.path"]), Path(named["dataset.conditions"])]
+    return [Path(override_value(overrides, "dataset.path")), Path(override_value(overrides, "dataset.conditions"))]
+
+
+def override_value(overrides: list, key: str) -> str:
+    """The value `key=VALUE` sets among the overrides."""
+    return next(item.split("=", 1)[1] for item in overrides if item.startswith(f"{key}="))
 
 
 def target_overrides(target: str, run_seconds: float) -> list:
@@ -271,7 +275,7 @@ def results_dir(work: Path) -> Path:
     results folder WORK's overrides name (a packed plan's is the prepared model's)."""
     if (work / "results").is_dir():
         return work / "results"
-    return Path(next(item.split("=", 1)[1] for item in overrides_of(work) if item.startswith("results_dir=")))
+    return Path(override_value(overrides_of(work), "results_dir"))
 
 
 def planned_nodes(work: Path) -> list:

@@ -37,6 +37,12 @@ PIPELINE_LEAD_S = 0.0005
 SUMMARY = "mlperf_log_summary.txt"
 
 
+def device_seconds(result: object) -> Optional[float]:
+    """A batch's seconds on the GPU where its runner timed it there (a CudaClock-timed call, or a
+    QueuedRun's finish: a float), else None (a CPU runner returns its outputs or nothing)."""
+    return result if isinstance(result, float) else None
+
+
 def queueable(runners: Dict[int, Any]) -> bool:
     """Whether every runner can be queued in two halves (start, finish: cuda_clock.QueuedRun), so
     BatchingSUT's overlap can apply; plain callables (a CPU engine) run whole."""
@@ -204,8 +210,7 @@ class BatchingSUT:
             started = time.perf_counter()
             result = self.answer([query.index for query, _ in batch]) if self.answer else runners[size]()
             finished = time.perf_counter()
-            device_s = result if isinstance(result, float) else None  # a device-timed runner's GPU seconds
-            self._done(batch, result if self.answer else None, started, finished, size, device_s)
+            self._done(batch, result if self.answer else None, started, finished, size, device_seconds(result))
 
     def _done(self, batch, outputs, started: float, finished: float, size: int, device_s: Optional[float] = None) -> None:
         self.batches[size] += 1
@@ -260,9 +265,9 @@ class BatchingSUT:
 
     def _finish(self, runners: Dict[int, Any], in_flight, last_end: float) -> float:
         batch, size, event, queued_at = in_flight
-        device_s = runners[size].finish(event)  # a QueuedRun's GPU seconds for the batch
+        device_s = device_seconds(runners[size].finish(event))
         finished = time.perf_counter()
-        self._done(batch, None, max(queued_at, last_end), finished, size, device_s if isinstance(device_s, float) else None)
+        self._done(batch, None, max(queued_at, last_end), finished, size, device_s)
         return finished
 
     def _answer(
