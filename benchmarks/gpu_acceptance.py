@@ -318,9 +318,16 @@ def table(work: Path, crosscheck: Path = None) -> str:
 
 
 def target_seconds(results: Path, planned: list, target: str) -> float:
-    """The seconds the target's nodes ran on its machine (the engines, evaluations, ratios, serving)."""
+    """The seconds the target's nodes ran on its machine (the engines, evaluations, ratios, serving),
+    less each node's wait for its GPU slot: where the runner started nodes side by side (`precisionflow
+    run --cores N`), a node's seconds count from its start, its wait for the GPU included."""
     keys = [key for key in planned if f"-{target}-" in key and (results / key / "node.json").is_file()]
-    return sum(read(results / key / "node.json")["timings"]["seconds"] for key in keys)
+    return sum(node_seconds(read(results / key / "node.json")) for key in keys)
+
+
+def node_seconds(node: dict) -> float:
+    waited = (node.get("gpu_slot") or {}).get("waited_s", 0.0)
+    return node["timings"]["seconds"] - waited
 
 
 def evaluations_by_engine(results: Path, planned: list) -> dict:

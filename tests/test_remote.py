@@ -29,6 +29,19 @@ def test_target_nodes_come_in_dependency_order_and_a_missing_target_is_named():
         remote.target_nodes(plan, "a100")
 
 
+@pytest.fixture
+def gpu_acceptance():
+    """benchmarks/gpu_acceptance.py as a module."""
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(benchmarks))
+    try:
+        import gpu_acceptance
+
+        return gpu_acceptance
+    finally:
+        sys.path.remove(str(benchmarks))
+
+
 def acceptance(*args: str) -> str:
     """benchmarks/gpu_acceptance.py, as the GPU acceptance runs it."""
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_acceptance.py"
@@ -194,16 +207,12 @@ def test_a_packed_h200_plan_is_the_presets_and_an_h100_plan_names_its_own_card_r
     assert served and {params["serving"]["min_duration_ms"] for params in served} == {10000}
 
 
-def test_a_payload_split_into_parts_joins_back_byte_for_byte_and_its_first_parts_are_the_lean_packages(tmp_path, monkeypatch):
+def test_a_payload_split_into_parts_joins_back_byte_for_byte_and_its_first_parts_are_the_lean_packages(
+    tmp_path, monkeypatch, gpu_acceptance
+):
     """gpu_path.sh joins the parts and cuts the archives apart by their byte counts: the parts must join
     back to the archives in order, and a lean archive of whole parts must fill its parts alone (the
     lean parts staged for one payload serve every payload)."""
-    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
-    sys.path.insert(0, str(benchmarks))
-    try:
-        import gpu_acceptance
-    finally:
-        sys.path.remove(str(benchmarks))
     size = 1000
     monkeypatch.setattr(gpu_acceptance, "PART_BYTES", size)
     archives = []
@@ -217,16 +226,12 @@ def test_a_payload_split_into_parts_joins_back_byte_for_byte_and_its_first_parts
     assert set(parts[0].read_bytes() + parts[1].read_bytes()) == {1}
 
 
-def test_the_default_target_planned_on_a_gpu_machine_finds_the_dataset_and_model_made_without_one(tmp_path, monkeypatch):
+def test_the_default_target_planned_on_a_gpu_machine_finds_the_dataset_and_model_made_without_one(
+    tmp_path, monkeypatch, gpu_acceptance
+):
     """`gpu_acceptance.py pack-default` ships the dataset and trained-model nodes and lets the GPU
     machine make the rest: those ids must not depend on the machine that plans (a GPU, another
     onnxruntime), while the export's names the onnxruntime there and the engines are the GPU's."""
-    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
-    sys.path.insert(0, str(benchmarks))
-    try:
-        import gpu_acceptance
-    finally:
-        sys.path.remove(str(benchmarks))
     from precisionflow import devices, identity
     from precisionflow.pipeline.plan import plan_from_overrides
 
@@ -248,18 +253,12 @@ def test_the_default_target_planned_on_a_gpu_machine_finds_the_dataset_and_model
     assert there("build_engine") and there("build_engine").isdisjoint(here("build_engine"))  # the GPU's engines
 
 
-def test_a_landed_default_run_is_read_with_the_plan_it_ran_and_never_landed_twice(tmp_path):
+def test_a_landed_default_run_is_read_with_the_plan_it_ran_and_never_landed_twice(tmp_path, gpu_acceptance):
     """land-default keeps the GPU machine's results beside the plan and takes, of the plans the run
     wrote there, the one whose engines it served, so `table` reads that run's own nodes."""
     import io
     import tarfile
 
-    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
-    sys.path.insert(0, str(benchmarks))
-    try:
-        import gpu_acceptance
-    finally:
-        sys.path.remove(str(benchmarks))
     dry = {"nodes": {"build_engine/fp32-local-a": {}}}
     ran = {"nodes": {"build_engine/fp32-local-a": {}, "serve_engine/fp32-local-b": {}}}
     files = {
@@ -281,3 +280,19 @@ def test_a_landed_default_run_is_read_with_the_plan_it_ran_and_never_landed_twic
     assert gpu_acceptance.planned_nodes(plan_dir) == sorted(ran["nodes"])
     with pytest.raises(SystemExit, match="holds a landed run already"):
         gpu_acceptance.land_default(plan_dir, collected)
+
+
+def test_a_job_s_gpu_seconds_leave_out_each_node_s_wait_for_its_gpu_slot(tmp_path, gpu_acceptance):
+    """`precisionflow run --cores 16` starts a target's nodes side by side and each waits for the GPU
+    slot; the table's GPU seconds are the nodes' seconds less those waits (the default target's run on
+    the H100 read 3,133 s of nodes in a run of 1,011 s before)."""
+    nodes = {
+        "build_engine/fp16-h100-a": {"timings": {"seconds": 40.0}},
+        "serve_engine/fp16-h100-b": {"timings": {"seconds": 500.0}, "gpu_slot": {"waited_s": 30.0}},
+        "evaluate_engine/fp16-h100-c": {"timings": {"seconds": 520.0}, "gpu_slot": {"waited_s": 490.0}},
+        "train_model/resnet50-d": {"timings": {"seconds": 100.0}},
+    }
+    for key, record in nodes.items():
+        (tmp_path / key).mkdir(parents=True)
+        (tmp_path / key / "node.json").write_text(json.dumps(record))
+    assert gpu_acceptance.target_seconds(tmp_path, [*nodes, "compare_speed/fp16-h100-e"], "h100") == 40 + 470 + 30

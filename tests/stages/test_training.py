@@ -154,3 +154,25 @@ def test_training_reports_the_weights_it_keeps_not_the_last_epoch(workspace):
     assert summary["val_accuracy"] == pytest.approx(max(history["val_accuracy"]), abs=0.02)
     assert kept_epoch({"loss": [1, 1, 1], "val_accuracy": [0.2, 0.9, 0.5]}, restored_best=True) == 2
     assert kept_epoch({"loss": [1, 1, 1], "val_accuracy": [0.2, 0.9, 0.5]}, restored_best=False) == 3
+
+
+def test_the_keras_side_of_the_export_runs_in_a_process_whose_cuda_sees_no_gpu(tmp_path, monkeypatch):
+    """The conversion's own Python gets CUDA_VISIBLE_DEVICES=-1 (TensorFlow then converts on the CPU
+    where its CUDA cannot load, and the reference is plain fp32); this process keeps its GPU."""
+    import subprocess
+
+    from precisionflow.stages import export_onnx
+
+    seen, real_run = [], subprocess.run
+
+    def run_recording(command, env):
+        seen.append(env["CUDA_VISIBLE_DEVICES"])
+        return real_run(command, env=env)
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(subprocess, "run", run_recording)
+    with pytest.raises(StageError, match="Keras side of the export .* failed with exit 1; its messages are above"):
+        export_onnx._keras_side(tmp_path / "no-model", tmp_path, tmp_path / "model.onnx", 17)
+    assert seen == ["-1"]
+    assert __import__("os").environ["CUDA_VISIBLE_DEVICES"] == "0"
+    assert not (tmp_path / "reference_logits.npy").exists()

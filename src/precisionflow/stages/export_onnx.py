@@ -4,6 +4,7 @@ Also saves the Keras model's logits on the test split (reference_logits.npy): ev
 "agreement with fp32" is measured against these, the true framework fp32 reference.
 """
 
+import sys
 from pathlib import Path
 from typing import Any, Dict
 
@@ -43,14 +44,6 @@ def check(limits: Dict[str, Any], summary: Dict[str, Any]) -> None:
         )
 
 
-def _convert(tf, model, opset: int, path: Path):
-    import tf2onnx
-
-    signature = (tf.TensorSpec((None,) + tuple(model.input_shape[1:]), tf.float32, name="image"),)
-    model_proto, _ = tf2onnx.convert.from_keras(model, input_signature=signature, opset=opset, output_path=str(path))
-    return model_proto
-
-
 BATCH = 64
 
 
@@ -81,17 +74,14 @@ def _map_qat_ranges(model_dir: Path, model_proto, out: Path):
 
 
 def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str, Any]:
-    from precisionflow.modeling.tfenv import import_tensorflow
+    import onnx
 
-    tf, keras = import_tensorflow()
-    model = keras.models.load_model(inputs["model"] / "model.keras", compile=False)
     graph_path = out / "model.onnx"
-    model_proto = _convert(tf, model, params["opset"], graph_path)
-    test = Split(inputs["data"], "test")
-    keras_logits = predict_in_batches(lambda batch: model.predict_on_batch(batch), test, BATCH)
-    onnx_logits = _onnx_logits(graph_path, test)
+    _keras_side(inputs["model"], inputs["data"], graph_path, params["opset"])
+    keras_logits = np.load(out / "reference_logits.npy")
+    onnx_logits = _onnx_logits(graph_path, Split(inputs["data"], "test"))
     max_diff = float(np.max(np.abs(keras_logits - onnx_logits)))  # checked by check() against the threshold
-    np.save(out / "reference_logits.npy", keras_logits)
+    model_proto = onnx.load(str(graph_path))
     qat_tensors = _map_qat_ranges(inputs["model"], model_proto, out)
     return {
         "qat_ranges_mapped": qat_tensors,
@@ -102,3 +92,46 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
         "opset": params["opset"],
         "graph_bytes": graph_path.stat().st_size,
     }
+
+
+def _keras_side(model_dir: Path, data_dir: Path, graph_path: Path, opset: int) -> None:
+    """The conversion and the Keras logits (reference_logits.npy beside the graph), in a Python of
+    their own whose CUDA sees no GPU (CUDA_VISIBLE_DEVICES=-1): the reference every engine is
+    compared with is then plain fp32 on any machine (a GPU's TensorFlow may run convolutions in
+    TF32), and a GPU machine whose TensorFlow cannot load its CUDA libraries (a CUDA 13 driver beside
+    TensorFlow built for 12) converts on the CPU -- there grappler's Cluster, which the conversion
+    creates, raises "Error loading CUDA libraries" instead of falling back (seen on the lent H100,
+    2026-12-07), and only hiding the GPU from the process makes it fall back. A process of its own,
+    because CUDA reads that variable once per process: set here, it would hide the GPU from every node
+    run after this one in the same process (`remote run` runs a bundle's nodes in one)."""
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, *(["-S"] if sys.flags.no_site else []), "-m", __name__]
+    arguments = [str(model_dir / "model.keras"), str(data_dir), str(graph_path), str(opset)]
+    ended = subprocess.run([*command, *arguments], env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
+    if ended.returncode != 0:
+        raise StageError(
+            f"The Keras side of the export (conversion to ONNX and the Keras logits) failed with exit "
+            f"{ended.returncode}; its messages are above in this node's log."
+        )
+
+
+def convert_and_predict(model_file: Path, data_dir: Path, graph_path: Path, opset: int) -> None:
+    """Keras model -> graph_path (tf2onnx) and its logits on the test split -> reference_logits.npy."""
+    import tf2onnx
+
+    from precisionflow.modeling.tfenv import import_tensorflow
+
+    tf, keras = import_tensorflow()
+    model = keras.models.load_model(model_file, compile=False)
+    signature = (tf.TensorSpec((None,) + tuple(model.input_shape[1:]), tf.float32, name="image"),)
+    tf2onnx.convert.from_keras(model, input_signature=signature, opset=opset, output_path=str(graph_path))
+    keras_logits = predict_in_batches(lambda batch: model.predict_on_batch(batch), Split(data_dir, "test"), BATCH)
+    np.save(graph_path.parent / "reference_logits.npy", keras_logits)
+
+
+if __name__ == "__main__":  # _keras_side's process: MODEL_FILE DATA_DIR GRAPH_PATH OPSET
+    model_file, data_dir, graph_path, opset = sys.argv[1:]
+    convert_and_predict(Path(model_file), Path(data_dir), Path(graph_path), int(opset))
