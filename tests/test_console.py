@@ -77,3 +77,34 @@ def test_the_progress_total_leaves_out_snakemakes_target_rule():
     for line in io.StringIO(stats + finished):
         console.feed(line)
     assert any(line.startswith("[  1/1] train_model/m-abc") for line in out.getvalue().splitlines()), out.getvalue()
+
+
+def test_a_job_that_waited_for_the_gpu_says_how_much_of_its_time_was_the_wait(tmp_path):
+    """Jobs started side by side take the one GPU in turn; the line of one that waited says so (the
+    default target's run on the H100 showed a 30-s evaluation as 526 s)."""
+    import json
+
+    node_file = tmp_path / "evaluate_engine" / "fp16-local-abc" / "node.json"
+    node_file.parent.mkdir(parents=True)
+    node_file.write_text(json.dumps({"gpu_slot": {"waited_s": 494.8}, "timings": {"seconds": 524.6}}))
+    lines = [
+        "rule evaluate_engine:",
+        f"    output: {node_file}",
+        "    jobid: 4",
+        "Finished jobid: 4 (Rule: evaluate_engine)",
+        "3 of 5 steps (60%) done",
+        "rule report:",
+        f"    output: {tmp_path}/report/sweep-1/node.json",
+        "    jobid: 5",
+        "Finished jobid: 5 (Rule: report)",
+        "4 of 5 steps (80%) done",
+    ]
+    out = io.StringIO()
+    console = QuietConsole(io.StringIO(), out)
+    for line in lines:
+        console.feed(line + "\n")
+    shown = out.getvalue().splitlines()
+    assert shown[0].startswith("[  3/5] evaluate_engine/fp16-local-abc  ") and shown[0].endswith(
+        ", 495 s of them waiting for the GPU"
+    )
+    assert shown[1].startswith("[  4/5] report/sweep-1  ") and "waiting" not in shown[1]  # no node file: no wait told

@@ -6,6 +6,7 @@ training's per-epoch lines and warnings, and any error block in full. `--verbose
 everything through, as before.
 """
 
+import json
 import re
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, TextIO, Tuple
 
 RULE = re.compile(r"^(?:local)?rule (\w+):$")
-OUTPUT = re.compile(r"^\s+output: .*/(\w+)/([^/\s]+)/node\.json")
+OUTPUT = re.compile(r"^\s+output: (.*/(\w+)/([^/\s]+)/node\.json)")
 JOBID = re.compile(r"^\s+jobid: (\d+)$")
 FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)")
 TARGET_STATS = re.compile(r"^all\s+(\d+)\s*$")  # the target rule's line of Snakemake's job stats
@@ -37,9 +38,9 @@ class QuietConsole:
 
     def __init__(self, log: TextIO, out: TextIO = sys.stdout):
         self.log, self.out = log, out
-        self.jobs: Dict[str, Tuple[str, float]] = {}  # jobid -> (stage/node, started)
-        self.pending: Optional[List[str]] = None  # a job block being read: [stage, node]
-        self.finished: Optional[Tuple[str, float]] = None
+        self.jobs: Dict[str, Tuple[str, float, str]] = {}  # jobid -> (stage/node, started, its node.json)
+        self.pending: Optional[List[str]] = None  # a job block being read: [stage, node, node.json]
+        self.finished: Optional[Tuple[str, float, str]] = None
         self.in_error = False
         self.lines_shown = 0
         self.target_jobs = 0  # Snakemake's target rule ('all' in its job stats): counted in its total, runs nothing
@@ -59,21 +60,21 @@ class QuietConsole:
         rule, output, jobid = RULE.match(text), OUTPUT.match(text), JOBID.match(text)
         finished, progress = FINISHED.match(text), PROGRESS.match(text)
         if rule:
-            self.pending = [rule.group(1), ""]
+            self.pending = [rule.group(1), "", ""]
         elif output and self.pending is not None:
-            self.pending = [output.group(1), output.group(2)]
+            self.pending = [output.group(2), output.group(3), output.group(1)]
         elif jobid and self.pending is not None:
-            stage, node = self.pending
-            self.jobs[jobid.group(1)] = (f"{stage}/{node}" if node else stage, time.monotonic())
+            stage, node, node_file = self.pending
+            self.jobs[jobid.group(1)] = (f"{stage}/{node}" if node else stage, time.monotonic(), node_file)
             self.pending = None
         elif finished:
-            name, started = self.jobs.get(finished.group(1), (finished.group(2), time.monotonic()))
-            self.finished = (name, time.monotonic() - started)
+            name, started, node_file = self.jobs.get(finished.group(1), (finished.group(2), time.monotonic(), ""))
+            self.finished = (name, time.monotonic() - started, node_file)
         elif progress and self.finished:
-            name, seconds = self.finished
+            name, seconds, node_file = self.finished
             if name != "all":  # Snakemake's target rule: nothing ran, and the total shown leaves it out
                 total = int(progress.group(2)) - self.target_jobs
-                self.show(f"[{progress.group(1):>3}/{total}] {name}  {seconds:.0f} s")
+                self.show(f"[{progress.group(1):>3}/{total}] {name}  {seconds:.0f} s{gpu_wait_text(node_file)}")
             self.finished = None
         elif TARGET_STATS.match(text):
             self.target_jobs = int(TARGET_STATS.match(text).group(1))
@@ -84,6 +85,17 @@ class QuietConsole:
         self.out.write(text + "\n")
         self.out.flush()
         self.lines_shown += 1
+
+
+def gpu_wait_text(node_file: str) -> str:
+    """The progress line's tail where the node waited for its GPU slot (jobs started side by side with
+    one GPU take it in turn), e.g. ", 495 s of them waiting for the GPU": a job's seconds count from
+    its start, so without it an evaluation that ran 30 s after 495 s in the queue reads as 526 s."""
+    try:
+        waited = json.loads(Path(node_file).read_text()).get("gpu_slot", {}).get("waited_s", 0.0)
+    except (OSError, ValueError, AttributeError):  # no node file (a target rule, a failed job): no wait to tell
+        return ""
+    return f", {waited:.0f} s of them waiting for the GPU" if waited >= 1 else ""
 
 
 def run_quietly(command: List[str], cwd: Path, env: dict, log_path: Path) -> int:
