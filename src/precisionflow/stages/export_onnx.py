@@ -78,7 +78,7 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
 
     graph_path = out / "model.onnx"
     _keras_side(inputs["model"], inputs["data"], graph_path, params["opset"])
-    keras_logits = np.load(out / "reference_logits.npy")
+    keras_logits = np.load(out / "reference_logits.npy", allow_pickle=False)
     onnx_logits = _onnx_logits(graph_path, Split(inputs["data"], "test"))
     max_diff = float(np.max(np.abs(keras_logits - onnx_logits)))  # checked by check() against the threshold
     model_proto = onnx.load(str(graph_path))
