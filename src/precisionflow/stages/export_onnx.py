@@ -96,17 +96,15 @@ def run(params: Dict[str, Any], inputs: Dict[str, Path], out: Path) -> Dict[str,
 
 def _keras_side(model_dir: Path, data_dir: Path, graph_path: Path, opset: int) -> None:
     """The conversion and the Keras logits (reference_logits.npy beside the graph), in a Python of
-    their own whose CUDA sees no GPU (CUDA_VISIBLE_DEVICES=-1): the reference every engine is
-    compared with is then plain fp32 on any machine (a GPU's TensorFlow may run convolutions in
-    TF32), and a GPU machine whose TensorFlow cannot load its CUDA libraries (a CUDA 13 driver beside
-    TensorFlow built for 12) converts on the CPU -- there grappler's Cluster, which the conversion
-    creates, raises "Error loading CUDA libraries" instead of falling back (seen on the lent H100,
-    2026-12-07), and only hiding the GPU from the process makes it fall back. A process of its own,
-    because CUDA reads that variable once per process: set here, it would hide the GPU from every node
-    run after this one in the same process (`remote run` runs a bundle's nodes in one)."""
+    their own whose CUDA sees no GPU (CUDA_VISIBLE_DEVICES=-1). So the reference every engine is
+    compared with is plain fp32 on any machine (a GPU's TensorFlow may run convolutions in TF32), and
+    a GPU machine whose TensorFlow cannot load its CUDA libraries (a driver newer than the CUDA
+    TensorFlow was built for) still converts: there grappler's Cluster, which the conversion creates,
+    raises "Error loading CUDA libraries" unless the process sees no GPU. A process of its own because
+    CUDA reads that variable once per process: set in this one, it would hide the GPU from every node
+    run after this one in it (`remote run` runs a bundle's nodes in one process)."""
     import os
     import subprocess
-    import sys
 
     command = [sys.executable, *(["-S"] if sys.flags.no_site else []), "-m", __name__]
     arguments = [str(model_dir / "model.keras"), str(data_dir), str(graph_path), str(opset)]
