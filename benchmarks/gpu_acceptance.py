@@ -322,12 +322,10 @@ def target_seconds(results: Path, planned: list, target: str) -> float:
     less each node's wait for its GPU slot: where the runner started nodes side by side (`precisionflow
     run --cores N`), a node's seconds count from its start, its wait for the GPU included."""
     keys = [key for key in planned if f"-{target}-" in key and (results / key / "node.json").is_file()]
-    return sum(node_seconds(read(results / key / "node.json")) for key in keys)
+    from precisionflow.pipeline.gpuslots import slot_wait_s
 
-
-def node_seconds(node: dict) -> float:
-    waited = (node.get("gpu_slot") or {}).get("waited_s", 0.0)
-    return node["timings"]["seconds"] - waited
+    nodes = [read(results / key / "node.json") for key in keys]
+    return sum(node["timings"]["seconds"] - slot_wait_s(node) for node in nodes)
 
 
 def evaluations_by_engine(results: Path, planned: list) -> dict:

@@ -6,7 +6,6 @@ training's per-epoch lines and warnings, and any error block in full. `--verbose
 everything through, as before.
 """
 
-import json
 import re
 import subprocess
 import sys
@@ -91,8 +90,11 @@ def gpu_wait_text(node_file: str) -> str:
     """The progress line's tail where the node waited for its GPU slot (jobs started side by side with
     one GPU take it in turn), e.g. ", 495 s of them waiting for the GPU": a job's seconds count from
     its start, so without it an evaluation that ran 30 s after 495 s in the queue reads as 526 s."""
+    from precisionflow.nodeio import read_json
+    from precisionflow.pipeline.gpuslots import slot_wait_s
+
     try:
-        waited = json.loads(Path(node_file).read_text()).get("gpu_slot", {}).get("waited_s", 0.0)
+        waited = slot_wait_s(read_json(Path(node_file)))
     except (OSError, ValueError, AttributeError):  # no node file (a target rule, a failed job): no wait to tell
         return ""
     return f", {waited:.0f} s of them waiting for the GPU" if waited >= 1 else ""
