@@ -322,7 +322,7 @@ def target_seconds(results: Path, planned: list, target: str) -> float:
     less each node's wait for its GPU slot: where the runner started nodes side by side (`precisionflow
     run --cores N`), a node's seconds count from its start, its wait for the GPU included."""
     keys = [key for key in planned if f"-{target}-" in key and (results / key / "node.json").is_file()]
-    from precisionflow.pipeline.gpuslots import slot_wait_s
+    from precisionflow.pipeline.console import slot_wait_s
 
     nodes = [read(results / key / "node.json") for key in keys]
     return sum(node["timings"]["seconds"] - slot_wait_s(node) for node in nodes)

@@ -91,13 +91,19 @@ def gpu_wait_text(node_file: str) -> str:
     one GPU take it in turn), e.g. ", 495 s of them waiting for the GPU": a job's seconds count from
     its start, so without it an evaluation that ran 30 s after 495 s in the queue reads as 526 s."""
     from precisionflow.nodeio import read_json
-    from precisionflow.pipeline.gpuslots import slot_wait_s
 
     try:
         waited = slot_wait_s(read_json(Path(node_file)))
     except (OSError, ValueError, AttributeError):  # no node file (a target rule, a failed job): no wait to tell
         return ""
     return f", {waited:.0f} s of them waiting for the GPU" if waited >= 1 else ""
+
+
+def slot_wait_s(record: Dict) -> float:
+    """The seconds a finished node waited for its GPU slot (its node.json's `gpu_slot`, as the runner
+    records it from gpuslots.for_node); 0 for a node that took none. Its `timings.seconds` include them.
+    (Here, not in gpuslots: the runner's own modules are part of every node's id.)"""
+    return float((record.get("gpu_slot") or {}).get("waited_s", 0.0))
 
 
 def run_quietly(command: List[str], cwd: Path, env: dict, log_path: Path) -> int:

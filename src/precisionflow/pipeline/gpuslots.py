@@ -112,12 +112,6 @@ def needs_slot(spec: Dict, environ=os.environ) -> bool:
     return runs_on_gpu(target_def)
 
 
-def slot_wait_s(record: Dict) -> float:
-    """The seconds a finished node waited for its GPU slot (its node.json's `gpu_slot`, which for_node
-    yields and the runner records); 0 for a node that took none. Its `timings.seconds` include them."""
-    return float((record.get("gpu_slot") or {}).get("waited_s", 0.0))
-
-
 @contextlib.contextmanager
 def for_node(spec: Dict, results: Path) -> Iterator[Optional[Dict[str, object]]]:
     """Around a node's run: its GPU slot (and CUDA_VISIBLE_DEVICES) where it needs one and the host
