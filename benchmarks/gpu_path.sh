@@ -14,6 +14,9 @@
 #                                                   # plain-loop cross-check and collected.tar.xz in $OUT;
 #                                                   # `partial`: at SECONDS, the nodes finished so far (the
 #                                                   # lent machine's time is about to run out)
+#   bash benchmarks/gpu_path.sh streams-fusion      # after a run, on the same held machine: its engines
+#                                                   # loaded with cuDNN's fused Conv+bias on and off,
+#                                                   # batch-1 streams timed (streams_fusion_probe.py)
 # Nothing here builds or measures: the runner does, node by node, exactly as on a user's GPU node.
 set -euo pipefail
 WHERE=/root/gpu_path
@@ -78,6 +81,11 @@ tensorflow.config.list_physical_devices(), 'snakemake', snakemake.__version__)" 
 $PY -m precisionflow.cli run --cores 16 \"\${overrides[@]}\" > $WHERE/run.log 2>&1; echo \$? > $WHERE/run.rc" \
     > /dev/null 2>&1 &
   sleep 5; cat "$WHERE/run.log"
+  ;;
+streams-fusion)
+  # the environment the run had (start-default's, else the lean packages and the bundle's code)
+  [ -f "$WHERE/default-results" ] && export PYTHONPATH="$WHERE/lean:$WHERE/env"
+  $PY benchmarks/streams_fusion_probe.py "$(where_results)" "$OUT/streams_fusion.json"
   ;;
 wait)
   deadline=$(($(date +%s) + $2))

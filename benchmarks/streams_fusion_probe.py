@@ -1,0 +1,98 @@
+"""Do an engine's batch-1 streams take turns because of cuDNN's fused Conv+bias? Runs on the GPU
+machine, over the engines a run built there.
+
+Seen on the H100 (docs/hardware.md, "Batch-1 streams"): 8 threads sharing one session of today's
+fp16 ResNet-50 engine run 0.63-1.23x one thread in 13 jobs, where fp32 runs 3.49-5.83x and fp16
+engines built before the fusion existed ran 4.01-5.61x. The fusion is a provider option of ONNX
+Runtime's CUDA provider (`fuse_conv_bias`), applied when a session loads the engine file, so the
+same file loaded with it on and off separates it from everything else: precisionflow's own backend
+loads each engine both ways and times its streams exactly as evaluate_engine does (one session
+shared by the threads, each with its own device buffers, no CUDA graph), in alternating rounds.
+
+    python benchmarks/streams_fusion_probe.py RESULTS OUT.json [--seconds 2] [--rounds 2]
+
+RESULTS: a results folder holding build_engine nodes (engine.json beside the engine file). An
+engine built without the fusion is loaded as built only; on a CPU every engine is (the option is
+CUDA's), which is how this runs here as a smoke test.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+STREAMS = (1, 4, 8)
+
+
+def engines(results: Path):
+    """(node name, engine folder, description, target_def) of each built engine in RESULTS."""
+    if not (results / "build_engine").is_dir():
+        raise SystemExit(f"no build_engine nodes under {results}: expected RESULTS/build_engine/<node>/engine.json")
+    for folder in sorted((results / "build_engine").iterdir()):
+        description_file, node_file = folder / "engine.json", folder / "node.json"
+        if description_file.is_file() and node_file.is_file():
+            node = json.loads(node_file.read_text())
+            yield folder.name, folder, json.loads(description_file.read_text()), node["params"]["target_def"]
+
+
+def fusion_sides(description: dict) -> list:
+    """The settings to load with: as built, and with the fusion off where it was built on."""
+    cuda = description.get("cuda_settings")
+    if not (cuda and cuda.get("fuse_conv_bias")):
+        return [("as built", description)]
+    return [("fused", description), ("not fused", {**description, "cuda_settings": {**cuda, "fuse_conv_bias": False}})]
+
+
+def stream_rates(folder: Path, description: dict, target_def: dict, seconds: float) -> dict:
+    """Images per second of 1, 4 and 8 streams at batch 1, the engine loaded with `description`."""
+    from precisionflow.backends import onnxruntime_backend as backend
+    from precisionflow.measure import timing
+
+    engine = backend.load(folder, description, target_def)
+    shape = engine.session.get_inputs()[0].shape
+    batch = np.random.default_rng(0).standard_normal((1, *shape[1:])).astype(np.float32)
+    rates = {}
+    for count in STREAMS:
+        runners, sharing = engine.stream_runners(batch, count)
+        measured = timing.concurrent_streams(runners, 1, 0.2, seconds)
+        rates[str(count)] = {
+            "throughput_sps": round(measured["throughput_sps"], 1),
+            "p50_ms": measured.get("p50_ms"),
+            "engines": sharing,
+        }
+    return rates
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--seconds", type=float, default=2.0, help="each streams window")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every side, the order alternating")
+    args = parser.parse_args()
+    found = {}
+    for name, folder, description, target_def in engines(args.results):
+        sides = fusion_sides(description)
+        rounds = []
+        for index in range(args.rounds):  # alternating order: neither side always meets the machine first
+            ordered = sides if index % 2 == 0 else list(reversed(sides))
+            rounds.append({side: stream_rates(folder, settings, target_def, args.seconds) for side, settings in ordered})
+        found[name] = {
+            "device_name": description.get("device_name"),
+            "cuda_settings": description.get("cuda_settings"),
+            "rounds": rounds,
+        }
+        for side in (side for side, _ in sides):
+            rates = " / ".join(f"{round_[side][count]['throughput_sps']:,.0f}" for round_ in rounds for count in ("1", "8"))
+            print(f"{name:32s} {side:10s} 1 / 8 streams per round: {rates}")
+    if not found:
+        raise SystemExit(
+            f"no build_engine nodes with engine.json under {args.results}: expected RESULTS/build_engine/<node>/engine.json"
+        )
+    args.out.write_text(json.dumps(found, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
