@@ -17,7 +17,8 @@
 #   bash benchmarks/gpu_path.sh streams-fusion      # after a run, on the same held machine: its engines
 #                                                   # loaded with cuDNN's fused Conv+bias on and off,
 #                                                   # batch-1 streams timed (streams_fusion_probe.py)
-# Nothing here builds or measures: the runner does, node by node, exactly as on a user's GPU node.
+# Nothing here builds or measures: the runner does, node by node, exactly as on a user's GPU node --
+# but streams-fusion, a probe over the engines a run left (benchmarks/streams_fusion_probe.py).
 set -euo pipefail
 WHERE=/root/gpu_path
 mkdir -p "$WHERE/stage"
