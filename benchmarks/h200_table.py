@@ -15,15 +15,17 @@ import tarfile
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "h200"
+RECORD_FILES = ("node.json", "metrics.json")
 
 
 def node_files(archive: Path):
-    """{node key: {file name: parsed JSON}} of one collected tarball."""
+    """{node key: {file name: parsed JSON}} of one collected tarball: each node's record files
+    (node.json, metrics.json); the other files a results folder holds need not be JSON."""
     nodes = {}
     with tarfile.open(archive) as tar:
         for member in tar.getmembers():
             parts = Path(member.name).parts
-            if member.isfile() and member.name.endswith(".json") and len(parts) >= 3:
+            if member.isfile() and parts[-1] in RECORD_FILES and len(parts) >= 3:
                 key = f"{parts[-3]}/{parts[-2]}"
                 nodes.setdefault(key, {})[parts[-1]] = json.load(io.TextIOWrapper(tar.extractfile(member)))
     return nodes

@@ -6,10 +6,10 @@ benchmarks/results/ (collected.tar.xz, or *_collected.tar.xz); measures nothing 
     python benchmarks/streams_across_jobs.py > benchmarks/results/streams_across_jobs.md
 """
 
-import json
 import sys
-import tarfile
 from pathlib import Path
+
+from h200_table import node_files  # {node key: {file name: parsed JSON}} of a collected archive
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COLUMNS = ("job", "model", "precision", "GPU", "options", "1 stream /s", "4 streams /s", "8 streams /s", "8 / 1")
@@ -18,28 +18,27 @@ COLUMNS = ("job", "model", "precision", "GPU", "options", "1 stream /s", "4 stre
 def engine_records(archive: Path):
     """(model, metrics) of each evaluate_engine node in a collected results archive that ran on a GPU;
     the model is named by the node's reference graph (export_onnx/<model>-...)."""
-    with tarfile.open(archive) as folder:
-        for member in folder.getmembers():
-            parts = Path(member.name).parts
-            if member.isfile() and "evaluate_engine" in parts and parts[-1] == "metrics.json":
-                metrics = json.load(folder.extractfile(member))
-                if (metrics.get("engine") or {}).get("device") == "cuda" and (metrics.get("speed") or {}).get("streams"):
-                    node = json.load(folder.extractfile(member.name.removesuffix("metrics.json") + "node.json"))
-                    reference = (node.get("inputs") or {}).get("reference", "-/-")
-                    yield reference.split("/")[1].split("-")[0], metrics
+    for key, files in node_files(archive).items():
+        metrics = files.get("metrics.json") or {}
+        if (
+            key.startswith("evaluate_engine/")
+            and metrics.get("engine", {}).get("device") == "cuda"
+            and metrics.get("speed", {}).get("streams")
+        ):
+            reference = files["node.json"]["inputs"].get("reference", "-/-")
+            yield reference.split("/")[1].split("-")[0], metrics
 
 
 def options(engine: dict) -> str:
-    """The engine's CUDA settings as the report names them (what changes how threads share it)."""
-    if "cuda_settings" not in engine:  # recorded before engines named their CUDA settings
-        return "(not recorded)"
-    settings = engine["cuda_settings"]
+    """The CUDA provider options the engine ran with, named as the report names them."""
+    passed = engine.get("cuda_options") or {}
     named = [
-        ("NHWC", settings.get("prefer_nhwc")),
-        ("fused conv+bias", settings.get("fuse_conv_bias")),
-        ("CUDA graph", settings.get("cuda_graph")),
+        ("TF32", passed.get("use_tf32")),
+        ("NHWC", passed.get("prefer_nhwc")),
+        ("fused conv+bias", passed.get("fuse_conv_bias")),
+        ("CUDA graph", passed.get("enable_cuda_graph")),
     ]
-    return ", ".join(name for name, on in named if on) or "-"
+    return ", ".join(name for name, on in named if on == "1") or "-"
 
 
 def row(job: str, model: str, metrics: dict) -> list:
