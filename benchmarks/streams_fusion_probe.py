@@ -46,23 +46,25 @@ def fusion_sides(description: dict) -> list:
 
 
 def stream_rates(folder: Path, description: dict, target_def: dict, seconds: float) -> dict:
-    """Images per second of 1, 4 and 8 streams at batch 1, the engine loaded with `description`."""
+    """evaluate_engine's streams figures (speed.measure, batch 1, 1/4/8 streams) for the engine loaded
+    with `description`."""
     from precisionflow.backends import onnxruntime_backend as backend
-    from precisionflow.measure import timing
+    from precisionflow.measure import speed
 
     engine = backend.load(folder, description, target_def)
     shape = engine.session.get_inputs()[0].shape
-    batch = np.random.default_rng(0).standard_normal((1, *shape[1:])).astype(np.float32)
-    rates = {}
-    for count in STREAMS:
-        runners, sharing = engine.stream_runners(batch, count)
-        measured = timing.concurrent_streams(runners, 1, 0.2, seconds)
-        rates[str(count)] = {
-            "throughput_sps": round(measured["throughput_sps"], 1),
-            "p50_ms": measured.get("p50_ms"),
-            "engines": sharing,
-        }
-    return rates
+    images = np.random.default_rng(0).standard_normal((1, *shape[1:])).astype(np.float32)
+    settings = {
+        "timing_batch_sizes": [],
+        "streams": list(STREAMS),
+        "stream_batch_size": 1,
+        "warmup_s": 0.2,
+        "duration_s": seconds,
+    }
+    streams = speed.measure(lambda: backend.load(folder, description, target_def), images, settings, engine)["streams"]
+    return {
+        count: {key: figures.get(key) for key in ("throughput_sps", "p50_ms", "engines")} for count, figures in streams.items()
+    }
 
 
 def main() -> None:
