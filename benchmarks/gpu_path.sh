@@ -14,6 +14,9 @@
 #                                                   # plain-loop cross-check and collected.tar.xz in $OUT;
 #                                                   # `partial`: at SECONDS, the nodes finished so far (the
 #                                                   # lent machine's time is about to run out)
+#   bash benchmarks/gpu_path.sh builds SECONDS COUNT # after start-default, for a lease too short for the
+#                                                   # job: its COUNT engines built, the run ended, the
+#                                                   # streams probe run over them alone on the GPU
 #   bash benchmarks/gpu_path.sh streams-fusion      # after a run, on the same held machine: its engines
 #                                                   # loaded with cuDNN's fused Conv+bias on and off,
 #                                                   # batch-1 streams timed (streams_fusion_probe.py)
@@ -81,7 +84,27 @@ tensorflow.config.list_physical_devices(), 'snakemake', snakemake.__version__)" 
   setsid nohup bash -c "mapfile -t overrides < $overrides; cd $WHERE && \
 $PY -m precisionflow.cli run --cores 16 \"\${overrides[@]}\" > $WHERE/run.log 2>&1; echo \$? > $WHERE/run.rc" \
     > /dev/null 2>&1 &
+  echo $! > "$WHERE/run.pid"  # setsid's own pid: the run's session, for `builds` to end it
   sleep 5; cat "$WHERE/run.log"
+  ;;
+builds)
+  # a lease too short for the whole job: the run until its COUNT engines are built (or SECONDS pass),
+  # then the run ended (its whole session) and the streams probe over the engines it built, alone on
+  # the GPU; the build nodes (less the engine files) and the run's log come back
+  deadline=$(($(date +%s) + $2))
+  while [ ! -f "$WHERE/run.rc" ] && [ "$(grep -c '] build_engine/' "$WHERE/run.log")" -lt "$3" ] \
+        && [ "$(date +%s)" -lt "$deadline" ]; do sleep 2; done
+  session=$(ps -o sid= -p "$(cat "$WHERE/run.pid")" | tr -d ' ' || true)
+  [ -n "$session" ] && pkill -s "$session" || true
+  sleep 2
+  grep -v "No registered plugin" "$WHERE/run.log" | tail -20
+  echo "run ended after $(($(date +%s) - $(cat "$WHERE/started"))) s with $(grep -c '] build_engine/' "$WHERE/run.log") engines built"
+  [ -f "$WHERE/default-results" ] && export PYTHONPATH="$WHERE/lean:$WHERE/env"
+  $PY benchmarks/streams_fusion_probe.py "$(where_results)" "$OUT/streams_fusion.json"
+  cp "$WHERE/run.log" "$WHERE/doctor.txt" "$OUT/"
+  tar cf - -C "$(where_results)" --exclude='*.onnx' --exclude='*.keras' --exclude='*.npy' --exclude='*.npz' \
+    build_engine | xz > "$OUT/collected.tar.xz"
+  ls -l "$OUT"
   ;;
 streams-fusion)
   # the environment the run had (start-default's, else the lean packages and the bundle's code)
