@@ -19,7 +19,8 @@
 #                                                   # streams probe run over them alone on the GPU
 #   bash benchmarks/gpu_path.sh streams-fusion      # after a run, on the same held machine: its engines
 #                                                   # loaded with cuDNN's fused Conv+bias on and off,
-#                                                   # batch-1 streams timed (streams_fusion_probe.py)
+#                                                   # batch-1 streams and one caller's b1/b128 timed
+#                                                   # (streams_fusion_probe.py; ~3 min for two engines)
 # Nothing here builds or measures: the runner does, node by node, exactly as on a user's GPU node --
 # but streams-fusion, a probe over the engines a run left (benchmarks/streams_fusion_probe.py).
 set -euo pipefail
