@@ -35,6 +35,12 @@ export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}" PYTHONPATH="$WHERE/lean:$(co
 PY="python3 -S"  # no site-packages: the image's CPU onnxruntime 1.30 cannot be imported by mistake
 # the results folder the run writes: the default target's (start-default), else the shipped bundle's
 where_results() { if [ -f "$WHERE/default-results" ]; then cat "$WHERE/default-results"; else echo "$WHERE/bundle/results"; fi; }
+# the streams probe over the engines a run built, in the environment the run had (start-default's,
+# else the lean packages and the bundle's code)
+fusion_probe() {
+  [ -f "$WHERE/default-results" ] && export PYTHONPATH="$WHERE/lean:$WHERE/env"
+  $PY benchmarks/streams_fusion_probe.py "$(where_results)" "$OUT/streams_fusion.json"
+}
 
 case "$1" in
 stage)
@@ -96,21 +102,25 @@ builds)
   while [ ! -f "$WHERE/run.rc" ] && [ "$(grep -c '] build_engine/' "$WHERE/run.log")" -lt "$3" ] \
         && [ "$(date +%s)" -lt "$deadline" ]; do sleep 2; done
   session=$(ps -o sid= -p "$(cat "$WHERE/run.pid")" | tr -d ' ' || true)
-  [ -n "$session" ] && pkill -s "$session" || true
-  sleep 2
+  if [ -n "$session" ]; then
+    pkill -s "$session" || true
+    # the probe times alone: every process of the run's session gone first (the GPU's too)
+    for _ in $(seq 30); do pgrep -s "$session" > /dev/null || break; sleep 1; done
+    pkill -KILL -s "$session" || true  # what the 30 s of SIGTERM left
+    for _ in $(seq 10); do pgrep -s "$session" > /dev/null || break; sleep 1; done
+    pgrep -s "$session" > /dev/null && { echo "the run's session still has processes: not probing beside them"; exit 1; }
+  fi
   grep -v "No registered plugin" "$WHERE/run.log" | tail -20
   echo "run ended after $(($(date +%s) - $(cat "$WHERE/started"))) s with $(grep -c '] build_engine/' "$WHERE/run.log") engines built"
-  [ -f "$WHERE/default-results" ] && export PYTHONPATH="$WHERE/lean:$WHERE/env"
-  $PY benchmarks/streams_fusion_probe.py "$(where_results)" "$OUT/streams_fusion.json"
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader || true  # empty: nothing else on the GPU
+  fusion_probe
   cp "$WHERE/run.log" "$WHERE/doctor.txt" "$OUT/"
   tar cf - -C "$(where_results)" --exclude='*.onnx' --exclude='*.keras' --exclude='*.npy' --exclude='*.npz' \
     build_engine | xz > "$OUT/collected.tar.xz"
   ls -l "$OUT"
   ;;
 streams-fusion)
-  # the environment the run had (start-default's, else the lean packages and the bundle's code)
-  [ -f "$WHERE/default-results" ] && export PYTHONPATH="$WHERE/lean:$WHERE/env"
-  $PY benchmarks/streams_fusion_probe.py "$(where_results)" "$OUT/streams_fusion.json"
+  fusion_probe
   ;;
 wait)
   deadline=$(($(date +%s) + $2))

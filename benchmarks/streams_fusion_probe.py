@@ -1,15 +1,12 @@
-"""Do an engine's batch-1 streams take turns because of cuDNN's fused Conv+bias? Runs on the GPU
-machine, over the engines a run built there.
+"""Whether an engine's batch-1 streams take turns because of cuDNN's fused Conv+bias, and what the
+fusion buys one caller. Runs on the GPU machine, over the engines a run built there.
 
-Seen on the H100 (docs/hardware.md, "Batch-1 streams"): 8 threads sharing one session of today's
-fp16 ResNet-50 engine run 0.63-1.23x one thread in 13 jobs, where fp32 runs 3.49-5.83x and fp16
-engines built before the fusion existed ran 4.01-5.61x. The fusion is a provider option of ONNX
-Runtime's CUDA provider (`fuse_conv_bias`), applied when a session loads the engine file, so the
-same file loaded with it on and off separates it from everything else: precisionflow's own backend
-loads each engine both ways and times its streams exactly as evaluate_engine does (one session
-shared by the threads, each with its own device buffers, no CUDA graph), in alternating rounds.
-What the fusion buys is timed on the same loads: one caller's batch sizes (CUDA graph as built,
-three windows each), so the trade is one record.
+The fusion is a provider option of ONNX Runtime's CUDA provider (`fuse_conv_bias`), applied when a
+session loads the engine file, so the same file loaded with it on and off separates it from
+everything else: precisionflow's own backend loads each engine both ways and times its streams
+exactly as evaluate_engine does (one session shared by 1, 4 and 8 threads, each with its own device
+buffers, no CUDA graph) and one caller's batch sizes (CUDA graph as built, three windows each), in
+rounds whose order alternates. Findings: docs/hardware.md, "Batch-1 streams".
 
     python benchmarks/streams_fusion_probe.py RESULTS OUT.json [--seconds 2] [--rounds 2]
                                               [--batches 1 128] [--batch-seconds 1]

@@ -244,8 +244,7 @@ class OrtCudaConf:
     # folded at export) is one more pass over the activations; on some graphs the fused kernels are
     # slower (docs/hardware.md): true = the build times it both ways at the engine's largest batch and
     # keeps it where faster. Batch-1 calls from threads sharing one session can lose what batches
-    # gain (fp16 ResNet-50 on an H100: 8 threads ran a third of the unfused engine's rate, docs/hardware.md
-    # "Batch-1 streams"): false for such a service.
+    # gain (docs/hardware.md, "Batch-1 streams"): false for such a service.
     fuse_conv_bias: bool = True
 
 
