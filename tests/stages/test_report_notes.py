@@ -93,3 +93,54 @@ def test_mlflow_tags_an_engine_run_whose_x_tf_sides_ran_on_two_devices():
     }
     assert ratio_device_tags({"devices": {"engine": "gpu", "tensorflow": "gpu"}}) == {}
     assert ratio_device_tags({"settings": {}}) == {} and ratio_device_tags(None) == {}  # a record from before devices
+
+
+def recorded_h100_evaluations(into: Path) -> dict:
+    """{evaluation folder: metrics} of the eighteenth GPU job's two engines (an H100, the default target,
+    fp16 and fp32 with cuDNN's fused Conv+bias kept by their builds): real records, as landed."""
+    import json
+    import tarfile
+
+    collected = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gpu_path_default_h100b" / "collected.tar.xz"
+    with tarfile.open(collected) as archive:
+        wanted = [  # every node's record (the notes read an evaluation's lineage), the evaluations' metrics
+            member
+            for member in archive.getmembers()
+            if member.name.endswith("/node.json")
+            or (member.name.lstrip("./").startswith("evaluate_engine/") and member.name.endswith("/metrics.json"))
+        ]
+        archive.extractall(into, members=wanted, filter="data")
+    return {path.parent: json.loads(path.read_text()) for path in sorted(into.glob("evaluate_engine/*/metrics.json"))}
+
+
+def test_a_fused_gpu_engine_whose_streams_gained_little_says_so_with_its_own_figures(tmp_path):
+    found = recorded_h100_evaluations(tmp_path)
+    by_precision = {metrics["precision"]: folder for folder, metrics in found.items()}
+    [line] = report_notes.fusion_streams_notes(found)  # fp32's streams grew 3.83x: no note
+    fp16 = found[by_precision["fp16"]]
+    streams = fp16["speed"]["streams"]
+    assert line.startswith(f"(fused) {by_precision['fp16'].name}: 8 streams ran ")
+    assert f"{streams['8']['throughput_sps'] / streams['1']['throughput_sps']:.2f}x one stream" in line
+    low, high = fp16["engine"]["conv_bias_fusion"]["ratio_interval"]
+    assert f"[{low:.3f}, {high:.3f}]x at b128" in line and "fuse_conv_bias=false" in line
+    assert line in report_notes.notes([], found, 0.95)
+
+
+def test_no_fusion_note_without_the_fusion_or_without_two_stream_counts_or_with_figures_it_cannot_read(tmp_path):
+    import copy
+
+    found = recorded_h100_evaluations(tmp_path)
+    fp16 = next(folder for folder, metrics in found.items() if metrics["precision"] == "fp16")
+    for change in (
+        lambda m: m["engine"]["conv_bias_fusion"].update(kept=False),  # the build measured it slower
+        lambda m: m["engine"].pop("conv_bias_fusion"),  # a CPU engine: no such option
+        lambda m: m["speed"].update(streams={"1": m["speed"]["streams"]["1"]}),  # one stream count only
+        lambda m: m["speed"]["streams"]["1"].update(throughput_sps=0.0),
+        lambda m: m["speed"]["streams"]["8"].update(throughput_sps=float("nan")),
+        lambda m: m["speed"]["streams"]["8"].update(throughput_sps="1058"),
+        lambda m: m["speed"]["streams"]["8"].update(throughput_sps=None),
+        lambda m: m["speed"]["streams"]["8"].update(throughput_sps=2 * m["speed"]["streams"]["1"]["throughput_sps"]),
+    ):
+        metrics = copy.deepcopy(found[fp16])
+        change(metrics)
+        assert report_notes.fusion_streams_notes({fp16: metrics}) == []

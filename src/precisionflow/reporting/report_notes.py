@@ -1,7 +1,8 @@
 """The report's notes under the table: what a reader must know to read a row right -- serving without a
 valid rate, timings taken under load, non-finite outputs, a model at chance, engines not built,
-int8_qat below its fidelity goal and its placement's known cause."""
+int8_qat below its fidelity goal and its placement's known cause, streams held back by a fusion."""
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Dict, List
@@ -154,6 +155,40 @@ def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]], confidence: float) -
     return lines
 
 
+def positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+THREADS_GAINED = 1.5  # streams that add less than half a stream's rate over one stream gained "little"
+
+
+def fusion_streams_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
+    """A GPU engine built with cuDNN's fused Conv+bias whose batch-1 streams gained little from threads
+    says both, with its own figures: its build kept the fusion for its largest batch alone, and on the
+    H100 the fusion is what made fp16's threaded batch-1 calls take turns (docs/hardware.md, "Batch-1
+    streams") -- so the reader knows which setting to try before reading the row as the precision's."""
+    lines = []
+    for eval_dir, found in metrics.items():
+        fusion = found["engine"].get("conv_bias_fusion") or {}
+        streams = (found.get("speed") or {}).get("streams") or {}
+        if not fusion.get("kept") or "1" not in streams or len(streams) < 2:
+            continue
+        most = max(streams, key=int)
+        one, many = streams["1"].get("throughput_sps"), streams[most].get("throughput_sps")
+        if not (positive(one) and positive(many)) or many >= THREADS_GAINED * one:
+            continue
+        low, high = fusion["ratio_interval"]
+        lines.append(
+            f"(fused) {eval_dir.name}: {most} streams ran {many / one:.2f}x one stream ({many:,.0f} against "
+            f"{one:,.0f}/s) with cuDNN's fused Conv+bias, which its build kept for [{low:.3f}, {high:.3f}]x at "
+            f"b{fusion['batch']}. On the H100 that fusion is what made fp16's batch-1 calls from threads take "
+            'turns (docs/hardware.md, "Batch-1 streams"); whether it is this engine\'s cause, only a build with '
+            "engine.onnxruntime.fuse_conv_bias=false tells: where a service calls it at batch 1 from threads, "
+            "build that too and compare."
+        )
+    return lines
+
+
 def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]], confidence: float) -> List[str]:
     """What a reader must know to read the table right."""
     lines = [
@@ -180,6 +215,7 @@ def notes(rows: List[Dict[str, Any]], metrics: Dict[Path, Dict[str, Any]], confi
     lines += non_finite_notes(metrics)
     lines += reference_notes(metrics)
     lines += chance_notes(metrics)
+    lines += fusion_streams_notes(metrics)
     runs = sorted({row["timed"] for row in rows if row["timed"]})
     if len(runs) > 1:
         lines.append(
