@@ -140,7 +140,22 @@ def test_no_fusion_note_without_the_fusion_or_without_two_stream_counts_or_with_
         lambda m: m["speed"]["streams"]["8"].update(throughput_sps="1058"),
         lambda m: m["speed"]["streams"]["8"].update(throughput_sps=None),
         lambda m: m["speed"]["streams"]["8"].update(throughput_sps=2 * m["speed"]["streams"]["1"]["throughput_sps"]),
+        lambda m: m["engine"]["conv_bias_fusion"].update(kept="yes"),
+        lambda m: m["speed"]["streams"].update({"8": "1058"}),
+        lambda m: m["speed"].update(streams={"1": m["speed"]["streams"]["1"], "many": m["speed"]["streams"]["8"]}),
     ):
         metrics = copy.deepcopy(found[fp16])
         change(metrics)
         assert report_notes.fusion_streams_notes({fp16: metrics}) == []
+
+
+def test_a_fusion_interval_the_note_cannot_read_leaves_it_out_and_the_rest_stands(tmp_path):
+    import copy
+
+    found = recorded_h100_evaluations(tmp_path)
+    fp16 = next(folder for folder, metrics in found.items() if metrics["precision"] == "fp16")
+    for interval in (None, [1.4, float("inf")], ["1.4", "1.41"], [1.4]):
+        metrics = copy.deepcopy(found[fp16])
+        metrics["engine"]["conv_bias_fusion"]["ratio_interval"] = interval
+        [line] = report_notes.fusion_streams_notes({fp16: metrics})
+        assert "which its build kept. On the H100" in line and "fuse_conv_bias=false" in line

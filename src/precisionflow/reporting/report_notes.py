@@ -156,6 +156,7 @@ def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]], confidence: float) -
 
 
 def positive(value: Any) -> bool:
+    """A figure a note may divide by or quote: a finite number above zero (not None, NaN, inf, a string)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
@@ -171,17 +172,23 @@ def fusion_streams_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
     for eval_dir, found in metrics.items():
         fusion = found["engine"].get("conv_bias_fusion") or {}
         streams = (found.get("speed") or {}).get("streams") or {}
-        if not fusion.get("kept") or "1" not in streams or len(streams) < 2:
+        counts = [count for count in streams if str(count).isdigit()]
+        if fusion.get("kept") is not True or "1" not in counts or len(counts) < 2:
             continue
-        most = max(streams, key=int)
-        one, many = streams["1"].get("throughput_sps"), streams[most].get("throughput_sps")
+        most = max(counts, key=int)
+        one, many = (streams[count].get("throughput_sps") if isinstance(streams[count], dict) else None for count in ("1", most))
         if not (positive(one) and positive(many)) or many >= THREADS_GAINED * one:
             continue
-        low, high = fusion["ratio_interval"]
+        interval = fusion.get("ratio_interval")
+        measured = (
+            f" for [{interval[0]:.3f}, {interval[1]:.3f}]x at b{fusion.get('batch')}"
+            if isinstance(interval, list) and len(interval) == 2 and all(positive(bound) for bound in interval)
+            else ""  # a record whose interval cannot be read: the note says what it can
+        )
         lines.append(
             f"(fused) {eval_dir.name}: {most} streams ran {many / one:.2f}x one stream ({many:,.0f} against "
-            f"{one:,.0f}/s) with cuDNN's fused Conv+bias, which its build kept for [{low:.3f}, {high:.3f}]x at "
-            f"b{fusion['batch']}. On the H100 that fusion is what made fp16's batch-1 calls from threads take "
+            f"{one:,.0f}/s) with cuDNN's fused Conv+bias, which its build kept{measured}. On the H100 that "
+            "fusion is what made fp16's batch-1 calls from threads take "
             'turns (docs/hardware.md, "Batch-1 streams"); whether it is this engine\'s cause, only a build with '
             "engine.onnxruntime.fuse_conv_bias=false tells: where a service calls it at batch 1 from threads, "
             "build that too and compare."
