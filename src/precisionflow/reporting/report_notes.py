@@ -2,7 +2,6 @@
 valid rate, timings taken under load, non-finite outputs, a model at chance, engines not built,
 int8_qat below its fidelity goal and its placement's known cause, streams held back by a fusion."""
 
-import math
 import os
 from pathlib import Path
 from typing import Any, Dict, List
@@ -12,6 +11,7 @@ from precisionflow.nodeio import lineage, named_lineage, node_key, read_node
 from precisionflow.placements import ORT_CPU, TENSORRT
 from precisionflow.records import Evaluation
 from precisionflow.reporting.compare import declined_evaluations
+from precisionflow.reporting.verdict_rules import finite
 from precisionflow.stats import wilson
 
 NOISY_MARK = "*"
@@ -155,19 +155,15 @@ def qat_fidelity_notes(metrics: Dict[Path, Dict[str, Any]], confidence: float) -
     return lines
 
 
-def positive(value: Any) -> bool:
-    """A figure a note may divide by or quote: a finite number above zero (not None, NaN, inf, a string)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-
-
 THREADS_GAINED = 1.5  # streams that add less than half a stream's rate over one stream gained "little"
 
 
 def fusion_streams_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
-    """A GPU engine built with cuDNN's fused Conv+bias whose batch-1 streams gained little from threads
-    says both, with its own figures: its build kept the fusion for its largest batch alone, and on the
-    H100 the fusion is what made fp16's threaded batch-1 calls take turns (docs/hardware.md, "Batch-1
-    streams") -- so the reader knows which setting to try before reading the row as the precision's."""
+    """One line per engine whose build kept cuDNN's fused Conv+bias (chosen at one batch size) and whose
+    most streams ran under THREADS_GAINED x one stream: its own streams figures and fusion interval, and
+    the setting (engine.onnxruntime.fuse_conv_bias=false) whose build tells whether the fusion is why.
+    Records it cannot read (no fusion, one stream count, a rate that is no positive finite number) give
+    no line; an interval it cannot read is left out of the line."""
     lines = []
     for eval_dir, found in metrics.items():
         fusion = found["engine"].get("conv_bias_fusion") or {}
@@ -177,21 +173,20 @@ def fusion_streams_notes(metrics: Dict[Path, Dict[str, Any]]) -> List[str]:
             continue
         most = max(counts, key=int)
         one, many = (streams[count].get("throughput_sps") if isinstance(streams[count], dict) else None for count in ("1", most))
-        if not (positive(one) and positive(many)) or many >= THREADS_GAINED * one:
+        if not (finite(one, many) and one > 0 and many > 0) or many >= THREADS_GAINED * one:
             continue
         interval = fusion.get("ratio_interval")
         measured = (
             f" for [{interval[0]:.3f}, {interval[1]:.3f}]x at b{fusion.get('batch')}"
-            if isinstance(interval, list) and len(interval) == 2 and all(positive(bound) for bound in interval)
+            if isinstance(interval, list) and len(interval) == 2 and finite(*interval) and min(interval) > 0
             else ""  # a record whose interval cannot be read: the note says what it can
         )
         lines.append(
             f"(fused) {eval_dir.name}: {most} streams ran {many / one:.2f}x one stream ({many:,.0f} against "
-            f"{one:,.0f}/s) with cuDNN's fused Conv+bias, which its build kept{measured}. On the H100 that "
-            "fusion is what made fp16's batch-1 calls from threads take "
-            'turns (docs/hardware.md, "Batch-1 streams"); whether it is this engine\'s cause, only a build with '
-            "engine.onnxruntime.fuse_conv_bias=false tells: where a service calls it at batch 1 from threads, "
-            "build that too and compare."
+            f"{one:,.0f}/s) with cuDNN's fused Conv+bias, which its build kept{measured}. Whether the fusion "
+            "holds these streams back, only a build with engine.onnxruntime.fuse_conv_bias=false tells "
+            '(docs/hardware.md, "Batch-1 streams", traces such a case): where a service calls this engine at '
+            "batch 1 from threads, build that too and compare."
         )
     return lines
 
