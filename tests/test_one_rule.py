@@ -80,6 +80,23 @@ def test_a_gpu_targets_plan_is_the_same_with_or_without_a_gpu_where_it_is_planne
     assert on_login_node == on_gpu_node
 
 
+def test_a_named_gpu_target_serves_with_the_gpu_defaults_under_its_own_settings(cpu_host):
+    """on_gpu.serving, then the target's own: h200 sets its 60-s runs and no search count, so it takes
+    the GPU defaults' searches (docs/hardware.md counts its serving cost from them), not
+    evaluate.serving's."""
+    overrides = ["precisions=[fp32,fp16]", "targets=[h200]", "target_defs.h200.framework=false"]
+    cfg = expand(overrides)[0]
+    gpu_searches, cpu_searches = (cfg[where]["serving"]["search_repeats"] for where in ("on_gpu", "evaluate"))
+    assert gpu_searches != cpu_searches  # else the test could not tell which layer the target took
+    nodes = planned(overrides)
+    for precision in ("fp32", "fp16"):
+        serving = params_of(nodes, "serve_engine", precision)["serving"]
+        assert serving["min_duration_ms"] == 60000 and serving["search_repeats"] == gpu_searches
+    mine = planned(["precisions=[fp32]", "targets=[h200]", "target_defs.h200.framework=false",
+                    "+target_defs.h200.serving.search_repeats=2"])  # fmt: skip
+    assert params_of(mine, "serve_engine", "fp32")["serving"]["search_repeats"] == 2
+
+
 @pytest.mark.parametrize(
     "override, where",
     [
