@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from precisionflow.reporting import report_notes
 
 
@@ -95,11 +97,15 @@ def test_mlflow_tags_an_engine_run_whose_x_tf_sides_ran_on_two_devices():
     assert ratio_device_tags({"settings": {}}) == {} and ratio_device_tags(None) == {}  # a record from before devices
 
 
-def recorded_h100_evaluations(into: Path) -> dict:
+@pytest.fixture(scope="module")
+def recorded_h100_evaluations(tmp_path_factory) -> dict:
     """{evaluation folder: metrics} of the eighteenth GPU job's two engines (an H100, the default target,
-    fp16 and fp32 with cuDNN's fused Conv+bias kept by their builds): real records, as landed."""
+    fp16 and fp32 with cuDNN's fused Conv+bias kept by their builds): real records, as landed, unpacked
+    once for the module (each test deep-copies what it changes)."""
     import json
     import tarfile
+
+    into = tmp_path_factory.mktemp("h100b")
 
     collected = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gpu_path_default_h100b" / "collected.tar.xz"
     with tarfile.open(collected) as archive:
@@ -113,8 +119,8 @@ def recorded_h100_evaluations(into: Path) -> dict:
     return {path.parent: json.loads(path.read_text()) for path in sorted(into.glob("evaluate_engine/*/metrics.json"))}
 
 
-def test_a_fused_gpu_engine_whose_streams_gained_little_says_so_with_its_own_figures(tmp_path):
-    found = recorded_h100_evaluations(tmp_path)
+def test_a_fused_gpu_engine_whose_streams_gained_little_says_so_with_its_own_figures(recorded_h100_evaluations):
+    found = recorded_h100_evaluations
     by_precision = {metrics["precision"]: folder for folder, metrics in found.items()}
     [line] = report_notes.fusion_streams_notes(found)  # fp32's streams grew 3.83x: no note
     fp16 = found[by_precision["fp16"]]
@@ -126,10 +132,10 @@ def test_a_fused_gpu_engine_whose_streams_gained_little_says_so_with_its_own_fig
     assert line in report_notes.notes([], found, 0.95)
 
 
-def test_no_fusion_note_without_the_fusion_or_without_two_stream_counts_or_with_figures_it_cannot_read(tmp_path):
+def test_no_fusion_note_without_the_fusion_or_without_two_stream_counts_or_with_figures_it_cannot_read(recorded_h100_evaluations):
     import copy
 
-    found = recorded_h100_evaluations(tmp_path)
+    found = recorded_h100_evaluations
     fp16 = next(folder for folder, metrics in found.items() if metrics["precision"] == "fp16")
     for change in (
         lambda m: m["engine"]["conv_bias_fusion"].update(kept=False),  # the build measured it slower
@@ -149,10 +155,10 @@ def test_no_fusion_note_without_the_fusion_or_without_two_stream_counts_or_with_
         assert report_notes.fusion_streams_notes({fp16: metrics}) == []
 
 
-def test_a_fusion_interval_the_note_cannot_read_leaves_it_out_and_the_rest_stands(tmp_path):
+def test_a_fusion_interval_the_note_cannot_read_leaves_it_out_and_the_rest_stands(recorded_h100_evaluations):
     import copy
 
-    found = recorded_h100_evaluations(tmp_path)
+    found = recorded_h100_evaluations
     fp16 = next(folder for folder, metrics in found.items() if metrics["precision"] == "fp16")
     for interval in (None, [1.4, float("inf")], ["1.4", "1.41"], [1.4]):
         metrics = copy.deepcopy(found[fp16])
